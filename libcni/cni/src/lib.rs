@@ -1,8 +1,13 @@
 //! The CNI protocol in Rust: spec types for every version, errors, the plugin skeleton, invocation,
 //! conflists, the result cache and the runtime API. No netlink here, so a runtime can embed it.
 
+pub mod args;
+pub mod conf;
 pub mod error;
+pub mod skel;
 pub mod types;
 pub mod version;
 
 pub use error::{code, Error, Errors, Result};
+pub use skel::{Command, Plugin, Request};
+pub use types::CniResult;

@@ -1,0 +1,367 @@
+//! The plugin entry point: reads the environment and stdin, validates them per verb, negotiates the
+//! version, dispatches to a [`Plugin`], and is the only code that writes stdout or picks the exit code.
+
+use crate::args::CniArgs;
+use crate::conf::{self, Attachment, NetConf};
+use crate::error::{code, Error, Result};
+use crate::types::CniResult;
+use crate::version;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Add,
+    Del,
+    Check,
+    Status,
+    Gc,
+    Version,
+}
+
+impl Command {
+    pub fn parse(s: &str) -> Option<Command> {
+        Some(match s {
+            "ADD" => Command::Add,
+            "DEL" => Command::Del,
+            "CHECK" => Command::Check,
+            "STATUS" => Command::Status,
+            "GC" => Command::Gc,
+            "VERSION" => Command::Version,
+            _ => return None,
+        })
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Del => "DEL",
+            Command::Check => "CHECK",
+            Command::Status => "STATUS",
+            Command::Gc => "GC",
+            Command::Version => "VERSION",
+        }
+    }
+    /// The variables skel requires for this verb (the spec's list plus CNI_PATH, as Go skel does).
+    fn required_env(self) -> &'static [&'static str] {
+        match self {
+            Command::Add | Command::Check => &["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"],
+            Command::Del => &["CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"],
+            Command::Status | Command::Gc => &["CNI_PATH"],
+            Command::Version => &[],
+        }
+    }
+}
+
+/// One invocation, validated: what every verb of a plugin gets.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub command: Command,
+    /// Empty for GC and STATUS.
+    pub container_id: String,
+    /// None when CNI_NETNS is unset or empty (allowed for DEL).
+    pub netns: Option<PathBuf>,
+    /// Empty for GC and STATUS.
+    pub ifname: String,
+    pub args: CniArgs,
+    pub cni_path: Vec<PathBuf>,
+    pub conf: NetConf,
+    /// The whole netconf, for the plugin's own typed keys.
+    pub raw: Value,
+    /// The netconf bytes as received, handed unchanged to delegated plugins.
+    pub stdin: Vec<u8>,
+}
+
+impl Request {
+    /// The attachments GC must keep (empty when the runtime sent none).
+    pub fn valid_attachments(&self) -> &[Attachment] {
+        self.conf.valid_attachments.as_deref().unwrap_or(&[])
+    }
+    /// Decode the plugin's own keys; a wrong type is code 7.
+    pub fn plugin_conf<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        conf::plugin_conf(&self.raw, &self.conf.plugin_type)
+    }
+}
+
+/// What a plugin implements. Defaults: STATUS ready, GC nothing to collect.
+pub trait Plugin {
+    /// Versions this plugin speaks; VERSION reports them and other versions are refused with code 1.
+    fn supported_versions(&self) -> &'static [&'static str] {
+        &version::SUPPORTED
+    }
+    /// CNI_ARGS keys this plugin reads (the Kubernetes keys are always accepted).
+    fn known_args(&self) -> &'static [&'static str] {
+        &[]
+    }
+    fn add(&self, req: &Request) -> Result<CniResult>;
+    fn del(&self, req: &Request) -> Result<()>;
+    fn check(&self, req: &Request) -> Result<()>;
+    fn status(&self, _req: &Request) -> Result<()> {
+        Ok(())
+    }
+    fn gc(&self, _req: &Request) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What skel prints and the exit code it picks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub stdout: String,
+    pub exit_code: i32,
+}
+
+/// Run a plugin as a process: environment and stdin in, stdout and exit code out. Never returns.
+pub fn run<P: Plugin>(plugin: &P) -> ! {
+    let env: HashMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let k = k.into_string().ok()?;
+            if !k.starts_with("CNI_") {
+                return None;
+            }
+            // A non-UTF-8 value is kept as an invalid marker so validation can name it.
+            Some((k, v.into_string().unwrap_or_else(|_| "\u{fffd}".to_string())))
+        })
+        .collect();
+    let outcome = execute(plugin, &env, &mut std::io::stdin().lock());
+    let mut out = std::io::stdout().lock();
+    // Nothing useful can be done if stdout is gone; the exit code still tells.
+    let _ = out.write_all(outcome.stdout.as_bytes());
+    let _ = out.flush();
+    std::process::exit(outcome.exit_code)
+}
+
+/// The whole of skel without process globals, so it can be tested in-process.
+pub fn execute<P: Plugin>(plugin: &P, env: &HashMap<String, String>, stdin: &mut dyn Read) -> Outcome {
+    let mut cni_version = String::new();
+    let result = catch_unwind(AssertUnwindSafe(|| dispatch(plugin, env, stdin, &mut cni_version)));
+    let result = result.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(Error::new(code::INTERNAL, format!("internal error (a bug, please report it): {what}")))
+    });
+    match result {
+        Ok(stdout) => Outcome { stdout, exit_code: 0 },
+        Err(e) => {
+            let v = if cni_version.is_empty() { version::CURRENT } else { &cni_version };
+            Outcome { stdout: pretty(&e.to_json(v)), exit_code: 1 }
+        }
+    }
+}
+
+fn pretty(v: &Value) -> String {
+    let mut buf = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
+    if serde::Serialize::serialize(v, &mut ser).is_err() {
+        return v.to_string();
+    }
+    String::from_utf8(buf).unwrap_or_else(|_| v.to_string())
+}
+
+fn get<'a>(env: &'a HashMap<String, String>, k: &str) -> &'a str {
+    env.get(k).map(String::as_str).unwrap_or("")
+}
+
+/// A container id as libcni accepts it (it also never forms a path by itself).
+pub fn valid_container_id(id: &str) -> bool {
+    conf::valid_name(id)
+}
+
+/// An interface name the kernel accepts: 1-15 bytes, not "." or "..", no '/', ':' or whitespace.
+pub fn validate_ifname(name: &str) -> Result<()> {
+    let why = if name.is_empty() {
+        "is empty"
+    } else if name.len() > 15 {
+        "is longer than 15 bytes"
+    } else if name == "." || name == ".." {
+        "is \".\" or \"..\""
+    } else if name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control()) {
+        "contains '/', ':' or whitespace"
+    } else {
+        return Ok(());
+    };
+    Err(Error::env(format!("interface name {name:?} {why}")))
+}
+
+fn dispatch<P: Plugin>(
+    plugin: &P,
+    env: &HashMap<String, String>,
+    stdin: &mut dyn Read,
+    cni_version: &mut String,
+) -> Result<String> {
+    let command_str = get(env, "CNI_COMMAND");
+    if command_str.is_empty() {
+        return Err(Error::env("required env variables [CNI_COMMAND] missing"));
+    }
+    let command = Command::parse(command_str).ok_or_else(|| {
+        Error::env(format!("unknown CNI_COMMAND {command_str:?}: expected ADD, DEL, CHECK, STATUS, GC or VERSION"))
+    })?;
+    if command == Command::Version {
+        let v = serde_json::json!({
+            "cniVersion": version::CURRENT,
+            "supportedVersions": plugin.supported_versions(),
+        });
+        return Ok(format!("{v}\n"));
+    }
+    let missing: Vec<&str> = command.required_env().iter().copied().filter(|k| get(env, k).is_empty()).collect();
+    if !missing.is_empty() {
+        return Err(Error::env(format!("required env variables [{}] missing", missing.join(","))));
+    }
+    let container_id = get(env, "CNI_CONTAINERID").to_string();
+    let ifname = get(env, "CNI_IFNAME").to_string();
+    if matches!(command, Command::Add | Command::Check | Command::Del) {
+        if !valid_container_id(&container_id) {
+            return Err(Error::env(format!(
+                "invalid CNI_CONTAINERID {container_id:?}: use letters, digits, '_', '.' and '-', starting with a letter or digit"
+            )));
+        }
+        validate_ifname(&ifname).map_err(|e| e.context("CNI_IFNAME"))?;
+    }
+
+    let mut stdin_bytes = Vec::new();
+    stdin.read_to_end(&mut stdin_bytes).map_err(|e| Error::io("read network configuration from stdin", &e))?;
+    // Learn the version first so even a later error speaks it.
+    if let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(&stdin_bytes) {
+        if let Some(Value::String(v)) = m.get("cniVersion") {
+            if version::check_supported(v).is_ok() {
+                cni_version.clone_from(v);
+            }
+        }
+    }
+    let (conf, raw) = conf::parse_netconf(&stdin_bytes)?;
+    *cni_version = conf.cni_version.clone();
+    if !plugin.supported_versions().contains(&conf.cni_version.as_str()) {
+        return Err(Error::version(format!(
+            "incompatible CNI versions: config is {:?}, this plugin supports [{}]",
+            conf.cni_version,
+            plugin.supported_versions().join(", ")
+        )));
+    }
+    let gate = match command {
+        Command::Check => Some("0.4.0"),
+        Command::Status | Command::Gc => Some("1.1.0"),
+        _ => None,
+    };
+    if let Some(min) = gate {
+        if !version::at_least(&conf.cni_version, min) {
+            return Err(Error::version(format!(
+                "configuration version {:?} does not support the {} command (needs {min} or later)",
+                conf.cni_version,
+                command.as_str()
+            )));
+        }
+    }
+    let args = CniArgs::parse(get(env, "CNI_ARGS"))?;
+    args.check_known(plugin.known_args())?;
+    let netns = Some(get(env, "CNI_NETNS")).filter(|s| !s.is_empty()).map(PathBuf::from);
+    let cni_path = get(env, "CNI_PATH").split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
+    let req = Request { command, container_id, netns, ifname, args, cni_path, conf, raw, stdin: stdin_bytes };
+    match command {
+        Command::Add => {
+            let result = plugin.add(&req)?;
+            result.to_pretty(&req.conf.cni_version)
+        }
+        Command::Del => plugin.del(&req).map(|()| String::new()),
+        Command::Check => plugin.check(&req).map(|()| String::new()),
+        Command::Status => plugin.status(&req).map(|()| String::new()),
+        Command::Gc => plugin.gc(&req).map(|()| String::new()),
+        Command::Version => Ok(String::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fake;
+    impl Plugin for Fake {
+        fn known_args(&self) -> &'static [&'static str] {
+            &["IP"]
+        }
+        fn add(&self, req: &Request) -> Result<CniResult> {
+            if req.conf.name == "boom" {
+                panic!("kaboom");
+            }
+            Ok(CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() })
+        }
+        fn del(&self, _: &Request) -> Result<()> {
+            Ok(())
+        }
+        fn check(&self, _: &Request) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn env(cmd: &str) -> HashMap<String, String> {
+        [
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", "abc"),
+            ("CNI_NETNS", "/run/netns/x"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    fn run_with(env: &HashMap<String, String>, stdin: &str) -> (i32, Value) {
+        let out = execute(&Fake, env, &mut stdin.as_bytes());
+        let v = if out.stdout.is_empty() { Value::Null } else { serde_json::from_str(&out.stdout).unwrap() };
+        (out.exit_code, v)
+    }
+
+    const CONF: &str = r#"{"cniVersion":"1.0.0","name":"net","type":"fake"}"#;
+
+    #[test]
+    fn version_lists_all_seven() {
+        let (rc, v) = run_with(&env("VERSION"), "");
+        assert_eq!(rc, 0);
+        assert_eq!(v["supportedVersions"].as_array().unwrap().len(), 7);
+    }
+
+    #[test]
+    fn error_codes() {
+        assert_eq!(run_with(&env("ADD"), "{\"cniVersion\":\"1.0.0\",").1["code"], 6);
+        let mut e = env("ADD");
+        e.remove("CNI_CONTAINERID");
+        let (rc, v) = run_with(&e, CONF);
+        assert_eq!((rc, v["code"].as_u64()), (1, Some(4)));
+        assert!(v["msg"].as_str().unwrap().contains("CNI_CONTAINERID"));
+        assert_eq!(run_with(&env("ADD"), r#"{"cniVersion":"9.9.9","name":"n"}"#).1["code"], 1);
+        assert_eq!(run_with(&env("CHECK"), r#"{"cniVersion":"0.3.1","name":"n"}"#).1["code"], 1);
+        assert_eq!(run_with(&env("GC"), r#"{"cniVersion":"1.0.0","name":"n"}"#).1["code"], 1);
+        assert_eq!(run_with(&env("BOGUS"), CONF).1["code"], 4);
+        let mut e = env("ADD");
+        e.insert("CNI_IFNAME".into(), "a-very-long-interface".into());
+        assert_eq!(run_with(&e, CONF).1["code"], 4);
+        e.insert("CNI_IFNAME".into(), "eth0".into());
+        e.insert("CNI_CONTAINERID".into(), "../../etc".into());
+        assert_eq!(run_with(&e, CONF).1["code"], 4);
+        let mut e = env("ADD");
+        e.insert("CNI_ARGS".into(), "FOO=1".into());
+        assert_eq!(run_with(&e, CONF).1["code"], 4);
+        e.insert("CNI_ARGS".into(), "FOO=1;IgnoreUnknown=true".into());
+        assert_eq!(run_with(&e, CONF).0, 0);
+    }
+
+    #[test]
+    fn panic_becomes_error_json() {
+        let (rc, v) = run_with(&env("ADD"), r#"{"cniVersion":"1.0.0","name":"boom"}"#);
+        assert_eq!((rc, v["code"].as_u64()), (1, Some(code::INTERNAL as u64)));
+        assert_eq!(v["cniVersion"], "1.0.0");
+    }
+
+    #[test]
+    fn del_without_netns_is_allowed() {
+        let mut e = env("DEL");
+        e.remove("CNI_NETNS");
+        assert_eq!(run_with(&e, CONF).0, 0);
+    }
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs every system package the tests and the demo need (Debian). Safe to re-run.
+set -euo pipefail
+pkgs=(iproute2 iptables nftables conntrack socat curl busybox-static podman runc
+      containernetworking-plugins python3-pip file)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+    echo "setup: installing kubernetes-validate from PyPI" >&2
+    pip install -q kubernetes-validate 2>/dev/null || pip install -q --break-system-packages kubernetes-validate
+fi
