@@ -1,1 +1,129 @@
+//! Shared fixtures for the end-to-end tests: network namespaces and links that clean up after
+//! themselves even when a test fails, unique names, and the path of the built plugins.
 
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Where `cargo build` left the plugin binaries (the profile directory of this test binary).
+pub fn bin_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("CNI_RS_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test> -> target/<profile>
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir").to_path_buf();
+    for plugin in ["bridge", "host-local", "loopback", "portmap", "cnitool"] {
+        assert!(
+            dir.join(plugin).is_file(),
+            "{} is missing: run `cargo build --workspace --bins` before the tests (tests/run.sh does)",
+            dir.join(plugin).display()
+        );
+    }
+    dir
+}
+
+/// Fails the test unless we are root; privileged tests never skip silently.
+pub fn require_root() {
+    assert!(nix_is_root(), "this test needs root (network namespaces); run it through tests/run.sh as root");
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A name unique to this process and call, short enough for an interface (<= 15 bytes with prefix).
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}{:x}{n:x}", std::process::id() % 0xffff)
+}
+
+/// Runs a command, returning its output; panics with stderr when it fails.
+pub fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = run(cmd, args);
+    assert!(
+        out.status.success(),
+        "{cmd} {}: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn run(cmd: &str, args: &[&str]) -> Output {
+    Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("run {cmd}: {e}"))
+}
+
+/// A named network namespace (`ip netns add`), deleted on drop.
+pub struct Netns {
+    pub name: String,
+    pub path: String,
+}
+
+impl Netns {
+    pub fn new(prefix: &str) -> Netns {
+        require_root();
+        let name = unique(prefix);
+        sh("ip", &["netns", "add", &name]);
+        sh("ip", &["-n", &name, "link", "set", "lo", "up"]);
+        Netns { path: format!("/run/netns/{name}"), name }
+    }
+    /// Runs a command inside the namespace.
+    pub fn exec(&self, cmd: &str, args: &[&str]) -> Output {
+        let mut all = vec!["netns", "exec", &self.name, cmd];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+    pub fn sh(&self, cmd: &str, args: &[&str]) -> String {
+        let mut all = vec!["netns", "exec", &self.name, cmd];
+        all.extend_from_slice(args);
+        sh("ip", &all)
+    }
+    /// Deletes it now (for DEL-after-netns-is-gone tests); drop is then a no-op.
+    pub fn delete(&mut self) {
+        let _ = run("ip", &["netns", "del", &self.name]);
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = run("ip", &["netns", "del", &self.name]);
+    }
+}
+
+/// A host link (a bridge the plugin made, say), deleted on drop.
+pub struct LinkGuard(pub String);
+
+impl Drop for LinkGuard {
+    fn drop(&mut self) {
+        let _ = run("ip", &["link", "del", &self.0]);
+    }
+}
+
+/// A directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> TempDir {
+        let p = std::env::temp_dir().join(unique(prefix));
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// True if `ping` from inside `ns` reaches `addr` (one packet, short timeout).
+pub fn pings(ns: &Netns, addr: &str) -> bool {
+    ns.exec("busybox", &["ping", "-c", "1", "-W", "2", addr]).status.success()
+}
