@@ -1,0 +1,161 @@
+//! Interface addresses.
+
+use super::{Failure, IpFamily, Netlink};
+use ipnetwork::{IpNetwork, Ipv4Network};
+use libcni::{Error, Result};
+use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use rtnetlink::packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope,
+};
+use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+/// An address with what the kernel says about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Address {
+    pub net: IpNetwork,
+    pub index: u32,
+    /// RT_SCOPE_*: 0 universe, 253 link, 254 host.
+    pub scope: u8,
+    /// IFA_F_* flags.
+    pub flags: u32,
+}
+
+impl Address {
+    /// IPv6 duplicate address detection has not finished yet.
+    pub fn tentative(&self) -> bool {
+        self.flags & libc::IFA_F_TENTATIVE != 0
+    }
+
+    /// IPv6 duplicate address detection found another host with this address.
+    pub fn dad_failed(&self) -> bool {
+        self.flags & libc::IFA_F_DADFAILED != 0
+    }
+
+    fn from_message(msg: &AddressMessage) -> Option<Address> {
+        let mut local = None;
+        let mut address = None;
+        let mut flags = u32::from(msg.header.flags.bits());
+        for attr in &msg.attributes {
+            match attr {
+                AddressAttribute::Local(ip) => local = Some(*ip),
+                AddressAttribute::Address(ip) => address = Some(*ip),
+                AddressAttribute::Flags(f) => flags = f.bits(),
+                _ => {}
+            }
+        }
+        let ip = local.or(address)?;
+        let net = IpNetwork::new(ip, msg.header.prefix_len).ok()?;
+        Some(Address { net, index: msg.header.index, scope: msg.header.scope.into(), flags })
+    }
+}
+
+fn family_of(f: IpFamily) -> AddressFamily {
+    match f {
+        IpFamily::V4 => AddressFamily::Inet,
+        IpFamily::V6 => AddressFamily::Inet6,
+        IpFamily::Any => AddressFamily::Unspec,
+    }
+}
+
+fn address_message(index: u32, net: IpNetwork) -> AddressMessage {
+    let mut msg = AddressMessage::default();
+    msg.header.index = index;
+    msg.header.prefix_len = net.prefix();
+    msg.header.family = match net {
+        IpNetwork::V4(_) => AddressFamily::Inet,
+        IpNetwork::V6(_) => AddressFamily::Inet6,
+    };
+    msg.attributes.push(AddressAttribute::Local(net.ip()));
+    msg.attributes.push(AddressAttribute::Address(net.ip()));
+    msg
+}
+
+impl Netlink {
+    /// The addresses of a link (both families), as `ip/prefix`.
+    pub fn addresses(&self, index: u32) -> Result<Vec<IpNetwork>> {
+        Ok(self.address_details(index, IpFamily::Any)?.into_iter().map(|a| a.net).collect())
+    }
+
+    /// The addresses of a link with scope and flags; `index` 0 lists every link's.
+    pub fn address_details(&self, index: u32, family: IpFamily) -> Result<Vec<Address>> {
+        let mut req = AddressMessage::default();
+        req.header.family = family_of(family);
+        req.header.index = index;
+        let msgs = self
+            .dump(RouteNetlinkMessage::GetAddress(req))
+            .map_err(|f| f.into_error(format_args!("list addresses of index {index}")))?;
+        Ok(msgs
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) => Address::from_message(a),
+                _ => None,
+            })
+            .filter(|a| index == 0 || a.index == index)
+            .collect())
+    }
+
+    /// Adds an address (`ip addr add`). IPv4 gets the subnet's broadcast address as the
+    /// reference plugins set it. `nodad` skips IPv6 duplicate address detection. An address that
+    /// is already there fails with EEXIST ([`crate::is_exists`]); the caller decides.
+    pub fn add_address(&self, index: u32, net: IpNetwork, nodad: bool) -> Result<()> {
+        let mut msg = address_message(index, net);
+        msg.header.scope = match net.ip() {
+            IpAddr::V4(ip) if ip.is_loopback() => AddressScope::Host,
+            _ => AddressScope::Universe,
+        };
+        if let IpNetwork::V4(v4) = net {
+            if v4.prefix() < 31 {
+                if let Ok(n) = Ipv4Network::new(v4.network(), v4.prefix()) {
+                    msg.attributes.push(AddressAttribute::Broadcast(n.broadcast()));
+                }
+            }
+        }
+        if nodad && net.is_ipv6() {
+            msg.header.flags |= AddressHeaderFlags::Nodad;
+            msg.attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
+        }
+        self.ack(RouteNetlinkMessage::NewAddress(msg), NLM_F_CREATE | NLM_F_EXCL)
+            .map_err(|f| f.into_error(format_args!("add address {net} to {}", self.describe(index))))
+    }
+
+    /// Removes an address; `Ok(false)` if it was not there.
+    pub fn del_address(&self, index: u32, net: IpNetwork) -> Result<bool> {
+        match self.ack(RouteNetlinkMessage::DelAddress(address_message(index, net)), 0) {
+            Ok(()) => Ok(true),
+            Err(Failure::Errno(libc::EADDRNOTAVAIL | libc::ENODEV)) => Ok(false),
+            Err(f) => Err(f.into_error(format_args!("delete address {net} from {}", self.describe(index)))),
+        }
+    }
+
+    /// Waits until no IPv6 address of the link is tentative; fails if DAD found a duplicate or
+    /// after `timeout`.
+    pub fn wait_dad(&self, index: u32, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let addrs = self.address_details(index, IpFamily::V6)?;
+            if let Some(a) = addrs.iter().find(|a| a.dad_failed()) {
+                return Err(Error::network(format!(
+                    "address {} on {}: duplicate address detected",
+                    a.net,
+                    self.describe(index)
+                )));
+            }
+            if !addrs.iter().any(Address::tentative) {
+                return Ok(());
+            }
+            let elapsed = start.elapsed();
+            if elapsed >= timeout {
+                return Err(Error::network(format!(
+                    "addresses on {} still tentative after {} ms",
+                    self.describe(index),
+                    elapsed.as_millis()
+                )));
+            }
+            self.sleep(pause.min(timeout - elapsed));
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+}

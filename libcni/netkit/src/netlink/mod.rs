@@ -1,0 +1,208 @@
+//! rtnetlink behind a small synchronous API.
+//!
+//! A [`Netlink`] owns a current-thread tokio runtime and one rtnetlink connection whose socket was
+//! created in a chosen network namespace; every method blocks on one request. Plugins are
+//! short-lived single-threaded processes, so a blocking API is the simple one, and no task ever
+//! runs setns (rule 5 of DESIGN.md).
+
+mod addr;
+mod link;
+mod route;
+
+pub use addr::Address;
+pub use link::{format_mac, parse_mac, BridgeVlan, Link};
+pub use route::RouteSpec;
+
+use crate::netns::NetNs;
+use futures::StreamExt;
+use libcni::{Error, Result};
+use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST};
+use rtnetlink::packet_route::RouteNetlinkMessage;
+use rtnetlink::Handle;
+use std::fmt;
+use std::io;
+
+/// How often a dump that the kernel flags as interrupted (NLM_F_DUMP_INTR, or EINTR) is retried.
+const DUMP_ATTEMPTS: usize = 10;
+
+/// IP family selector for dumps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpFamily {
+    V4,
+    V6,
+    /// Both families.
+    Any,
+}
+
+/// An rtnetlink connection bound to one network namespace, with blocking methods.
+pub struct Netlink {
+    handle: Handle,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl fmt::Debug for Netlink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Netlink")
+    }
+}
+
+/// Why a request failed, before it is turned into an error naming the operation.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The kernel answered with this (positive) errno.
+    Errno(i32),
+    /// A dump stayed inconsistent after every retry.
+    Interrupted,
+    /// The connection or the decoding failed.
+    Other(String),
+}
+
+impl Failure {
+    pub(crate) fn errno(&self) -> Option<i32> {
+        match self {
+            Failure::Errno(e) => Some(*e),
+            _ => None,
+        }
+    }
+
+    /// `"<op> <object>: <os error text>"`, code NETWORK.
+    pub(crate) fn into_error(self, what: impl fmt::Display) -> Error {
+        match self {
+            Failure::Errno(e) => Error::network(format!("{what}: {}", io::Error::from_raw_os_error(e))),
+            Failure::Interrupted => Error::network(format!(
+                "{what}: dump interrupted {DUMP_ATTEMPTS} times by concurrent changes ({})",
+                io::Error::from_raw_os_error(libc::EINTR)
+            )),
+            Failure::Other(msg) => Error::network(format!("{what}: {msg}")),
+        }
+    }
+}
+
+impl Netlink {
+    /// A connection in the calling thread's current network namespace.
+    pub fn open() -> Result<Netlink> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| Error::io("create netlink runtime", &e))?;
+        let (mut connection, handle, _) = {
+            // The socket registers with the runtime's reactor when it is created.
+            let _rt = runtime.enter();
+            rtnetlink::new_connection().map_err(|e| Error::io("open netlink socket", &e))?
+        };
+        // Done messages carry NLM_F_DUMP_INTR (and, on newer kernels, a dump's error code).
+        connection.set_forward_done(true);
+        runtime.spawn(connection);
+        Ok(Netlink { handle, runtime })
+    }
+
+    /// A connection whose socket lives in `ns`: the thread enters `ns` only to create the socket,
+    /// and every later request acts in `ns`.
+    pub fn open_in(ns: &NetNs) -> Result<Netlink> {
+        let guard = ns.enter()?;
+        let nl = Netlink::open();
+        guard.leave()?;
+        nl.map_err(|e| e.context(format_args!("in netns {}", ns.path().display())))
+    }
+
+    /// Sends a request that expects only an acknowledgement.
+    pub(crate) fn ack(&self, msg: RouteNetlinkMessage, flags: u16) -> std::result::Result<(), Failure> {
+        let mut handle = self.handle.clone();
+        self.runtime.block_on(async move {
+            let mut req = NetlinkMessage::from(msg);
+            req.header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+            let mut responses = handle.request(req).map_err(|e| Failure::Other(e.to_string()))?;
+            while let Some(reply) = responses.next().await {
+                if let NetlinkPayload::Error(err) = reply.payload {
+                    if let Some(code) = err.code {
+                        return Err(Failure::Errno(code.get().saturating_abs()));
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Sends a `GET` for one object; its answer, or the kernel's errno.
+    pub(crate) fn get_one(
+        &self,
+        msg: RouteNetlinkMessage,
+    ) -> std::result::Result<Option<RouteNetlinkMessage>, Failure> {
+        let mut handle = self.handle.clone();
+        self.runtime.block_on(async move {
+            let mut req = NetlinkMessage::from(msg);
+            req.header.flags = NLM_F_REQUEST;
+            let mut responses = handle.request(req).map_err(|e| Failure::Other(e.to_string()))?;
+            let mut answer = None;
+            while let Some(reply) = responses.next().await {
+                match reply.payload {
+                    NetlinkPayload::InnerMessage(m) => answer = Some(m),
+                    NetlinkPayload::Error(err) => {
+                        if let Some(code) = err.code {
+                            return Err(Failure::Errno(code.get().saturating_abs()));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Ok(answer)
+        })
+    }
+
+    /// Dumps, retrying while the kernel reports that the dump was interrupted by a change (the
+    /// reference plugins needed the same in `netlinksafe`).
+    pub(crate) fn dump(&self, msg: RouteNetlinkMessage) -> std::result::Result<Vec<RouteNetlinkMessage>, Failure> {
+        for _ in 0..DUMP_ATTEMPTS {
+            match self.dump_once(msg.clone()) {
+                Err(Failure::Interrupted) | Err(Failure::Errno(libc::EINTR)) => continue,
+                other => return other,
+            }
+        }
+        Err(Failure::Interrupted)
+    }
+
+    fn dump_once(&self, msg: RouteNetlinkMessage) -> std::result::Result<Vec<RouteNetlinkMessage>, Failure> {
+        let mut handle = self.handle.clone();
+        self.runtime.block_on(async move {
+            let mut req = NetlinkMessage::from(msg);
+            req.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+            let mut responses = handle.request(req).map_err(|e| Failure::Other(e.to_string()))?;
+            let mut out = Vec::new();
+            let mut interrupted = false;
+            while let Some(reply) = responses.next().await {
+                interrupted |= reply.header.flags & NLM_F_DUMP_INTR != 0;
+                match reply.payload {
+                    NetlinkPayload::InnerMessage(m) => out.push(m),
+                    NetlinkPayload::Error(err) => {
+                        if let Some(code) = err.code {
+                            return Err(Failure::Errno(code.get().saturating_abs()));
+                        }
+                    }
+                    NetlinkPayload::Done(done) if done.code < 0 => {
+                        return Err(Failure::Errno(done.code.saturating_abs()));
+                    }
+                    _ => {}
+                }
+            }
+            if interrupted {
+                Err(Failure::Interrupted)
+            } else {
+                Ok(out)
+            }
+        })
+    }
+
+    /// Sleeps on the runtime (used by the polling helpers).
+    pub(crate) fn sleep(&self, d: std::time::Duration) {
+        self.runtime.block_on(tokio::time::sleep(d));
+    }
+
+    /// `"<name> (index N)"` for messages, best effort.
+    pub(crate) fn describe(&self, index: u32) -> String {
+        match self.link_by_index(index) {
+            Ok(Some(l)) => format!("{} (index {index})", l.name),
+            _ => format!("index {index}"),
+        }
+    }
+}

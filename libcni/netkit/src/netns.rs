@@ -1,0 +1,216 @@
+//! Network namespace handles, and a guard that puts the calling thread into one and back.
+//!
+//! A [`NetNs`] holds an open file on the namespace (a bind mount under `/run/netns`, or
+//! `/proc/<pid>/ns/net`), so the namespace stays alive and the handle keeps meaning the same
+//! namespace even if the path is unmounted meanwhile.
+
+use libcni::{code, Error, Result};
+use nix::sched::CloneFlags;
+use nix::sys::stat::SFlag;
+use nix::sys::statfs::{fstatfs, NSFS_MAGIC, PROC_SUPER_MAGIC};
+use std::fs::File;
+use std::io;
+use std::marker::PhantomData;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// `NS_GET_NSTYPE` from `<linux/nsfs.h>`: `_IO(0xb7, 0x3)`.
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+
+/// Where this thread's own network namespace is visible. `/proc/self` would name the thread group
+/// leader, which is wrong for a thread that has called setns.
+const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
+
+/// An open network namespace.
+#[derive(Debug)]
+pub struct NetNs {
+    file: File,
+    path: PathBuf,
+}
+
+impl NetNs {
+    /// Opens the network namespace at `path` (e.g. `CNI_NETNS`).
+    ///
+    /// A path that does not exist is an error with ENOENT (see [`crate::is_not_found`]); one that
+    /// exists but is not a network namespace is an `INVALID_ENV` (4) error:
+    /// `CNI_NETNS /x is not a network namespace (it is a regular file)`.
+    pub fn open(path: impl AsRef<Path>) -> Result<NetNs> {
+        let path = path.as_ref();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| open_error(path, &e))?;
+        check_is_netns(&file, path)?;
+        Ok(NetNs { file, path: path.to_path_buf() })
+    }
+
+    /// Like [`NetNs::open`], but a path that does not exist is `Ok(None)`: for DEL, where a
+    /// namespace that is already gone is success.
+    pub fn open_if_exists(path: impl AsRef<Path>) -> Result<Option<NetNs>> {
+        match NetNs::open(path) {
+            Ok(ns) => Ok(Some(ns)),
+            Err(e) if crate::errno(&e) == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The network namespace of the calling thread.
+    pub fn current() -> Result<NetNs> {
+        NetNs::open(THREAD_NETNS)
+    }
+
+    /// The path this handle was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// (device, inode) of the namespace: equal for two handles on the same namespace.
+    pub fn id(&self) -> Result<(u64, u64)> {
+        let meta =
+            self.file.metadata().map_err(|e| Error::io(format_args!("stat netns {}", self.path.display()), &e))?;
+        Ok((meta.dev(), meta.ino()))
+    }
+
+    /// Whether both handles name the same namespace.
+    pub fn same_as(&self, other: &NetNs) -> Result<bool> {
+        Ok(self.id()? == other.id()?)
+    }
+
+    /// Whether this is the calling thread's own network namespace (a runtime passing the
+    /// plugin's own namespace as `CNI_NETNS` is a mistake worth catching).
+    pub fn same_as_current(&self) -> Result<bool> {
+        self.same_as(&NetNs::current()?)
+    }
+
+    /// Moves the calling thread into this namespace until the guard is dropped.
+    ///
+    /// Use it only around opening a netlink socket or writing a sysctl: sockets stay bound to
+    /// the namespace they were created in, so after the guard is gone they still act there.
+    /// setns affects only the calling thread: never hold a guard across an `.await` on a
+    /// multi-thread runtime (the task could resume on another thread). netkit only runs
+    /// current-thread runtimes, and enters namespaces outside any task.
+    pub fn enter(&self) -> Result<NsGuard> {
+        let original = NetNs::current()?;
+        nix::sched::setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET)
+            .map_err(|e| Error::network(format!("enter netns {}: {}", self.path.display(), io::Error::from(e))))?;
+        Ok(NsGuard { original, _not_send: PhantomData })
+    }
+
+    /// Runs `f` with the calling thread inside this namespace, then moves it back.
+    pub fn run<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        let guard = self.enter()?;
+        let out = f();
+        guard.leave()?;
+        Ok(out)
+    }
+}
+
+impl AsFd for NetNs {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
+impl AsRawFd for NetNs {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+/// Keeps the calling thread in another network namespace; dropping it moves the thread back to
+/// the namespace it was in when the guard was made. Not `Send`: setns is per thread.
+#[must_use = "the thread leaves the namespace as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct NsGuard {
+    original: NetNs,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl NsGuard {
+    /// Moves back to the original namespace, reporting a failure instead of aborting.
+    pub fn leave(self) -> Result<()> {
+        let result = self.restore();
+        std::mem::forget(self);
+        result
+    }
+
+    /// The namespace the thread returns to.
+    pub fn original(&self) -> &NetNs {
+        &self.original
+    }
+
+    fn restore(&self) -> Result<()> {
+        nix::sched::setns(self.original.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+            Error::network(format!("return to netns {}: {}", self.original.path.display(), io::Error::from(e)))
+        })
+    }
+}
+
+impl Drop for NsGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.restore() {
+            // Carrying on in the container's namespace would configure the wrong one; this
+            // cannot happen with a namespace fd we hold open, so stop hard rather than guess.
+            eprintln!("netkit: {e}; aborting");
+            std::process::abort();
+        }
+    }
+}
+
+fn open_error(path: &Path, err: &io::Error) -> Error {
+    let msg = format!("open netns {}: {err}", path.display());
+    match err.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) => {
+            // Keep ENOENT in the suffix so is_not_found() recognises it.
+            let e = io::Error::from_raw_os_error(libc::ENOENT);
+            Error::env(format!("open netns {}: {e}", path.display()))
+        }
+        _ => Error::new(code::IO, msg),
+    }
+}
+
+fn check_is_netns(file: &File, path: &Path) -> Result<()> {
+    let not_netns =
+        |what: &str| Error::env(format!("CNI_NETNS {} is not a network namespace ({what})", path.display()));
+    let fs = fstatfs(file.as_fd())
+        .map_err(|e| Error::io(format_args!("statfs netns {}", path.display()), &io::Error::from(e)))?;
+    let fs_type = fs.filesystem_type();
+    if fs_type != NSFS_MAGIC && fs_type != PROC_SUPER_MAGIC {
+        let meta = file.metadata().map_err(|e| Error::io(format_args!("stat netns {}", path.display()), &e))?;
+        let mode = SFlag::from_bits_truncate(meta.mode() & libc::S_IFMT);
+        let kind = match mode {
+            SFlag::S_IFREG => "it is a regular file",
+            SFlag::S_IFDIR => "it is a directory",
+            SFlag::S_IFCHR => "it is a character device",
+            SFlag::S_IFBLK => "it is a block device",
+            SFlag::S_IFIFO => "it is a pipe",
+            SFlag::S_IFSOCK => "it is a socket",
+            _ => "it is not on nsfs",
+        };
+        return Err(not_netns(kind));
+    }
+    // SAFETY: NS_GET_NSTYPE takes no argument and only reads the namespace behind a valid fd.
+    let ns_type = unsafe { libc::ioctl(file.as_raw_fd(), NS_GET_NSTYPE as _) };
+    if ns_type < 0 {
+        return Err(not_netns("it is not a namespace file"));
+    }
+    if ns_type != libc::CLONE_NEWNET {
+        return Err(not_netns(&format!("it is a namespace of another type, {}", ns_type_name(ns_type))));
+    }
+    Ok(())
+}
+
+fn ns_type_name(t: libc::c_int) -> &'static str {
+    match t {
+        libc::CLONE_NEWNS => "mount",
+        libc::CLONE_NEWUTS => "uts",
+        libc::CLONE_NEWIPC => "ipc",
+        libc::CLONE_NEWUSER => "user",
+        libc::CLONE_NEWPID => "pid",
+        libc::CLONE_NEWCGROUP => "cgroup",
+        0x80 => "time",
+        _ => "unknown",
+    }
+}
