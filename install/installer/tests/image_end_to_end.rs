@@ -1,0 +1,291 @@
+//! Builds the installer image with install/build-image.sh and runs it with podman against temporary
+//! "host" directories, as the DaemonSet would on a node.
+//!
+//! Needs root and podman (with runc). Outside CI it prints a note and passes when they are missing;
+//! with CI=true that is a failure.
+//!
+//! Binaries: by default build-image.sh does one static release build of the installer and the
+//! plugins (bridge loopback host-local portmap, whichever have a binary), and the test requires a
+//! real `loopback` among them. Overrides:
+//! - `CNI_RS_STATIC_BIN_DIR=DIR`: use prebuilt static binaries from DIR instead of building.
+//! - `CNI_RS_TEST_FAKE_PLUGIN=1`: stopgap while no plugin builds yet; only the installer is built
+//!   and a copy of it is shipped as a fake `loopback` plugin.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// No systemd and no journald here: cgroupfs and file events; runc is what Debian's podman pairs with.
+const PODMAN: &[&str] = &["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs", "--events-backend=file"];
+/// podman raises nofile/nproc for root containers by default, which needs CAP_SYS_RESOURCE; the
+/// test machines lack it, and lowering limits is always allowed.
+const ULIMITS: &[&str] = &["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"];
+const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+fn missing_prerequisite() -> Option<String> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Some("not running as root".into());
+    }
+    match Command::new("podman").arg("--version").output() {
+        Ok(out) if out.status.success() => None,
+        _ => Some("podman is not installed (apt-get install -y podman runc)".into()),
+    }
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("cni-installer-e2e-{label}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Removes the test's image and containers even when an assertion fails.
+struct PodmanCleanup {
+    image: String,
+    containers: Vec<String>,
+}
+
+impl Drop for PodmanCleanup {
+    fn drop(&mut self) {
+        for name in &self.containers {
+            let _ = podman(&["rm", "-f", "-t", "0", name]);
+        }
+        let _ = podman(&["rmi", "-f", &self.image]);
+    }
+}
+
+fn podman(args: &[&str]) -> Output {
+    Command::new(PODMAN[0]).args(&PODMAN[1..]).args(args).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `podman run --rm` of the image against the two host dirs; returns the finished process.
+fn run_once(image: &str, host_bin: &Path, host_conf: &Path, pod_cidr: &str) -> Output {
+    let bin_mount = format!("{}:/host/opt/cni/bin", host_bin.display());
+    let conf_mount = format!("{}:/host/etc/cni/net.d", host_conf.display());
+    let cidr_env = format!("CNI_RS_POD_CIDR={pod_cidr}");
+    let mut args = vec!["run", "--rm", "--network", "none"];
+    args.extend_from_slice(ULIMITS);
+    // The DaemonSet's securityContext: no capabilities, read-only root, no privilege escalation.
+    args.extend_from_slice(&[
+        "--read-only",
+        "--cap-drop=ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "-v",
+        &bin_mount,
+        "-v",
+        &conf_mount,
+        "-e",
+        &cidr_env,
+        image,
+        "--once",
+    ]);
+    podman(&args)
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    names
+}
+
+/// Content, inode, mtime and mode of a file we must not touch.
+fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64, u32) {
+    let meta = fs::metadata(path).unwrap();
+    (fs::read(path).unwrap(), meta.ino(), meta.mtime(), meta.mtime_nsec(), meta.mode())
+}
+
+/// Prepares CNI_RS_BIN_DIR for build-image.sh, or None to let it build.
+fn prebuilt_bin_dir(scratch: &Path) -> Option<PathBuf> {
+    if let Ok(dir) = std::env::var("CNI_RS_STATIC_BIN_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    if std::env::var("CNI_RS_TEST_FAKE_PLUGIN").is_ok_and(|v| v == "1") {
+        eprintln!("CNI_RS_TEST_FAKE_PLUGIN=1: shipping the installer as a fake loopback plugin");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(repo_root())
+            .env("RUSTFLAGS", "-C target-feature=+crt-static")
+            .args(["build", "--release", "--target", TRIPLE, "-p", "cni-installer"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "static build of cni-installer failed");
+        let target_dir =
+            std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| repo_root().join("target"));
+        let built = target_dir.join(TRIPLE).join("release").join("cni-installer");
+        let dir = scratch.join("fake-bin");
+        fs::create_dir_all(&dir).unwrap();
+        fs::copy(&built, dir.join("cni-installer")).unwrap();
+        fs::copy(&built, dir.join("loopback")).unwrap();
+        return Some(dir);
+    }
+    None
+}
+
+#[test]
+fn image_end_to_end() {
+    if let Some(reason) = missing_prerequisite() {
+        if in_ci() {
+            panic!("image_end_to_end must run in CI, but {reason}");
+        }
+        eprintln!("note: skipping image_end_to_end: {reason} (CI=true makes this a failure)");
+        return;
+    }
+
+    let scratch = TempDir::new("scratch");
+    let context = scratch.0.join("context");
+    let image = format!("localhost/cni-rs-installer:e2e-{}", std::process::id());
+    let mut cleanup = PodmanCleanup { image: image.clone(), containers: Vec::new() };
+
+    // 1. Build the image exactly as a developer would.
+    let mut build = Command::new(repo_root().join("install/build-image.sh"));
+    build.env("CNI_RS_IMAGE", &image).env("CNI_RS_CONTEXT_DIR", &context).env("PODMAN", PODMAN.join(" "));
+    if let Some(dir) = prebuilt_bin_dir(&scratch.0) {
+        build.env("CNI_RS_BIN_DIR", dir);
+    }
+    let status = build.status().unwrap();
+    assert!(status.success(), "install/build-image.sh failed");
+    let size = podman(&["image", "inspect", "--format", "{{.Size}}", &image]);
+    eprintln!("image {image}: {} bytes", text(&size.stdout).trim());
+
+    let shipped = listing(&context.join("bin"));
+    eprintln!("plugins in the image: {shipped:?}");
+    assert!(shipped.iter().any(|name| name == "loopback"), "the image must ship loopback; shipped {shipped:?}");
+
+    // 2. Host dirs holding another vendor's files, and an outdated copy of one of ours.
+    let host_bin = scratch.0.join("host-bin");
+    let host_conf = scratch.0.join("host-conf");
+    fs::create_dir_all(&host_bin).unwrap();
+    fs::create_dir_all(&host_conf).unwrap();
+    let foreign_bin = host_bin.join("flannel");
+    fs::write(&foreign_bin, b"#!/bin/sh\necho another vendor\n").unwrap();
+    fs::set_permissions(&foreign_bin, fs::Permissions::from_mode(0o700)).unwrap();
+    let foreign_conf = host_conf.join("99-other.conflist");
+    fs::write(&foreign_conf, br#"{"cniVersion":"1.0.0","name":"other","plugins":[]}"#).unwrap();
+    fs::write(host_bin.join("loopback"), b"an older loopback").unwrap();
+    let foreign_bin_before = fingerprint(&foreign_bin);
+    let foreign_conf_before = fingerprint(&foreign_conf);
+
+    // 3. Install.
+    let out = run_once(&image, &host_bin, &host_conf, "10.244.1.0/24");
+    let log = text(&out.stderr);
+    eprintln!("first run:\n{log}");
+    assert!(out.status.success(), "installer failed: {log}");
+
+    for name in &shipped {
+        let installed = host_bin.join(name);
+        assert_eq!(
+            fs::read(&installed).unwrap(),
+            fs::read(context.join("bin").join(name)).unwrap(),
+            "{name} differs from the built binary"
+        );
+        let mode = fs::metadata(&installed).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o755, "{name} mode {mode:o}");
+        assert!(
+            log.contains(&format!("installed {name} -> /host/opt/cni/bin/{name} (sha256 ")),
+            "no install line for {name}"
+        );
+    }
+    let mut expected_bin = shipped.clone();
+    expected_bin.push("flannel".into());
+    expected_bin.sort();
+    // Also proves no temp file was left and the installer itself was not copied as a plugin.
+    assert_eq!(listing(&host_bin), expected_bin);
+    assert_eq!(listing(&host_conf), ["10-cni-rs.conflist", "99-other.conflist"]);
+
+    let conflist: serde_json::Value =
+        serde_json::from_slice(&fs::read(host_conf.join("10-cni-rs.conflist")).unwrap()).unwrap();
+    assert_eq!(conflist["name"], "cni-rs");
+    assert_eq!(conflist["cniVersion"], "1.0.0");
+    assert_eq!(conflist["plugins"][0]["ipam"]["ranges"], serde_json::json!([[{"subnet": "10.244.1.0/24"}]]));
+    assert_eq!(conflist["plugins"][0]["ipam"]["routes"], serde_json::json!([{"dst": "0.0.0.0/0"}]));
+    assert_eq!(fingerprint(&foreign_bin), foreign_bin_before);
+    assert_eq!(fingerprint(&foreign_conf), foreign_conf_before);
+
+    // 4. A second run (a pod restart) changes nothing.
+    let conf_inode = fs::metadata(host_conf.join("10-cni-rs.conflist")).unwrap().ino();
+    let out = run_once(&image, &host_bin, &host_conf, "10.244.1.0/24");
+    let log = text(&out.stderr);
+    assert!(out.status.success(), "second run failed: {log}");
+    for name in shipped.iter().chain(["10-cni-rs.conflist".to_string()].iter()) {
+        assert!(log.contains(&format!("unchanged {name}\n")), "{name} not unchanged: {log}");
+    }
+    assert_eq!(fs::metadata(host_conf.join("10-cni-rs.conflist")).unwrap().ino(), conf_inode);
+
+    // 5. A bad CIDR fails loudly and writes nothing.
+    let clean_bin = scratch.0.join("clean-bin");
+    let clean_conf = scratch.0.join("clean-conf");
+    fs::create_dir_all(&clean_bin).unwrap();
+    fs::create_dir_all(&clean_conf).unwrap();
+    let out = run_once(&image, &clean_bin, &clean_conf, "10.244.1.1/24");
+    let log = text(&out.stderr);
+    assert!(!out.status.success(), "bad CIDR accepted: {log}");
+    assert!(log.contains("host bits are set"), "{log}");
+    assert!(listing(&clean_bin).is_empty());
+    assert!(listing(&clean_conf).is_empty());
+
+    // 6. Without --once it stays running (pod Ready) and exits 0 promptly on SIGTERM.
+    let name = format!("cni-rs-installer-e2e-{}", std::process::id());
+    cleanup.containers.push(name.clone());
+    let bin_mount = format!("{}:/host/opt/cni/bin", host_bin.display());
+    let conf_mount = format!("{}:/host/etc/cni/net.d", host_conf.display());
+    let mut args = vec!["run", "-d", "--name", &name, "--network", "none"];
+    args.extend_from_slice(ULIMITS);
+    args.extend_from_slice(&[
+        "--read-only",
+        "--cap-drop=ALL",
+        "-v",
+        &bin_mount,
+        "-v",
+        &conf_mount,
+        "-e",
+        "CNI_RS_POD_CIDR=10.244.1.0/24",
+        &image,
+    ]);
+    let out = podman(&args);
+    assert!(out.status.success(), "podman run -d: {}", text(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let logs = podman(&["logs", &name]);
+        if text(&logs.stderr).contains("waiting for SIGTERM") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "installer never got ready: {}", text(&logs.stderr));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let started = Instant::now();
+    let out = podman(&["stop", "-t", "20", &name]);
+    assert!(out.status.success(), "podman stop: {}", text(&out.stderr));
+    assert!(started.elapsed() < Duration::from_secs(10), "SIGTERM was not handled; podman had to kill the installer");
+    let code = podman(&["inspect", "--format", "{{.State.ExitCode}}", &name]);
+    assert_eq!(text(&code.stdout).trim(), "0");
+    let logs = podman(&["logs", &name]);
+    assert!(text(&logs.stderr).contains("received SIGTERM, exiting"));
+}
