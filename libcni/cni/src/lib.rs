@@ -2,8 +2,12 @@
 //! conflists, the result cache and the runtime API. No netlink here, so a runtime can embed it.
 
 pub mod args;
+pub mod cache;
 pub mod conf;
+pub mod conflist;
 pub mod error;
+pub mod invoke;
+pub mod runtime;
 pub mod skel;
 pub mod types;
 pub mod version;

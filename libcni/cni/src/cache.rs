@@ -1,0 +1,270 @@
+//! The result cache, in upstream libcni's on-disk format so a node can switch runtimes (or libcni
+//! implementations) without losing track of attachments:
+//! `<cacheDir>/results/<network>-<containerID>-<ifname>` holding compact JSON
+//! `{"kind":"cniCacheV1","containerId","config","ifName","networkName","netns"?,"cniArgs"?,"capabilityArgs"?,"result"?}`
+//! where `config` is the base64 of the list's bytes. A file without `kind` is a legacy bare result.
+
+use crate::conf::valid_name;
+use crate::error::{Error, Result};
+use crate::skel::validate_ifname;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub const DEFAULT_CACHE_DIR: &str = "/var/lib/cni";
+pub const KIND_V1: &str = "cniCacheV1";
+
+/// One cached attachment.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CacheEntry {
+    pub container_id: String,
+    /// The network configuration list's bytes (empty for a legacy entry).
+    pub config: Vec<u8>,
+    pub ifname: String,
+    pub network_name: String,
+    pub netns: String,
+    pub cni_args: Vec<(String, String)>,
+    pub capability_args: Map<String, Value>,
+    /// The final ADD result as the last plugin returned it (not converted).
+    pub result: Option<Value>,
+    /// True when the file held only a bare result (written by libcni before the cniCacheV1 format).
+    pub legacy: bool,
+}
+
+/// The file's JSON, field order as upstream writes it.
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    kind: String,
+    #[serde(rename = "containerId", default)]
+    container_id: String,
+    #[serde(default)]
+    config: String,
+    #[serde(rename = "ifName", default)]
+    ifname: String,
+    #[serde(rename = "networkName", default)]
+    network_name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    netns: String,
+    #[serde(rename = "cniArgs", default, skip_serializing_if = "Vec::is_empty")]
+    cni_args: Vec<(String, String)>,
+    #[serde(rename = "capabilityArgs", default, skip_serializing_if = "Map::is_empty")]
+    capability_args: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+}
+
+fn results_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.join("results")
+}
+
+/// `<cacheDir>/results/<net>-<containerID>-<ifname>`. The three names are checked so none of them
+/// can climb out of the cache directory (code 4 for the container id and ifname, 7 for the network).
+pub fn result_path(cache_dir: &Path, network: &str, container_id: &str, ifname: &str) -> Result<PathBuf> {
+    if !valid_name(network) {
+        return Err(Error::config(format!("invalid network name {network:?} for the result cache")));
+    }
+    if !valid_name(container_id) {
+        return Err(Error::env(format!(
+            "invalid container id {container_id:?}: use letters, digits, '_', '.' and '-', starting with a letter or digit"
+        )));
+    }
+    validate_ifname(ifname)?;
+    Ok(results_dir(cache_dir).join(format!("{network}-{container_id}-{ifname}")))
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Write (or replace) an entry atomically: a 0600 temp file in the same directory, then rename.
+pub fn write(cache_dir: &Path, entry: &CacheEntry) -> Result<PathBuf> {
+    let path = result_path(cache_dir, &entry.network_name, &entry.container_id, &entry.ifname)?;
+    let dir = results_dir(cache_dir);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| Error::io(format!("create cache directory {}", dir.display()), &e))?;
+    let wire = Wire {
+        kind: KIND_V1.to_string(),
+        container_id: entry.container_id.clone(),
+        config: base64::engine::general_purpose::STANDARD.encode(&entry.config),
+        ifname: entry.ifname.clone(),
+        network_name: entry.network_name.clone(),
+        netns: entry.netns.clone(),
+        cni_args: entry.cni_args.clone(),
+        capability_args: entry.capability_args.clone(),
+        result: entry.result.clone(),
+    };
+    let data =
+        serde_json::to_vec(&wire).map_err(|e| Error::new(crate::code::INTERNAL, format!("encode cache entry: {e}")))?;
+    let tmp = dir.join(format!(
+        ".tmp-{}-{}-{}",
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        f.write_all(&data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io(format!("write cache file {}", path.display()), &e));
+    }
+    Ok(path)
+}
+
+/// Decode a cache file's bytes; `names` (network, container id, ifname) fill in a legacy entry.
+pub fn parse(data: &[u8], names: (&str, &str, &str)) -> Result<CacheEntry> {
+    let value: Value =
+        serde_json::from_slice(data).map_err(|e| Error::decode(format!("cache file is not valid JSON: {e}")))?;
+    let Value::Object(obj) = &value else {
+        return Err(Error::decode("cache file does not hold a JSON object"));
+    };
+    if !obj.contains_key("kind") {
+        let (network, container_id, ifname) = names;
+        return Ok(CacheEntry {
+            container_id: container_id.to_string(),
+            ifname: ifname.to_string(),
+            network_name: network.to_string(),
+            result: Some(value),
+            legacy: true,
+            ..CacheEntry::default()
+        });
+    }
+    let wire: Wire =
+        serde_json::from_value(value).map_err(|e| Error::decode(format!("cache file has a bad shape: {e}")))?;
+    if wire.kind != KIND_V1 {
+        return Err(Error::decode(format!("cache file has unknown kind {:?}", wire.kind)));
+    }
+    let config = base64::engine::general_purpose::STANDARD
+        .decode(wire.config.as_bytes())
+        .map_err(|e| Error::decode(format!("cache file \"config\" is not base64: {e}")))?;
+    Ok(CacheEntry {
+        container_id: wire.container_id,
+        config,
+        ifname: wire.ifname,
+        network_name: wire.network_name,
+        netns: wire.netns,
+        cni_args: wire.cni_args,
+        capability_args: wire.capability_args,
+        result: wire.result,
+        legacy: false,
+    })
+}
+
+/// The entry for one attachment; None when there is no cache file.
+pub fn read(cache_dir: &Path, network: &str, container_id: &str, ifname: &str) -> Result<Option<CacheEntry>> {
+    let path = result_path(cache_dir, network, container_id, ifname)?;
+    let data = match std::fs::read(&path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("read cache file {}", path.display()), &e)),
+    };
+    parse(&data, (network, container_id, ifname)).map(Some).map_err(|e| e.context(path.display()))
+}
+
+/// Remove one attachment's entry; a missing file is fine.
+pub fn delete(cache_dir: &Path, network: &str, container_id: &str, ifname: &str) -> Result<()> {
+    let path = result_path(cache_dir, network, container_id, ifname)?;
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(format!("remove cache file {}", path.display()), &e)),
+    }
+}
+
+/// Every cniCacheV1 entry (of `container_id`, or all when it is empty), as upstream's
+/// GetCachedAttachments: legacy and unreadable files are skipped. Sorted by file name.
+pub fn attachments(cache_dir: &Path, container_id: &str) -> Result<Vec<CacheEntry>> {
+    let dir = results_dir(cache_dir);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format!("read cache directory {}", dir.display()), &e)),
+    };
+    let needle = format!("-{container_id}-");
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            !name.starts_with('.') && (container_id.is_empty() || name.contains(&needle))
+        })
+        .collect();
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let Ok(data) = std::fs::read(&file) else { continue };
+        let Ok(entry) = parse(&data, ("", "", "")) else { continue };
+        if entry.legacy || (!container_id.is_empty() && entry.container_id != container_id) {
+            continue;
+        }
+        found.push(entry);
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn tempdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cni-cache-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn names_cannot_escape() {
+        let d = Path::new("/var/lib/cni");
+        assert!(result_path(d, "net", "../../etc", "eth0").is_err());
+        assert!(result_path(d, "../net", "abc", "eth0").is_err());
+        assert!(result_path(d, "net", "abc", "../x").is_err());
+        assert!(result_path(d, "net", "abc", "a/b").is_err());
+        assert!(result_path(d, "net", "", "eth0").is_err());
+        assert_eq!(result_path(d, "net", "abc", "eth0").unwrap(), Path::new("/var/lib/cni/results/net-abc-eth0"));
+    }
+
+    #[test]
+    fn round_trip_modes_and_legacy() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempdir("rt");
+        let entry = CacheEntry {
+            container_id: "c1".into(),
+            config: b"{\"name\":\"n\"}".to_vec(),
+            ifname: "eth0".into(),
+            network_name: "n".into(),
+            netns: "/run/netns/x".into(),
+            cni_args: vec![("K".into(), "V".into())],
+            result: Some(serde_json::json!({"cniVersion":"1.0.0"})),
+            ..CacheEntry::default()
+        };
+        let path = write(&d, &entry).unwrap();
+        assert_eq!(read(&d, "n", "c1", "eth0").unwrap().unwrap(), entry);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::metadata(d.join("results")).unwrap().permissions().mode() & 0o777, 0o700);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.starts_with(r#"{"kind":"cniCacheV1","containerId":"c1","config":"eyJuYW1lIjoibiJ9","ifName":"eth0""#)
+        );
+        assert!(text.contains(r#""cniArgs":[["K","V"]]"#) && !text.contains("capabilityArgs"));
+        assert_eq!(attachments(&d, "c1").unwrap().len(), 1);
+        assert_eq!(attachments(&d, "").unwrap().len(), 1);
+        assert!(attachments(&d, "c").unwrap().is_empty());
+        std::fs::write(d.join("results/n-c2-eth0"), br#"{"cniVersion":"0.3.1","ips":[]}"#).unwrap();
+        let legacy = read(&d, "n", "c2", "eth0").unwrap().unwrap();
+        assert!(legacy.legacy && legacy.result.unwrap()["cniVersion"] == "0.3.1");
+        assert_eq!(attachments(&d, "").unwrap().len(), 1);
+        delete(&d, "n", "c1", "eth0").unwrap();
+        delete(&d, "n", "c1", "eth0").unwrap();
+        assert!(read(&d, "n", "c1", "eth0").unwrap().is_none());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

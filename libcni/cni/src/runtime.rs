@@ -1,0 +1,340 @@
+//! The runtime side of CNI, as upstream's `CNIConfig`: run a network configuration list's plugins
+//! for ADD, CHECK, DEL, GC and STATUS, keep the result cache, and validate a list against its plugins.
+
+use crate::cache::{self, CacheEntry};
+use crate::conf::{valid_name, Attachment};
+use crate::conflist::{NetworkConfigList, PluginConf};
+use crate::error::{code, Error, Errors, Result};
+use crate::invoke::{self, CniEnv, PluginInfo};
+use crate::skel::{validate_ifname, Command};
+use crate::types::{self, CniResult};
+use crate::version;
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where plugins live, where results are cached, and how long one plugin may run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CniConfig {
+    pub path: Vec<PathBuf>,
+    pub cache_dir: PathBuf,
+    /// None: wait as long as the plugin takes.
+    pub timeout: Option<Duration>,
+}
+
+/// One attachment as the runtime describes it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuntimeConf {
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+    /// CNI_ARGS pairs.
+    pub args: Vec<(String, String)>,
+    /// Values for the capabilities plugins declare (`portMappings`, `ips`, ...).
+    pub capability_args: Map<String, Value>,
+}
+
+impl CniConfig {
+    pub fn new(path: Vec<PathBuf>) -> CniConfig {
+        CniConfig { path, cache_dir: PathBuf::from(cache::DEFAULT_CACHE_DIR), timeout: None }
+    }
+
+    pub fn with_cache_dir(path: Vec<PathBuf>, cache_dir: PathBuf) -> CniConfig {
+        CniConfig { path, cache_dir, timeout: None }
+    }
+
+    fn env(&self, command: Command, rt: &RuntimeConf) -> CniEnv {
+        CniEnv {
+            command: command.as_str().to_string(),
+            container_id: rt.container_id.clone(),
+            netns: rt.netns.clone(),
+            ifname: rt.ifname.clone(),
+            args: rt.args.clone(),
+            path: self.path.clone(),
+        }
+    }
+
+    /// GC and STATUS concern the network, not an attachment: only CNI_COMMAND and CNI_PATH.
+    fn network_env(&self, command: Command) -> CniEnv {
+        CniEnv { command: command.as_str().to_string(), path: self.path.clone(), ..CniEnv::default() }
+    }
+
+    /// The path of a plugin, found on `self.path`.
+    pub fn find_plugin(&self, plugin_type: &str) -> Result<PathBuf> {
+        invoke::find_plugin(plugin_type, &self.path)
+    }
+
+    /// Run ADD on every plugin in order, each getting the previous one's result as `prevResult`.
+    /// The first failure stops it (code kept) and nothing is cached; after a full success the
+    /// result is cached and returned (unconverted, as the last plugin gave it).
+    pub fn add_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<CniResult> {
+        validate_attachment(&list.name, rt)?;
+        let env = self.env(Command::Add, rt);
+        let mut prev: Option<CniResult> = None;
+        for plugin in &list.plugins {
+            let run = || -> Result<CniResult> {
+                let path = self.find_plugin(&plugin.plugin_type)?;
+                let prev_value = prev.as_ref().map(|r| r.to_value(&r.cni_version)).transpose()?;
+                let stdin = plugin_stdin(list, plugin, prev_value, rt)?;
+                invoke::exec_with_result(&path, &stdin, &env, self.timeout, &list.cni_version)
+            };
+            let result = run().map_err(|e| e.context(format!("{} failed (add)", plugin.description())))?;
+            prev = Some(result);
+        }
+        let result = prev.ok_or_else(|| Error::config(format!("network {:?} has no plugins to run", list.name)))?;
+        let entry = CacheEntry {
+            container_id: rt.container_id.clone(),
+            config: list.bytes.clone(),
+            ifname: rt.ifname.clone(),
+            network_name: list.name.clone(),
+            netns: rt.netns.clone(),
+            cni_args: rt.args.clone(),
+            capability_args: rt.capability_args.clone(),
+            result: Some(result.to_value(&result.cni_version)?),
+            legacy: false,
+        };
+        cache::write(&self.cache_dir, &entry)
+            .map_err(|e| e.context(format!("network {:?}: cache the ADD result", list.name)))?;
+        Ok(result)
+    }
+
+    /// CHECK every plugin in order against the cached result. Refused below 0.4.0 (code 1); a no-op
+    /// with `disableCheck`.
+    pub fn check_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<()> {
+        if !version::at_least(&list.cni_version, "0.4.0") {
+            return Err(Error::version(format!(
+                "configuration version {:?} does not support the CHECK command",
+                list.cni_version
+            )));
+        }
+        if list.disable_check {
+            return Ok(());
+        }
+        let cached = self
+            .cached_result_value(list, rt)
+            .map_err(|e| e.context(format!("failed to get network {:?} cached result", list.name)))?;
+        let env = self.env(Command::Check, rt);
+        for plugin in &list.plugins {
+            let run = || -> Result<()> {
+                let path = self.find_plugin(&plugin.plugin_type)?;
+                let stdin = plugin_stdin(list, plugin, cached.clone(), rt)?;
+                invoke::exec_without_result(&path, &stdin, &env, self.timeout)
+            };
+            run().map_err(|e| e.context(format!("{} failed (check)", plugin.description())))?;
+        }
+        Ok(())
+    }
+
+    /// DEL every plugin in reverse order. From 0.4.0 on each gets the cached result (converted to
+    /// the list's version) as `prevResult`; an unreadable cache is deleted and none is sent. The
+    /// first failure stops it and keeps the cache so DEL can be retried; success removes it.
+    pub fn del_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<()> {
+        let mut cached = None;
+        if version::at_least(&list.cni_version, "0.4.0") {
+            match self.cached_result_value(list, rt) {
+                Ok(v) => cached = v,
+                Err(_) => {
+                    let _ = cache::delete(&self.cache_dir, &list.name, &rt.container_id, &rt.ifname);
+                }
+            }
+        }
+        let env = self.env(Command::Del, rt);
+        for plugin in list.plugins.iter().rev() {
+            let run = || -> Result<()> {
+                let path = self.find_plugin(&plugin.plugin_type)?;
+                let stdin = plugin_stdin(list, plugin, cached.clone(), rt)?;
+                invoke::exec_without_result(&path, &stdin, &env, self.timeout)
+            };
+            run().map_err(|e| e.context(format!("{} failed (delete)", plugin.description())))?;
+        }
+        // Names a runtime could never have ADDed have no cache file to remove.
+        let _ = cache::delete(&self.cache_dir, &list.name, &rt.container_id, &rt.ifname);
+        Ok(())
+    }
+
+    /// Garbage-collect: DEL every cached attachment of this network that is not in `valid`
+    /// (`None`: all of them), then, from 1.1.0 on, GC each plugin. Keeps going past failures and
+    /// reports them all. A no-op with `disableGC`.
+    pub fn gc_network_list(&self, list: &NetworkConfigList, valid: Option<&[Attachment]>) -> Result<()> {
+        if list.disable_gc {
+            return Ok(());
+        }
+        let mut errors = Errors::new();
+        // As upstream, a cache that cannot be listed is no reason not to GC the plugins.
+        let cached = cache::attachments(&self.cache_dir, "").unwrap_or_default();
+        for entry in cached.into_iter().filter(|e| e.network_name == list.name) {
+            let keep = valid
+                .is_some_and(|v| v.iter().any(|a| a.container_id == entry.container_id && a.ifname == entry.ifname));
+            if keep {
+                continue;
+            }
+            let rt = RuntimeConf {
+                container_id: entry.container_id.clone(),
+                netns: entry.netns.clone(),
+                ifname: entry.ifname.clone(),
+                args: entry.cni_args.clone(),
+                capability_args: entry.capability_args.clone(),
+            };
+            if let Err(e) = self.del_network_list(list, &rt) {
+                errors.push(
+                    e.context(format!("failed to delete stale attachment {} {}", entry.container_id, entry.ifname)),
+                );
+            }
+        }
+        if version::at_least(&list.cni_version, "1.1.0") {
+            let mut inject = Map::new();
+            inject.insert("name".into(), Value::String(list.name.clone()));
+            inject.insert("cniVersion".into(), Value::String(list.cni_version.clone()));
+            if let Some(valid) = valid {
+                let attachments = serde_json::to_value(valid)
+                    .map_err(|e| Error::new(code::INTERNAL, format!("encode valid attachments: {e}")))?;
+                inject.insert("cni.dev/valid-attachments".into(), attachments.clone());
+                // The spec-v1.1.0 tag's name for it (cni#1101); plugins may know either.
+                inject.insert("cni.dev/attachments".into(), attachments);
+            }
+            let env = self.network_env(Command::Gc);
+            for plugin in &list.plugins {
+                let run = || -> Result<()> {
+                    let path = self.find_plugin(&plugin.plugin_type)?;
+                    let stdin = injected(plugin, &inject)?;
+                    invoke::exec_without_result(&path, &stdin, &env, self.timeout)
+                };
+                if let Err(e) = run() {
+                    errors.push(e.context(format!("{} failed (gc)", plugin.description())));
+                }
+            }
+        }
+        errors.finish()
+    }
+
+    /// STATUS of every plugin in order (1.1.0 on; earlier lists are always ready). The first
+    /// failure is returned with its code (50, 51, ...).
+    pub fn status_network_list(&self, list: &NetworkConfigList) -> Result<()> {
+        if !version::at_least(&list.cni_version, "1.1.0") {
+            return Ok(());
+        }
+        let mut inject = Map::new();
+        inject.insert("name".into(), Value::String(list.name.clone()));
+        inject.insert("cniVersion".into(), Value::String(list.cni_version.clone()));
+        let env = self.network_env(Command::Status);
+        for plugin in &list.plugins {
+            let run = || -> Result<()> {
+                let path = self.find_plugin(&plugin.plugin_type)?;
+                let stdin = injected(plugin, &inject)?;
+                invoke::exec_without_result(&path, &stdin, &env, self.timeout)
+            };
+            run().map_err(|e| e.context(format!("{} failed (status)", plugin.description())))?;
+        }
+        Ok(())
+    }
+
+    /// Ask every plugin for its versions; each must support the list's version ("" = 0.1.0).
+    /// Returns the capabilities enabled anywhere in the list, sorted.
+    pub fn validate_network_list(&self, list: &NetworkConfigList) -> Result<Vec<String>> {
+        let mut errors = Errors::new();
+        let mut caps = BTreeSet::new();
+        for plugin in &list.plugins {
+            let check = || -> Result<()> {
+                let info = self.get_version_info(&plugin.plugin_type)?;
+                if !info.supports(&list.cni_version) {
+                    return Err(Error::version(format!(
+                        "plugin {} does not support config version {:?} (it supports [{}])",
+                        plugin.plugin_type,
+                        list.cni_version,
+                        info.supported_versions.join(", ")
+                    )));
+                }
+                Ok(())
+            };
+            errors.record(check());
+            caps.extend(plugin.capabilities.iter().filter(|(_, on)| **on).map(|(c, _)| c.clone()));
+        }
+        errors.finish()?;
+        Ok(caps.into_iter().collect())
+    }
+
+    /// VERSION of the plugin `plugin_type`.
+    pub fn get_version_info(&self, plugin_type: &str) -> Result<PluginInfo> {
+        invoke::get_version_info(&self.find_plugin(plugin_type)?, self.timeout)
+    }
+
+    /// The cached ADD result of an attachment, converted to the list's version; None if not cached.
+    pub fn get_cached_result(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<Option<CniResult>> {
+        let Some(value) = self.cached_result_value(list, rt)? else { return Ok(None) };
+        CniResult::parse(&value, &list.cni_version).map(Some)
+    }
+
+    /// The whole cache entry of an attachment (config bytes, args, capability args, result).
+    pub fn get_cached_entry(&self, network: &str, rt: &RuntimeConf) -> Result<Option<CacheEntry>> {
+        cache::read(&self.cache_dir, network, &rt.container_id, &rt.ifname)
+    }
+
+    /// Every cached attachment of `container_id` (all, if empty), in any network.
+    pub fn get_cached_attachments(&self, container_id: &str) -> Result<Vec<CacheEntry>> {
+        cache::attachments(&self.cache_dir, container_id)
+    }
+
+    /// The cached result JSON converted to the list's version.
+    fn cached_result_value(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<Option<Value>> {
+        let Some(entry) = cache::read(&self.cache_dir, &list.name, &rt.container_id, &rt.ifname)? else {
+            return Ok(None);
+        };
+        let Some(result) = entry.result else { return Ok(None) };
+        types::convert(&result, &list.cni_version).map(Some)
+    }
+}
+
+/// libcni validates these on ADD: container id (empty 3, bad 4), network name (7), ifname (4).
+fn validate_attachment(network: &str, rt: &RuntimeConf) -> Result<()> {
+    if rt.container_id.is_empty() {
+        return Err(Error::new(code::UNKNOWN_CONTAINER, "missing container ID"));
+    }
+    if !valid_name(&rt.container_id) {
+        return Err(Error::env(format!(
+            "invalid container ID {:?}: use letters, digits, '_', '.' and '-', starting with a letter or digit",
+            rt.container_id
+        )));
+    }
+    if network.is_empty() || !valid_name(network) {
+        return Err(Error::config(format!("invalid network name {network:?}")));
+    }
+    validate_ifname(&rt.ifname)
+}
+
+/// A plugin object with `inject` keys set over it, as JSON bytes (keys sorted).
+fn injected(plugin: &PluginConf, inject: &Map<String, Value>) -> Result<Vec<u8>> {
+    let mut obj = plugin.raw.clone();
+    for (k, v) in inject {
+        obj.insert(k.clone(), v.clone());
+    }
+    serde_json::to_vec(&Value::Object(obj))
+        .map_err(|e| Error::new(code::INTERNAL, format!("encode plugin configuration: {e}")))
+}
+
+/// What one plugin gets on ADD, CHECK and DEL: its object plus the list's `name` and `cniVersion`,
+/// `prevResult` when there is one, and `runtimeConfig` made of the capability arguments for the
+/// capabilities it enables (replacing any `runtimeConfig` it had; left alone when none apply).
+pub fn plugin_stdin(
+    list: &NetworkConfigList,
+    plugin: &PluginConf,
+    prev_result: Option<Value>,
+    rt: &RuntimeConf,
+) -> Result<Vec<u8>> {
+    let mut inject = Map::new();
+    inject.insert("name".into(), Value::String(list.name.clone()));
+    inject.insert("cniVersion".into(), Value::String(list.cni_version.clone()));
+    if let Some(prev) = prev_result {
+        inject.insert("prevResult".into(), prev);
+    }
+    let runtime_config: Map<String, Value> = plugin
+        .capabilities
+        .iter()
+        .filter(|(_, on)| **on)
+        .filter_map(|(cap, _)| rt.capability_args.get(cap).map(|v| (cap.clone(), v.clone())))
+        .collect();
+    if !runtime_config.is_empty() {
+        inject.insert("runtimeConfig".into(), Value::Object(runtime_config));
+    }
+    injected(plugin, &inject)
+}
