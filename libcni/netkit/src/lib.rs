@@ -43,6 +43,7 @@ pub fn valid_ifname(name: &str) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use libcni::code;

@@ -154,7 +154,7 @@ impl Netlink {
                     elapsed.as_millis()
                 )));
             }
-            self.sleep(pause.min(timeout - elapsed));
+            std::thread::sleep(pause.min(timeout - elapsed));
             pause = (pause * 2).min(Duration::from_millis(200));
         }
     }

@@ -30,7 +30,8 @@ pub struct Link {
     /// Operational state as `ip` prints it, lower case: `up`, `down`, `lowerlayerdown`, `unknown`...
     pub oper_state: String,
     pub promisc: bool,
-    /// IFLA_LINK: for a veth, the peer's index (in the peer's namespace); for a macvlan, its parent.
+    /// IFLA_LINK: for a veth, the peer's index (in the peer's namespace, so it may equal `index`;
+    /// `None` once the peer is gone); for a macvlan, its parent.
     pub link_index: Option<u32>,
     /// IFLA_LINK_NETNSID: the namespace `link_index` lives in, as seen from this one.
     pub link_netnsid: Option<i32>,
@@ -64,13 +65,17 @@ impl Link {
             link_netnsid: None,
             vlan_filtering: None,
         };
+        let mut saw_link = false;
         for attr in &msg.attributes {
             match attr {
                 LinkAttribute::IfName(n) => link.name = n.clone(),
                 LinkAttribute::Address(a) => link.mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
                 LinkAttribute::Mtu(m) => link.mtu = *m,
                 LinkAttribute::Controller(m) if *m != 0 => link.master = Some(*m),
-                LinkAttribute::Link(l) if *l != 0 && *l != link.index => link.link_index = Some(*l),
+                LinkAttribute::Link(l) => {
+                    saw_link = true;
+                    link.link_index = Some(*l).filter(|l| *l != 0);
+                }
                 LinkAttribute::LinkNetNsId(id) => link.link_netnsid = Some(*id),
                 LinkAttribute::OperState(s) => {
                     link.oper_up = *s == State::Up;
@@ -96,6 +101,11 @@ impl Link {
                 }
                 _ => {}
             }
+        }
+        // The kernel omits IFLA_LINK when it equals the link's own index, which for a veth means
+        // the peer (in another namespace) has the same index.
+        if !saw_link && link.kind.as_deref() == Some("veth") {
+            link.link_index = Some(link.index);
         }
         link
     }
@@ -137,6 +147,10 @@ fn check_ifname(what: &str, name: &str) -> Result<()> {
     } else {
         Err(Error::config(format!("{what} {name:?}: invalid interface name (1-15 bytes, no '/', ':' or spaces)")))
     }
+}
+
+fn vlan_filtering_hint(e: Error) -> Error {
+    e.with_details("VLAN filtering needs a kernel built with CONFIG_BRIDGE_VLAN_FILTERING")
 }
 
 fn by_index(index: u32) -> LinkMessage {
@@ -207,7 +221,11 @@ impl Netlink {
                 match self.ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL) {
                     // EEXIST: someone else created it between our lookup and our request.
                     Ok(()) | Err(Failure::Errno(libc::EEXIST)) => {}
-                    Err(f) => return Err(f.into_error(format_args!("create bridge {name}"))),
+                    Err(f) => {
+                        let unsupported = vlan_filtering && f.errno() == Some(libc::EOPNOTSUPP);
+                        let e = f.into_error(format_args!("create bridge {name}"));
+                        return Err(if unsupported { vlan_filtering_hint(e) } else { e });
+                    }
                 }
                 self.link(name)?
                     .ok_or_else(|| Error::network(format!("create bridge {name}: it vanished right after creation")))?
@@ -423,7 +441,13 @@ impl Netlink {
             LinkInfo::Kind(InfoKind::Bridge),
             LinkInfo::Data(InfoData::Bridge(vec![InfoBridge::VlanFiltering(on)])),
         ]));
-        self.change(msg, &format!("set vlan_filtering {} on bridge", u8::from(on)))
+        self.change(msg, &format!("set vlan_filtering {} on bridge", u8::from(on))).map_err(|e| {
+            if on && crate::errno(&e) == Some(libc::EOPNOTSUPP) {
+                vlan_filtering_hint(e)
+            } else {
+                e
+            }
+        })
     }
 
     fn bridge_vlan_message(index: u32, vids: &[(u16, BridgeVlanInfoFlags)], self_: bool) -> LinkMessage {
@@ -547,13 +571,14 @@ impl Netlink {
                     link.oper_state
                 )));
             }
-            self.sleep(pause.min(timeout - elapsed));
+            std::thread::sleep(pause.min(timeout - elapsed));
             pause = (pause * 2).min(Duration::from_millis(100));
         }
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -193,11 +193,6 @@ impl Netlink {
         })
     }
 
-    /// Sleeps on the runtime (used by the polling helpers).
-    pub(crate) fn sleep(&self, d: std::time::Duration) {
-        self.runtime.block_on(tokio::time::sleep(d));
-    }
-
     /// `"<name> (index N)"` for messages, best effort.
     pub(crate) fn describe(&self, index: u32) -> String {
         match self.link_by_index(index) {

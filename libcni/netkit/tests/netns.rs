@@ -1,0 +1,119 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{privileged, TestNs};
+use libcni::code;
+use netkit::NetNs;
+use std::os::unix::fs::MetadataExt;
+
+fn thread_netns_inode() -> u64 {
+    std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino()
+}
+
+#[test]
+fn open_rejects_a_regular_file_and_a_directory() {
+    let dir = std::env::temp_dir().join(format!("cnk-notns-{}", common::suffix()));
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("file");
+    std::fs::write(&file, "x").unwrap();
+
+    let e = NetNs::open(&file).unwrap_err();
+    assert_eq!(e.code, code::INVALID_ENV, "{e}");
+    assert_eq!(e.msg, format!("CNI_NETNS {} is not a network namespace (it is a regular file)", file.display()));
+    assert!(!netkit::is_not_found(&e));
+
+    let e = NetNs::open(&dir).unwrap_err();
+    assert_eq!(e.code, code::INVALID_ENV, "{e}");
+    assert!(e.msg.ends_with("is not a network namespace (it is a directory)"), "{e}");
+
+    // A namespace, but not a network one.
+    let e = NetNs::open("/proc/self/ns/uts").unwrap_err();
+    assert_eq!(e.code, code::INVALID_ENV, "{e}");
+    assert!(e.msg.contains("of another type, uts"), "{e}");
+
+    // A file under /proc that is not a namespace.
+    let e = NetNs::open("/proc/self/status").unwrap_err();
+    assert_eq!(e.code, code::INVALID_ENV, "{e}");
+
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_missing_path_is_distinguishable() {
+    let path = format!("/run/netns/cnk-missing-{}", common::suffix());
+    let e = NetNs::open(&path).unwrap_err();
+    assert!(netkit::is_not_found(&e), "{e}");
+    assert!(e.msg.contains(&path), "{e}");
+    assert!(NetNs::open_if_exists(&path).unwrap().is_none());
+    // A path through a regular file is just as missing.
+    assert!(NetNs::open_if_exists("/etc/hostname/x").unwrap().is_none());
+    // But not a path that exists and is wrong.
+    assert!(NetNs::open_if_exists("/etc/hostname").is_err());
+}
+
+#[test]
+fn current_namespace_is_itself() {
+    let cur = NetNs::current().unwrap();
+    assert!(cur.same_as_current().unwrap());
+    let by_proc = NetNs::open(format!("/proc/{}/task/{}/ns/net", std::process::id(), nix::unistd::gettid())).unwrap();
+    assert!(by_proc.same_as(&cur).unwrap());
+}
+
+#[test]
+fn guard_enters_and_restores_the_original_namespace() {
+    if !privileged() {
+        return;
+    }
+    let tns = TestNs::new();
+    let ns = NetNs::open(&tns.path).unwrap();
+    assert!(!ns.same_as_current().unwrap());
+    let before = thread_netns_inode();
+    let target = std::fs::metadata(&tns.path).unwrap().ino();
+    assert_ne!(before, target);
+    {
+        let guard = ns.enter().unwrap();
+        assert_eq!(thread_netns_inode(), target);
+        assert!(ns.same_as_current().unwrap());
+        assert_eq!(guard.original().id().unwrap().1, before);
+    }
+    assert_eq!(thread_netns_inode(), before);
+
+    // Explicit leave, and run().
+    let guard = ns.enter().unwrap();
+    assert_eq!(thread_netns_inode(), target);
+    guard.leave().unwrap();
+    assert_eq!(thread_netns_inode(), before);
+    assert_eq!(ns.run(thread_netns_inode).unwrap(), target);
+    assert_eq!(thread_netns_inode(), before);
+
+    // Nested guards unwind in order.
+    let other = TestNs::new();
+    let other_ns = NetNs::open(&other.path).unwrap();
+    {
+        let _a = ns.enter().unwrap();
+        {
+            let _b = other_ns.enter().unwrap();
+            assert_eq!(thread_netns_inode(), std::fs::metadata(&other.path).unwrap().ino());
+        }
+        assert_eq!(thread_netns_inode(), target);
+    }
+    assert_eq!(thread_netns_inode(), before);
+}
+
+#[test]
+fn handle_survives_the_path_being_removed() {
+    if !privileged() {
+        return;
+    }
+    let tns = TestNs::new();
+    let ns = NetNs::open(&tns.path).unwrap();
+    let id = ns.id().unwrap();
+    drop(tns); // ip netns del: unmounts the path
+    assert!(NetNs::open_if_exists(ns.path()).unwrap().is_none());
+    // The fd keeps the namespace alive and usable.
+    assert_eq!(ns.id().unwrap(), id);
+    let nl = netkit::Netlink::open_in(&ns).unwrap();
+    let links = nl.links().unwrap();
+    assert_eq!(links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), vec!["lo"]);
+}
