@@ -1,0 +1,122 @@
+//! Running host-local binaries (ours and the reference) as a runtime would: env and stdin in, JSON out.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub const OURS: &str = env!("CARGO_BIN_EXE_host-local");
+pub const REFERENCE: &str = "/usr/lib/cni/host-local";
+pub const VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// A directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "host-local-it-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Out {
+    pub rc: i32,
+    pub stdout: String,
+    pub json: Value,
+}
+
+impl Out {
+    pub fn ok(&self) -> &Value {
+        assert_eq!(self.rc, 0, "plugin failed: {}", self.stdout);
+        &self.json
+    }
+    pub fn err_code(&self) -> u64 {
+        assert_ne!(self.rc, 0, "plugin unexpectedly succeeded: {}", self.stdout);
+        self.json["code"].as_u64().unwrap_or_else(|| panic!("no error code in {}", self.stdout))
+    }
+    pub fn msg(&self) -> String {
+        self.json["msg"].as_str().unwrap_or_default().to_string()
+    }
+    /// The addresses of an ADD result, whatever its version's shape.
+    pub fn ips(&self) -> Vec<String> {
+        let v = self.ok();
+        let mut out: Vec<String> = v["ips"]
+            .as_array()
+            .map(|a| a.iter().map(|i| i["address"].as_str().unwrap().to_string()).collect())
+            .unwrap_or_default();
+        for key in ["ip4", "ip6"] {
+            if let Some(ip) = v[key]["ip"].as_str() {
+                out.push(ip.to_string());
+            }
+        }
+        out
+    }
+    /// The bare address of the first IP in an ADD result.
+    pub fn first_ip(&self) -> String {
+        let ips = self.ips();
+        assert!(!ips.is_empty(), "no IP in {}", self.stdout);
+        ips[0].split('/').next().unwrap().to_string()
+    }
+}
+
+/// One invocation of `bin` with a clean environment.
+pub fn exec(bin: &str, cmd: &str, conf: &Value, cid: &str, ifname: &str, cni_args: &str) -> Out {
+    let mut c = Command::new(bin);
+    c.env_clear()
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_PATH", "/usr/lib/cni")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if !cid.is_empty() {
+        c.env("CNI_CONTAINERID", cid).env("CNI_IFNAME", ifname).env("CNI_NETNS", "/var/run/netns/host-local-test");
+    }
+    if !cni_args.is_empty() {
+        c.env("CNI_ARGS", cni_args);
+    }
+    let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
+    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let json =
+        if stdout.trim().is_empty() { Value::Null } else { serde_json::from_str(&stdout).unwrap_or(Value::Null) };
+    Out { rc: out.status.code().unwrap_or(-1), stdout, json }
+}
+
+pub fn netconf(version: &str, name: &str, ipam: Value) -> Value {
+    json!({"cniVersion": version, "name": name, "type": "bridge", "ipam": ipam})
+}
+
+/// The reservation files of a network: (file name, content), sorted.
+pub fn reservations(data_dir: &Path, network: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(data_dir.join(network)) else { return out };
+    for e in entries {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        if name.parse::<std::net::IpAddr>().is_ok() {
+            out.push((name, std::fs::read_to_string(e.path()).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
