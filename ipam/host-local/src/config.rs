@@ -167,10 +167,30 @@ fn non_null<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 
+fn ipam_object(conf: &NetConf) -> Result<&Map<String, Value>> {
+    let ipam = conf.ipam.as_ref().ok_or_else(|| Error::config("netconf has no \"ipam\" object"))?;
+    object(ipam, "ipam")
+}
+
+fn data_dir(ipam: &Map<String, Value>) -> Result<PathBuf> {
+    let data_dir = PathBuf::from(opt_str(ipam, "dataDir", "ipam")?.unwrap_or(DEFAULT_DATA_DIR));
+    if !data_dir.is_absolute() {
+        return Err(invalid("ipam.dataDir", format!("{} must be an absolute path", data_dir.display())));
+    }
+    Ok(data_dir)
+}
+
+/// Where a network's reservations live: (network name, dataDir). All that DEL and GC need, so they keep
+/// working when the ranges no longer validate (a config edited since ADD).
+pub fn store_location(conf: &NetConf) -> Result<(String, PathBuf)> {
+    Ok((conf.name.clone(), data_dir(ipam_object(conf)?)?))
+}
+
 impl IpamConfig {
-    pub fn parse(conf: &NetConf, cni_args: &CniArgs) -> Result<IpamConfig> {
-        let ipam = conf.ipam.as_ref().ok_or_else(|| Error::config("netconf has no \"ipam\" object"))?;
-        let ipam = object(ipam, "ipam")?;
+    /// The whole configuration. `cni_args` is given for ADD only: requested addresses matter nowhere else,
+    /// and a bad one must not make DEL, CHECK or STATUS fail.
+    pub fn parse(conf: &NetConf, cni_args: Option<&CniArgs>) -> Result<IpamConfig> {
+        let ipam = ipam_object(conf)?;
 
         let mut range_sets = Vec::new();
         if let Some(v) = non_null(&conf.runtime_config, "ipRanges") {
@@ -208,13 +228,21 @@ impl IpamConfig {
             }
         }
 
-        let data_dir = PathBuf::from(opt_str(ipam, "dataDir", "ipam")?.unwrap_or(DEFAULT_DATA_DIR));
-        if !data_dir.is_absolute() {
-            return Err(invalid("ipam.dataDir", format!("{} must be an absolute path", data_dir.display())));
-        }
+        let data_dir = data_dir(ipam)?;
         let resolv_conf = opt_str(ipam, "resolvConf", "ipam")?.map(PathBuf::from);
 
         let mut requested = Vec::new();
+        let Some(cni_args) = cni_args else {
+            return Ok(IpamConfig {
+                network: conf.name.clone(),
+                cni_version: conf.cni_version.clone(),
+                range_sets,
+                routes,
+                data_dir,
+                resolv_conf,
+                requested,
+            });
+        };
         if let Some(text) = cni_args.get("IP").filter(|s| !s.is_empty()) {
             for item in text.split(',') {
                 let ip =
@@ -281,7 +309,7 @@ mod tests {
 
     fn parse_with(v: Value, cni_args: &str) -> Result<IpamConfig> {
         let conf = netconf_from_value(&v).unwrap();
-        IpamConfig::parse(&conf, &CniArgs::parse(cni_args).unwrap())
+        IpamConfig::parse(&conf, Some(&CniArgs::parse(cni_args).unwrap()))
     }
     fn parse(ipam: Value) -> Result<IpamConfig> {
         parse_with(json!({"cniVersion": "1.0.0", "name": "net1", "type": "bridge", "ipam": ipam}), "")

@@ -13,7 +13,7 @@ use alloc::{RangeSet, Refusal};
 use config::IpamConfig;
 use ipnetwork::IpNetwork;
 use libcni::types::{Dns, IpConfig};
-use libcni::{code, CniResult, Error, Errors, Plugin, Request, Result};
+use libcni::{code, CniResult, Command, Error, Errors, Plugin, Request, Result};
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::path::Path;
@@ -22,7 +22,8 @@ use store::{Locked, Owner, Reservations, Store};
 pub struct HostLocal;
 
 fn load(req: &Request) -> Result<IpamConfig> {
-    IpamConfig::parse(&req.conf, &req.args)
+    let cni_args = (req.command == Command::Add).then_some(&req.args);
+    IpamConfig::parse(&req.conf, cni_args)
 }
 
 /// resolv.conf as the reference reads it: nameserver, domain, search and options lines.
@@ -178,8 +179,8 @@ impl Plugin for HostLocal {
     }
 
     fn del(&self, req: &Request) -> Result<()> {
-        let cfg = load(req)?;
-        let Some(store) = Store::existing(&cfg.data_dir, &cfg.network)? else { return Ok(()) };
+        let (network, data_dir) = config::store_location(&req.conf)?;
+        let Some(store) = Store::existing(&data_dir, &network)? else { return Ok(()) };
         let locked = store.lock()?;
         let reservations = locked.scan()?;
         let mut errors = Errors::new();
@@ -231,8 +232,8 @@ impl Plugin for HostLocal {
     }
 
     fn gc(&self, req: &Request) -> Result<()> {
-        let cfg = load(req)?;
-        let Some(store) = Store::existing(&cfg.data_dir, &cfg.network)? else { return Ok(()) };
+        let (network, data_dir) = config::store_location(&req.conf)?;
+        let Some(store) = Store::existing(&data_dir, &network)? else { return Ok(()) };
         let locked = store.lock()?;
         let mut errors = Errors::new();
         errors.record(locked.remove_stale_temp_files());

@@ -246,3 +246,16 @@ fn thirty_parallel_adds_get_distinct_addresses_and_dels_leave_nothing() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+#[test]
+fn del_only_needs_the_store_location() {
+    let dir = TempDir::new("del-lenient");
+    let conf = netconf("1.0.0", "lenient", json!({"subnet": "10.0.0.0/24", "dataDir": dir.path()}));
+    exec(OURS, "ADD", &conf, "a", "eth0", "IP=10.0.0.9").ok();
+    // The ranges were edited into something invalid and the runtime repeats a bad IP arg: DEL still works.
+    let edited = netconf("1.0.0", "lenient", json!({"subnet": "10.0.0.0/31", "dataDir": dir.path()}));
+    exec(OURS, "DEL", &edited, "a", "eth0", "IP=garbage").ok();
+    assert!(reservations(dir.path(), "lenient").is_empty());
+    let relative = netconf("1.0.0", "lenient", json!({"subnet": "10.0.0.0/24", "dataDir": "rel"}));
+    assert_eq!(exec(OURS, "DEL", &relative, "a", "eth0", "").err_code(), 7);
+}
