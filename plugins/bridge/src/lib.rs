@@ -1,1 +1,483 @@
+//! bridge: a veth pair from the container to a Linux bridge on the host, addresses from IPAM,
+//! routes, optional gateway and masquerade.
 
+pub mod config;
+
+use config::BridgeConf;
+use ipnetwork::IpNetwork;
+use libcni::invoke;
+use libcni::types::{CniResult, Interface, IpConfig, Route};
+use libcni::{code, Error, Errors, Plugin, Request, Result};
+use netkit::firewall::{self, Masquerade};
+use netkit::sysctl::{self, Family};
+use netkit::{NetNs, Netlink, RouteSpec};
+use sha2::{Digest, Sha256};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+pub struct Bridge;
+
+/// The host end's name is derived from the attachment, so a later DEL, or an ADD retried after a
+/// crash, finds it without any state of ours.
+pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
+    let digest = Sha256::digest(format!("{container_id}:{ifname}").as_bytes());
+    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("veth{hex}")
+}
+
+fn mac_string(mac: Option<[u8; 6]>) -> Option<String> {
+    mac.map(|m| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"))
+}
+
+fn is_v4(n: &IpNetwork) -> bool {
+    matches!(n, IpNetwork::V4(_))
+}
+
+/// The first address after the network address: the default gateway of a subnet.
+fn subnet_gateway(n: &IpNetwork) -> IpAddr {
+    match n {
+        IpNetwork::V4(v4) => IpAddr::V4(Ipv4Addr::from(u32::from(v4.network()).wrapping_add(1))),
+        IpNetwork::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6.network()).wrapping_add(1))),
+    }
+}
+
+fn default_dst(v4: bool) -> IpNetwork {
+    if v4 {
+        IpNetwork::V4(ipnetwork::Ipv4Network::from(Ipv4Addr::UNSPECIFIED))
+    } else {
+        IpNetwork::V6(ipnetwork::Ipv6Network::from(Ipv6Addr::UNSPECIFIED))
+    }
+    .with_prefix(0)
+}
+
+trait WithPrefix {
+    fn with_prefix(self, p: u8) -> IpNetwork;
+}
+impl WithPrefix for IpNetwork {
+    fn with_prefix(self, p: u8) -> IpNetwork {
+        IpNetwork::new(self.ip(), p).unwrap_or(self)
+    }
+}
+
+fn netns_required(req: &Request) -> Result<NetNs> {
+    let path = req.netns.as_deref().ok_or_else(|| Error::env("required env variables [CNI_NETNS] missing"))?;
+    let ns = NetNs::open(path)?;
+    if ns.same_as_current()? {
+        return Err(Error::env(format!(
+            "CNI_NETNS {} is the plugin's own network namespace, not the container's",
+            path.display()
+        )));
+    }
+    Ok(ns)
+}
+
+fn firewall_of(conf: &BridgeConf) -> Result<Box<dyn firewall::Firewall>> {
+    Ok(firewall::open(firewall::choose(conf.ip_masq_backend.as_deref())?))
+}
+
+/// What a failed ADD must undo, in reverse.
+#[derive(Default)]
+struct Undo {
+    host_veth: Option<String>,
+    ipam: Option<String>,
+    masquerade: bool,
+}
+
+impl Undo {
+    fn run(&self, req: &Request, conf: &BridgeConf, host: &Netlink) {
+        if self.masquerade {
+            if let Ok(fw) = firewall_of(conf) {
+                let _ = fw.del_masquerade(&conf.network, &req.container_id, &req.ifname);
+            }
+        }
+        if let Some(ipam) = &self.ipam {
+            let _ = invoke::delegate_del(ipam, req);
+        }
+        if let Some(name) = &self.host_veth {
+            // Deleting one end removes the pair, the container end included.
+            let _ = host.delete_link_by_name(name);
+        }
+    }
+}
+
+impl Plugin for Bridge {
+    fn known_args(&self) -> &'static [&'static str] {
+        // IP is read by host-local, which gets our CNI_ARGS.
+        &["MAC", "IP"]
+    }
+
+    fn add(&self, req: &Request) -> Result<CniResult> {
+        let conf = config::parse(req)?;
+        let ns = netns_required(req)?;
+        let host = Netlink::open()?;
+        let mut undo = Undo::default();
+        match add(req, &conf, &ns, &host, &mut undo) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                undo.run(req, &conf, &host);
+                Err(e)
+            }
+        }
+    }
+
+    fn del(&self, req: &Request) -> Result<()> {
+        let conf = config::parse(req)?;
+        let mut errs = Errors::new();
+        if let Some(ipam) = &conf.ipam_type {
+            errs.record(invoke::delegate_del(ipam, req));
+        }
+        let mut removed = false;
+        if let Some(path) = req.netns.as_deref() {
+            match NetNs::open_if_exists(path) {
+                Ok(Some(ns)) => {
+                    let r = Netlink::open_in(&ns).and_then(|nl| nl.delete_link_by_name(&req.ifname));
+                    removed = errs.record(r).unwrap_or(false);
+                }
+                Ok(None) => {}
+                Err(e) => errs.push(e),
+            }
+        }
+        if !removed {
+            // The container end is gone or unreachable; a host end left by an unfinished ADD may remain.
+            let r = Netlink::open().and_then(|nl| nl.delete_link_by_name(&host_veth_name(&req.container_id, &req.ifname)));
+            errs.record(r);
+        }
+        if conf.ip_masq {
+            let r = firewall_of(&conf).and_then(|fw| fw.del_masquerade(&conf.network, &req.container_id, &req.ifname));
+            errs.record(r);
+        }
+        errs.finish()
+    }
+
+    fn check(&self, req: &Request) -> Result<()> {
+        let conf = config::parse(req)?;
+        let prev = req
+            .conf
+            .prev_result
+            .as_ref()
+            .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))?;
+        if let Some(ipam) = &conf.ipam_type {
+            invoke::delegate_check(ipam, req)?;
+        }
+        let ns = netns_required(req)?;
+        check(req, &conf, prev, &ns)
+    }
+
+    fn status(&self, req: &Request) -> Result<()> {
+        let conf = config::parse(req)?;
+        if let Some(ipam) = &conf.ipam_type {
+            invoke::delegate_status(ipam, req)?;
+        }
+        if conf.ip_masq {
+            firewall_of(&conf)?.status()?;
+        }
+        Ok(())
+    }
+
+    fn gc(&self, req: &Request) -> Result<()> {
+        let conf = config::parse(req)?;
+        let mut errs = Errors::new();
+        if let Some(ipam) = &conf.ipam_type {
+            errs.record(invoke::delegate_gc(ipam, req));
+        }
+        if conf.ip_masq {
+            let r = firewall_of(&conf).and_then(|fw| fw.gc_masquerade(&conf.network, req.valid_attachments()));
+            errs.record(r);
+        }
+        errs.finish()
+    }
+}
+
+fn fail(what: impl std::fmt::Display) -> impl FnOnce(Error) -> Error {
+    move |e| e.context(what)
+}
+
+fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut Undo) -> Result<CniResult> {
+    let cont = Netlink::open_in(ns)?;
+    if cont.link(&req.ifname)?.is_some() {
+        return Err(Error::new(
+            code::NETWORK,
+            format!("interface {} already exists in {}: DEL the attachment first", req.ifname, ns.path().display()),
+        ));
+    }
+    let br = host.ensure_bridge(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc)?;
+
+    let host_name = host_veth_name(&req.container_id, &req.ifname);
+    // The name is ours for this attachment: a link holding it is left over from an ADD that never finished.
+    host.delete_link_by_name(&host_name)?;
+    undo.host_veth = Some(host_name.clone());
+    let host_link = host.create_veth(&host_name, &req.ifname, ns, conf.mtu, conf.mac)?;
+    host.set_master(host_link.index, br.index).map_err(fail(format_args!("attach {host_name} to {}", conf.bridge)))?;
+    if conf.hairpin || conf.port_isolation {
+        host.set_port_flags(host_link.index, Some(conf.hairpin), Some(conf.port_isolation))?;
+    }
+    if conf.vlan_filtering() {
+        configure_vlans(host, conf, host_link.index)?;
+    }
+    if !sysctl::ipv6_disabled() {
+        // A host port must not configure itself from router advertisements sent by the pod.
+        let _ = sysctl::set_if(&host_name, Family::V6, "accept_ra", "0");
+    }
+    host.set_up(host_link.index)?;
+
+    let cont_link = cont
+        .link(&req.ifname)?
+        .ok_or_else(|| Error::network(format!("veth peer {} is missing in {}", req.ifname, ns.path().display())))?;
+
+    let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
+    if let Some(ipam) = &conf.ipam_type {
+        let r = invoke::delegate_add(ipam, req)?;
+        undo.ipam = Some(ipam.clone());
+        result.ips = r.ips;
+        result.routes = r.routes;
+        result.dns = r.dns;
+        if result.ips.is_empty() {
+            return Err(Error::new(code::PLUGIN_EXEC, format!("IPAM plugin {ipam} returned no IP addresses")));
+        }
+    }
+    for ip in &mut result.ips {
+        ip.interface = Some(2);
+        if conf.is_gateway && ip.gateway.is_none() {
+            ip.gateway = Some(subnet_gateway(&ip.address));
+        }
+    }
+    if conf.is_default_gateway {
+        for v4 in [true, false] {
+            let Some(gw) = result.ips.iter().find(|ip| is_v4(&ip.address) == v4).and_then(|ip| ip.gateway) else {
+                continue;
+            };
+            let has_default = result.routes.iter().any(|r| is_v4(&r.dst) == v4 && r.dst.prefix() == 0);
+            if !has_default {
+                result.routes.push(Route { dst: default_dst(v4), gw: Some(gw), ..route_defaults() });
+            }
+        }
+    }
+
+    configure_container(req, conf, ns, &cont, cont_link.index, &result)?;
+
+    if conf.is_gateway {
+        let mut added = false;
+        for ip in &result.ips {
+            if let Some(gw) = ip.gateway {
+                let gw_net = IpNetwork::new(gw, ip.address.prefix())
+                    .map_err(|e| Error::config(format!("gateway {gw}/{}: {e}", ip.address.prefix())))?;
+                added |= ensure_bridge_addr(host, conf, br.index, gw_net)?;
+            }
+        }
+        if added {
+            // A bridge takes the lowest MAC of its ports unless one is set; pin it so pods keep their neighbour entry.
+            if let Some(mac) = br.mac {
+                let _ = host.set_mac(br.index, mac);
+            }
+        }
+        enable_forwarding(&result.ips)?;
+    }
+
+    if conf.ip_masq && !result.ips.is_empty() {
+        let fw = firewall_of(conf)?;
+        undo.masquerade = true;
+        fw.add_masquerade(&Masquerade {
+            network: conf.network.clone(),
+            container_id: req.container_id.clone(),
+            ifname: req.ifname.clone(),
+            addresses: result.ips.iter().map(|ip| ip.address).collect(),
+        })?;
+    }
+
+    let br_now = host.link_by_index(br.index)?.unwrap_or(br);
+    let host_now = host.link_by_index(host_link.index)?.unwrap_or(host_link);
+    let cont_now = cont.link_by_index(cont_link.index)?.unwrap_or(cont_link);
+    result.interfaces = vec![
+        Interface { name: conf.bridge.clone(), mac: mac_string(br_now.mac), ..Default::default() },
+        Interface { name: host_name, mac: mac_string(host_now.mac), ..Default::default() },
+        Interface {
+            name: req.ifname.clone(),
+            mac: mac_string(cont_now.mac),
+            sandbox: Some(ns.path().display().to_string()),
+            ..Default::default()
+        },
+    ];
+    if let Some(dns) = &conf.dns {
+        result.dns = dns.clone();
+    }
+    Ok(result)
+}
+
+fn route_defaults() -> Route {
+    Route {
+        dst: default_dst(true),
+        gw: None,
+        mtu: None,
+        advmss: None,
+        priority: None,
+        table: None,
+        scope: None,
+    }
+}
+
+fn configure_vlans(host: &Netlink, conf: &BridgeConf, port: u32) -> Result<()> {
+    let native = if conf.vlan != 0 { conf.vlan } else { 1 };
+    if !conf.preserve_default_vlan && native != 1 {
+        // A port joins VLAN 1 untagged by default; keep pods out of it unless asked.
+        host.bridge_vlan_del(port, 1, false)?;
+    }
+    if conf.vlan != 0 {
+        host.bridge_vlan_add(port, conf.vlan, true, true, false)?;
+    }
+    for &(lo, hi) in &conf.vlan_trunk {
+        for vid in lo..=hi {
+            if vid != conf.vlan {
+                host.bridge_vlan_add(port, vid, false, false, false)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn configure_container(
+    req: &Request,
+    conf: &BridgeConf,
+    ns: &NetNs,
+    cont: &Netlink,
+    index: u32,
+    result: &CniResult,
+) -> Result<()> {
+    if conf.disable_container_interface {
+        return Ok(());
+    }
+    let has_v6 = result.ips.iter().any(|ip| !is_v4(&ip.address));
+    {
+        let _inside = ns.enter()?;
+        let _ = sysctl::set_if(&req.ifname, Family::V4, "arp_notify", "1");
+        if has_v6 {
+            if conf.enable_dad {
+                sysctl::set_if(&req.ifname, Family::V6, "enhanced_dad", "1").ok();
+                sysctl::set_if(&req.ifname, Family::V6, "accept_dad", "1")?;
+            } else {
+                // The pod's address is unique by construction: skip the multi-second DAD wait.
+                sysctl::set_if(&req.ifname, Family::V6, "accept_dad", "0")?;
+            }
+        }
+    }
+    for ip in &result.ips {
+        cont.add_address(index, ip.address, !is_v4(&ip.address) && !conf.enable_dad)
+            .map_err(fail(format_args!("add address {} to {}", ip.address, req.ifname)))?;
+    }
+    cont.set_up(index)?;
+    for r in &result.routes {
+        let v4 = is_v4(&r.dst);
+        let gw = r.gw.or_else(|| result.ips.iter().find(|ip| is_v4(&ip.address) == v4).and_then(|ip| ip.gateway));
+        let spec = RouteSpec {
+            dst: r.dst,
+            gw,
+            oif: Some(index),
+            table: r.table,
+            metric: r.priority,
+            scope: r.scope,
+            mtu: r.mtu,
+            advmss: r.advmss,
+            src: None,
+        };
+        match cont.add_route(&spec) {
+            Ok(()) => {}
+            Err(e) if netkit::is_exists(&e) => {}
+            Err(e) => return Err(e.context(format_args!("add route {} in {}", r.dst, ns.path().display()))),
+        }
+    }
+    Ok(())
+}
+
+/// Ensure the bridge holds `gw`; true when this call added it.
+fn ensure_bridge_addr(host: &Netlink, conf: &BridgeConf, br: u32, gw: IpNetwork) -> Result<bool> {
+    for existing in host.addresses(br)? {
+        if is_v4(&existing) != is_v4(&gw) {
+            continue;
+        }
+        if existing.ip() == gw.ip() && existing.prefix() == gw.prefix() {
+            return Ok(false);
+        }
+        let overlaps = existing.contains(gw.ip()) || gw.contains(existing.ip());
+        if overlaps {
+            if conf.force_address {
+                host.del_address(br, existing)?;
+            } else {
+                return Err(Error::config(format!(
+                    "bridge {} already has address {existing}, different from the gateway {gw}: set forceAddress to replace it",
+                    conf.bridge
+                )));
+            }
+        }
+    }
+    match host.add_address(br, gw, !is_v4(&gw)) {
+        Ok(()) => Ok(true),
+        // Another ADD on this bridge won the race.
+        Err(e) if netkit::is_exists(&e) => Ok(false),
+        Err(e) => Err(e.context(format_args!("add gateway {gw} to bridge {}", conf.bridge))),
+    }
+}
+
+fn enable_forwarding(ips: &[IpConfig]) -> Result<()> {
+    if ips.iter().any(|ip| is_v4(&ip.address)) {
+        sysctl::enable_forwarding(Family::V4)?;
+    }
+    if ips.iter().any(|ip| !is_v4(&ip.address)) {
+        sysctl::enable_forwarding(Family::V6)?;
+    }
+    Ok(())
+}
+
+fn check(req: &Request, conf: &BridgeConf, prev: &CniResult, ns: &NetNs) -> Result<()> {
+    let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);
+    let host = Netlink::open()?;
+    let br = host
+        .link(&conf.bridge)?
+        .ok_or_else(|| failed(format!("bridge {} does not exist", conf.bridge)))?;
+    if br.kind.as_deref() != Some("bridge") {
+        return Err(failed(format!("{} is not a bridge", conf.bridge)));
+    }
+    let cont = Netlink::open_in(ns)?;
+    let link = cont
+        .link(&req.ifname)?
+        .ok_or_else(|| failed(format!("interface {} is missing in {}", req.ifname, ns.path().display())))?;
+    let sandbox_idx = prev.interfaces.iter().position(|i| i.name == req.ifname && i.sandbox.is_some());
+    if let Some(want) = sandbox_idx.and_then(|i| prev.interfaces[i].mac.clone()) {
+        let have = mac_string(link.mac).unwrap_or_default();
+        if !have.eq_ignore_ascii_case(&want) {
+            return Err(failed(format!("{} has MAC {have}, prevResult says {want}", req.ifname)));
+        }
+    }
+    if !conf.disable_container_interface && !link.up {
+        return Err(failed(format!("{} is down", req.ifname)));
+    }
+    let addrs = cont.addresses(link.index)?;
+    for ip in &prev.ips {
+        if ip.interface.is_some() && ip.interface != sandbox_idx {
+            continue;
+        }
+        if !addrs.iter().any(|a| a.ip() == ip.address.ip() && a.prefix() == ip.address.prefix()) {
+            return Err(failed(format!("{} does not hold {}", req.ifname, ip.address)));
+        }
+    }
+    for r in &prev.routes {
+        let family = if is_v4(&r.dst) { netkit::IpFamily::V4 } else { netkit::IpFamily::V6 };
+        let routes = cont.routes(family, None)?;
+        if !routes.iter().any(|have| have.dst == r.dst || (have.dst.ip() == r.dst.ip() && have.dst.prefix() == r.dst.prefix())) {
+            return Err(failed(format!("route to {} is missing in {}", r.dst, ns.path().display())));
+        }
+    }
+    let host_name = host_veth_name(&req.container_id, &req.ifname);
+    let host_link = host
+        .link(&host_name)?
+        .ok_or_else(|| failed(format!("host veth {host_name} is missing")))?;
+    if host_link.master != Some(br.index) {
+        return Err(failed(format!("host veth {host_name} is not a port of {}", conf.bridge)));
+    }
+    if conf.ip_masq {
+        firewall_of(conf)?.check_masquerade(&Masquerade {
+            network: conf.network.clone(),
+            container_id: req.container_id.clone(),
+            ifname: req.ifname.clone(),
+            addresses: prev.ips.iter().map(|ip| ip.address).collect(),
+        })?;
+    }
+    Ok(())
+}
