@@ -1,0 +1,173 @@
+//! bridge keys with real effects: MAC, MTU, hairpin, port isolation, promisc, no gateway, L2 only,
+//! forceAddress, masquerade to a host with no route back, and undo of a failed ADD.
+
+use cni_tests::{bin_dir, pings, run, sh, unique, LinkGuard, Netns, TempDir};
+use libcni::conflist::NetworkConfigList;
+use libcni::runtime::{CniConfig, RuntimeConf};
+use serde_json::{json, Map, Value};
+
+struct Net {
+    list: NetworkConfigList,
+    cni: CniConfig,
+    _data: TempDir,
+    _cache: TempDir,
+    bridge: LinkGuard,
+}
+
+fn network(bridge_keys: Value, subnet: Option<&str>) -> Net {
+    let bridge = unique("cnb");
+    let data = TempDir::new("cnb-ipam");
+    let cache = TempDir::new("cnb-cache");
+    let mut plugin = json!({ "type": "bridge", "bridge": bridge });
+    if let Some(subnet) = subnet {
+        plugin["ipam"] = json!({ "type": "host-local", "ranges": [[{ "subnet": subnet }]], "dataDir": data.path() });
+    }
+    for (k, v) in bridge_keys.as_object().expect("object") {
+        plugin[k] = v.clone();
+    }
+    let list = json!({ "cniVersion": "1.1.0", "name": unique("netb"), "plugins": [plugin] });
+    let list = NetworkConfigList::from_bytes(list.to_string().as_bytes()).expect("conflist");
+    let cni = CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf());
+    Net { list, cni, _data: data, _cache: cache, bridge: LinkGuard(bridge) }
+}
+
+fn rt(ns: &Netns) -> RuntimeConf {
+    RuntimeConf { container_id: unique("ctr"), netns: ns.path.clone(), ifname: "eth0".into(), ..Default::default() }
+}
+
+fn host_port_of(net: &Net) -> String {
+    let out = sh("ip", &["-o", "link", "show", "master", &net.bridge.0]);
+    out.split(": ").nth(1).and_then(|s| s.split('@').next()).expect("one port on the bridge").to_string()
+}
+
+#[test]
+fn mac_mtu_hairpin_isolation() {
+    let net = network(
+        json!({ "isGateway": true, "mtu": 1400, "hairpinMode": true, "portIsolation": true, "capabilities": { "mac": true } }),
+        Some("10.201.1.0/24"),
+    );
+    let pod = Netns::new("cnbp");
+    let mut r = rt(&pod);
+    let mut caps = Map::new();
+    caps.insert("mac".into(), json!("0a:58:0a:c9:01:63"));
+    r.capability_args = caps;
+    let result = net.cni.add_network_list(&net.list, &r).expect("ADD");
+    let link = pod.sh("ip", &["-o", "link", "show", "eth0"]);
+    assert!(link.contains("0a:58:0a:c9:01:63"), "runtimeConfig.mac not applied: {link}");
+    assert!(link.contains("mtu 1400"), "mtu not applied in the pod: {link}");
+    assert_eq!(result.interfaces[2].mac.as_deref(), Some("0a:58:0a:c9:01:63"));
+    assert_eq!(result.interfaces[2].sandbox.as_deref(), Some(pod.path.as_str()));
+    assert_eq!(result.ips[0].interface, Some(2));
+    let port = host_port_of(&net);
+    assert_eq!(result.interfaces[1].name, port);
+    let details = sh("bridge", &["-d", "link", "show", "dev", &port]);
+    assert!(details.contains("hairpin on"), "hairpin not set: {details}");
+    assert!(details.contains("isolated on"), "isolation not set: {details}");
+    assert!(sh("ip", &["-o", "link", "show", &net.bridge.0]).contains("mtu 1400"), "bridge mtu");
+    assert!(pings(&pod, "10.201.1.1"));
+    net.cni.check_network_list(&net.list, &r).expect("CHECK");
+    net.cni.del_network_list(&net.list, &r).expect("DEL");
+}
+
+#[test]
+fn check_fails_when_the_pod_lost_its_address() {
+    let net = network(json!({ "isGateway": true }), Some("10.201.2.0/24"));
+    let pod = Netns::new("cnbc");
+    let r = rt(&pod);
+    let result = net.cni.add_network_list(&net.list, &r).expect("ADD");
+    net.cni.check_network_list(&net.list, &r).expect("CHECK right after ADD");
+    let addr = result.ips[0].address.to_string();
+    pod.sh("ip", &["addr", "del", &addr, "dev", "eth0"]);
+    let err = net.cni.check_network_list(&net.list, &r).expect_err("CHECK must notice the missing address");
+    assert!(err.msg.contains(&result.ips[0].address.ip().to_string()), "{err}");
+    net.cni.del_network_list(&net.list, &r).expect("DEL");
+}
+
+#[test]
+fn no_gateway_and_l2_only() {
+    // Without isGateway the bridge holds no address; without ipam the pod gets a link and no address.
+    let net = network(json!({}), Some("10.201.3.0/24"));
+    let pod = Netns::new("cnbn");
+    let r = rt(&pod);
+    net.cni.add_network_list(&net.list, &r).expect("ADD");
+    assert!(!sh("ip", &["-o", "-4", "addr", "show", &net.bridge.0]).contains("inet "), "bridge got an address");
+    net.cni.del_network_list(&net.list, &r).expect("DEL");
+
+    let l2 = network(json!({}), None);
+    let pod = Netns::new("cnbl");
+    let r = rt(&pod);
+    let result = l2.cni.add_network_list(&l2.list, &r).expect("L2 ADD");
+    assert!(result.ips.is_empty());
+    assert!(pod.sh("ip", &["-o", "link", "show", "eth0"]).contains("UP"), "L2 pod interface is down");
+    l2.cni.check_network_list(&l2.list, &r).expect("L2 CHECK");
+    l2.cni.del_network_list(&l2.list, &r).expect("L2 DEL");
+}
+
+#[test]
+fn conflicting_bridge_address_needs_force_address() {
+    let net = network(json!({ "isGateway": true }), Some("10.201.4.0/24"));
+    sh("ip", &["link", "add", &net.bridge.0, "type", "bridge"]);
+    sh("ip", &["addr", "add", "10.201.4.254/24", "dev", &net.bridge.0]);
+    let pod = Netns::new("cnbf");
+    let r = rt(&pod);
+    let err = net.cni.add_network_list(&net.list, &r).expect_err("a conflicting address must fail");
+    assert!(err.msg.contains("forceAddress"), "{err}");
+    // The failed ADD undid itself: no port, no pod interface, no reservation.
+    assert!(sh("ip", &["-o", "link", "show", "master", &net.bridge.0]).trim().is_empty());
+    assert!(!pod.exec("ip", &["link", "show", "eth0"]).status.success());
+    net.cni.del_network_list(&net.list, &r).expect("DEL after failed ADD");
+
+    let forced = network(json!({ "isGateway": true, "forceAddress": true }), Some("10.201.5.0/24"));
+    sh("ip", &["link", "add", &forced.bridge.0, "type", "bridge"]);
+    sh("ip", &["addr", "add", "10.201.5.254/24", "dev", &forced.bridge.0]);
+    forced.cni.add_network_list(&forced.list, &r).expect("ADD with forceAddress");
+    let addrs = sh("ip", &["-o", "-4", "addr", "show", &forced.bridge.0]);
+    assert!(addrs.contains("10.201.5.1/24") && !addrs.contains("10.201.5.254"), "{addrs}");
+    forced.cni.del_network_list(&forced.list, &r).expect("DEL");
+}
+
+#[test]
+fn failed_ipam_undoes_the_veth() {
+    // A /30 has one address for pods: the second ADD fails in IPAM and must leave nothing.
+    let net = network(json!({ "isGateway": true }), Some("10.201.6.0/30"));
+    let (a, b) = (Netns::new("cnbu"), Netns::new("cnbv"));
+    let (ra, rb) = (rt(&a), rt(&b));
+    net.cni.add_network_list(&net.list, &ra).expect("first ADD");
+    let err = net.cni.add_network_list(&net.list, &rb).expect_err("second ADD must exhaust the range");
+    assert_eq!(err.code, 101, "{err}");
+    assert!(!b.exec("ip", &["link", "show", "eth0"]).status.success(), "pod interface left after failed ADD");
+    let ports = sh("ip", &["-o", "link", "show", "master", &net.bridge.0]);
+    assert_eq!(ports.lines().count(), 1, "host veth left after failed ADD: {ports}");
+    net.cni.del_network_list(&net.list, &ra).expect("DEL");
+}
+
+#[test]
+fn masquerade_reaches_a_host_with_no_route_back() {
+    let host_routes = sh("ip", &["route"]);
+    assert!(!host_routes.contains("203.0.113."), "this host already routes 203.0.113.0/24; the test needs it free");
+    for backend in ["nftables", "iptables"] {
+        let net = network(json!({ "isGateway": true, "isDefaultGateway": true, "ipMasq": true, "ipMasqBackend": backend }), Some("10.201.7.0/24"));
+        let pod = Netns::new("cnbm");
+        // A "remote host" in its own namespace, linked to the host by a veth on 203.0.113.0/24; it has no
+        // route to the pod subnet, so only masqueraded packets can be answered.
+        let remote = Netns::new("cnbr");
+        let (host_end, remote_end) = (unique("cnbh"), unique("cnbx"));
+        let _guard = LinkGuard(host_end.clone());
+        sh("ip", &["link", "add", &host_end, "type", "veth", "peer", "name", &remote_end, "netns", &remote.name]);
+        sh("ip", &["addr", "add", "203.0.113.1/24", "dev", &host_end]);
+        sh("ip", &["link", "set", &host_end, "up"]);
+        remote.sh("ip", &["addr", "add", "203.0.113.2/24", "dev", &remote_end]);
+        remote.sh("ip", &["link", "set", &remote_end, "up"]);
+        let r = rt(&pod);
+        net.cni.add_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: ADD: {e}"));
+        assert!(pings(&pod, "203.0.113.2"), "{backend}: the pod cannot reach the remote host through masquerade");
+        net.cni.check_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: CHECK: {e}"));
+        net.cni.del_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: DEL: {e}"));
+        let nft = String::from_utf8_lossy(&run("nft", &["list", "ruleset"]).stdout).into_owned();
+        let ipt = String::from_utf8_lossy(&run("iptables-save", &[]).stdout).into_owned();
+        for (what, rules) in [("nft", &nft), ("iptables", &ipt)] {
+            assert!(!rules.contains("10.201.7."), "{backend}: {what} still mentions the pod address:\n{rules}");
+            assert!(!rules.contains(&r.container_id), "{backend}: {what} still mentions the container id");
+        }
+    }
+}
