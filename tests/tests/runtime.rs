@@ -531,3 +531,50 @@ fn conflist_directory_loading() {
     std::fs::write(d.join("50-nothing.conflist"), json!({"cniVersion":"1.0.0","name":"nothing"}).to_string()).unwrap();
     assert!(conflist::load_network(d, "nothing").unwrap_err().msg.contains("no plugin configs found"));
 }
+
+#[test]
+fn delegation_passes_env_and_stdin_through() {
+    use libcni::invoke;
+    let f = Fixture::new("delegate");
+    let stdin = json!({
+        "cniVersion": "0.4.0", "name": "dnet", "type": "bridge", "tag": "ipam",
+        "ipam": {"type": "noop"}, "debugFile": f.debug("ipam", json!({"reportResult": {"ips": [{"version": "4", "address": "10.5.0.2/16"}]}}))
+    })
+    .to_string();
+    let (conf, raw) = libcni::conf::parse_netconf(stdin.as_bytes()).unwrap();
+    let req = libcni::Request {
+        command: libcni::Command::Add,
+        container_id: "ctr".into(),
+        netns: Some("/run/netns/x".into()),
+        ifname: "eth0".into(),
+        args: libcni::args::CniArgs::parse("IgnoreUnknown=1;A=b").unwrap(),
+        cni_path: vec![f.root.join("nowhere"), f.bin.clone()],
+        conf,
+        raw,
+        stdin: stdin.clone().into_bytes(),
+    };
+    // A result without cniVersion takes the config's (upstream #895).
+    let result = invoke::delegate_add("noop", &req).unwrap();
+    assert_eq!(result.cni_version, "0.4.0");
+    assert_eq!(result.ips[0].address.to_string(), "10.5.0.2/16");
+    invoke::delegate_check("noop", &req).unwrap();
+    invoke::delegate_del("noop", &req).unwrap();
+    invoke::delegate_status("noop", &req).unwrap();
+    invoke::delegate_gc("noop", &req).unwrap();
+    let calls = f.calls();
+    let commands: Vec<&str> = calls.iter().map(|c| c["command"].as_str().unwrap()).collect();
+    assert_eq!(commands, ["ADD", "CHECK", "DEL", "STATUS", "GC"]);
+    for c in &calls {
+        assert_eq!(c["stdin"], serde_json::from_str::<Value>(&stdin).unwrap());
+        assert_eq!(c["env"]["CNI_CONTAINERID"], "ctr");
+        assert_eq!(c["env"]["CNI_NETNS"], "/run/netns/x");
+        assert_eq!(c["env"]["CNI_ARGS"], "IgnoreUnknown=1;A=b");
+        assert_eq!(c["env"]["CNI_PATH"], format!("{}:{}", f.root.join("nowhere").display(), f.bin.display()));
+    }
+    let failing = f.debug("ipam", json!({"reportError": "pool exhausted", "reportErrorCode": 101}));
+    assert!(failing.exists());
+    let e = invoke::delegate_add("noop", &req).unwrap_err();
+    assert_eq!((e.code, e.msg.as_str()), (101, "pool exhausted"));
+    assert_eq!(invoke::delegate_add("../noop", &req).unwrap_err().code, 7);
+    assert_eq!(invoke::delegate_del("absent", &req).unwrap_err().code, 7);
+}

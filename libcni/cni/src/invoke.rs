@@ -478,6 +478,24 @@ mod tests {
     }
 
     #[test]
+    fn text_file_busy_is_retried() {
+        let d = tempdir("txtbsy");
+        let p = d.join("busy");
+        std::fs::copy("/bin/true", &p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Still open for writing, as while a binary is being installed: exec fails with ETXTBSY.
+        let writer = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        let release = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(250));
+            drop(writer);
+        });
+        let out = exec_raw(&p, b"", &CniEnv::new(Command::Del), Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(out.exit_code, Some(0));
+        release.join().unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
     fn version_probe() {
         let d = tempdir("version");
         let p = script(&d, "old", r#"echo '{"code":4,"msg":"unknown CNI_COMMAND: VERSION"}'; exit 1"#);
