@@ -221,6 +221,47 @@ mod tests {
         d
     }
 
+    /// The cache file upstream libcni wrote after an ADD of testdata's goldnet.conflist.
+    #[test]
+    fn reads_the_upstream_written_file() {
+        let testdata = match std::env::var_os("CNI_TESTDATA") {
+            Some(p) => PathBuf::from(p),
+            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata"),
+        };
+        let dir = testdata.join("libcni-cache");
+        let data = std::fs::read(dir.join("goldnet-0123456789abcdef-eth0"))
+            .unwrap_or_else(|e| panic!("upstream cache file missing under {} ({e}); set CNI_TESTDATA", dir.display()));
+        let entry = parse(&data, ("goldnet", "0123456789abcdef", "eth0")).unwrap();
+        assert!(!entry.legacy);
+        assert_eq!(entry.config, std::fs::read(dir.join("goldnet.conflist")).unwrap());
+        assert_eq!(
+            (entry.container_id.as_str(), entry.ifname.as_str(), entry.network_name.as_str()),
+            ("0123456789abcdef", "eth0", "goldnet")
+        );
+        assert!(entry.cni_args.is_empty() && entry.netns.is_empty());
+        assert_eq!(entry.capability_args["portMappings"][0]["containerPort"], 80);
+        let result = entry.result.clone().unwrap();
+        assert_eq!(result["ips"][0]["address"], "10.77.1.2/24");
+
+        // Written back by us, it reads the same and keeps upstream's key order.
+        let d = tempdir("gold");
+        let path = write(&d, &entry).unwrap();
+        let ours = std::fs::read(&path).unwrap();
+        assert_eq!(parse(&ours, ("", "", "")).unwrap(), entry);
+        let keys = |b: &[u8]| -> Vec<String> {
+            let v: Value = serde_json::from_slice(b).unwrap();
+            let obj = v.as_object().unwrap();
+            let mut ks: Vec<(usize, String)> = obj
+                .keys()
+                .map(|k| (std::str::from_utf8(b).unwrap().find(&format!("\"{k}\":")).unwrap(), k.clone()))
+                .collect();
+            ks.sort();
+            ks.into_iter().map(|(_, k)| k).collect()
+        };
+        assert_eq!(keys(&ours), keys(&data));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn names_cannot_escape() {
         let d = Path::new("/var/lib/cni");
