@@ -132,7 +132,12 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
     let args = object_key(obj, "args")?;
     let prev_result = match obj.get("prevResult") {
         None | Some(Value::Null) => None,
-        Some(v) => Some(CniResult::parse(v, &cni_version).map_err(|e| e.context("prevResult"))?),
+        // A malformed prevResult is a wrong value in valid JSON: code 7, like any other key; an
+        // unsupported result version keeps code 1.
+        Some(v) => Some(CniResult::parse(v, &cni_version).map_err(|e| {
+            let code = if e.code == crate::code::INCOMPATIBLE_VERSION { e.code } else { crate::code::INVALID_CONFIG };
+            Error { code, ..e.context("prevResult") }
+        })?),
     };
     let valid_attachments = match obj.get("cni.dev/valid-attachments").or_else(|| obj.get("cni.dev/attachments")) {
         None | Some(Value::Null) => None,
@@ -200,6 +205,9 @@ mod tests {
         assert_eq!(parse_netconf(br#"{"cniVersion":"1.0.0"}"#).unwrap_err().code, 7);
         assert_eq!(parse_netconf(br#"{"cniVersion":"1.0.0","name":"../x"}"#).unwrap_err().code, 7);
         assert_eq!(parse_netconf(br#"{"cniVersion":1,"name":"x"}"#).unwrap_err().code, 7);
+        assert_eq!(parse_netconf(br#"{"cniVersion":"1.0.0","name":"n","prevResult":"junk"}"#).unwrap_err().code, 7);
+        assert_eq!(parse_netconf(br#"{"cniVersion":"1.0.0","name":"n","prevResult":{"ips":[{"address":5}]}}"#).unwrap_err().code, 7);
+        assert_eq!(parse_netconf(br#"{"cniVersion":"1.0.0","name":"n","prevResult":{"cniVersion":"7.0.0"}}"#).unwrap_err().code, 1);
         let deep = "[".repeat(300_000);
         assert_eq!(parse_netconf(deep.as_bytes()).unwrap_err().code, 6);
     }

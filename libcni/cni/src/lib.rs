@@ -6,6 +6,7 @@ pub mod cache;
 pub mod conf;
 pub mod conflist;
 pub mod error;
+pub mod fault;
 pub mod invoke;
 pub mod runtime;
 pub mod skel;
@@ -13,5 +14,6 @@ pub mod types;
 pub mod version;
 
 pub use error::{code, Error, Errors, Result};
+pub use fault::fault_point;
 pub use skel::{Command, Plugin, Request};
 pub use types::CniResult;
