@@ -112,6 +112,7 @@ impl Allocation<'_> {
             ));
         }
         self.newly_reserved.push(ip);
+        libcni::fault_point("host-local-reserved")?;
         self.locked.set_last_reserved(index, ip)?;
         Ok(ip)
     }
@@ -129,6 +130,7 @@ impl Allocation<'_> {
             };
             if self.locked.reserve(ip, self.container_id, self.ifname)? {
                 self.newly_reserved.push(ip);
+                libcni::fault_point("host-local-reserved")?;
                 self.locked.set_last_reserved(index, ip)?;
                 return Ok(ip);
             }
@@ -161,6 +163,10 @@ impl HostLocal {
                     return Err(e);
                 }
             }
+        }
+        if let Err(e) = libcni::fault_point("host-local-allocated") {
+            alloc.roll_back();
+            return Err(e);
         }
         Ok(ips)
     }

@@ -200,12 +200,14 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
         ));
     }
     let br = host.ensure_bridge(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc)?;
+    libcni::fault_point("bridge-ensured")?;
 
     let host_name = host_veth_name(&req.container_id, &req.ifname);
     // The name is ours for this attachment: a link holding it is left over from an ADD that never finished.
     host.delete_link_by_name(&host_name)?;
     undo.host_veth = Some(host_name.clone());
     let host_link = host.create_veth(&host_name, &req.ifname, ns, conf.mtu, conf.mac)?;
+    libcni::fault_point("veth-created")?;
     host.set_master(host_link.index, br.index).map_err(fail(format_args!("attach {host_name} to {}", conf.bridge)))?;
     if conf.hairpin || conf.port_isolation {
         host.set_port_flags(host_link.index, Some(conf.hairpin), Some(conf.port_isolation))?;
@@ -218,6 +220,7 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
         let _ = sysctl::set_if(&host_name, Family::V6, "accept_ra", "0");
     }
     host.set_up(host_link.index)?;
+    libcni::fault_point("port-configured")?;
 
     let cont_link = cont
         .link(&req.ifname)?
@@ -225,8 +228,11 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
 
     let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
     if let Some(ipam) = &conf.ipam_type {
-        let r = invoke::delegate_add(ipam, req)?;
+        // Set before the call: an IPAM plugin that died half-way may hold a reservation, and its
+        // DEL releases only what this attachment holds.
         undo.ipam = Some(ipam.clone());
+        let r = invoke::delegate_add(ipam, req)?;
+        libcni::fault_point("ipam-done")?;
         result.ips = r.ips;
         result.routes = r.routes;
         result.dns = r.dns;
@@ -253,6 +259,7 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
     }
 
     configure_container(req, conf, ns, &cont, cont_link.index, &result)?;
+    libcni::fault_point("container-configured")?;
 
     if conf.is_gateway {
         let mut added = false;
@@ -270,6 +277,7 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
             }
         }
         enable_forwarding(&result.ips)?;
+        libcni::fault_point("gateway-set")?;
     }
 
     if conf.ip_masq && !result.ips.is_empty() {
@@ -281,6 +289,7 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
             ifname: req.ifname.clone(),
             addresses: result.ips.iter().map(|ip| ip.address).collect(),
         })?;
+        libcni::fault_point("masquerade-added")?;
     }
 
     let br_now = host.link_by_index(br.index)?.unwrap_or(br);
