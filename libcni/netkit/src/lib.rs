@@ -6,6 +6,7 @@
 //! tell "already there" or "not there" apart (DEL is idempotent) use [`errno`], [`is_exists`] and
 //! [`is_not_found`], which read that suffix; `Error::context` keeps it intact.
 
+pub mod firewall;
 pub mod netlink;
 pub mod netns;
 pub mod sysctl;

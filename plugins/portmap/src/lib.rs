@@ -1,1 +1,218 @@
+//! portmap: forwards host ports to a container (a chained plugin after bridge/ptp and IPAM).
+//!
+//! ADD maps to the first IPv4 and the first IPv6 address of prevResult on CNI_IFNAME inside the
+//! sandbox and returns prevResult unchanged. DEL removes everything of the container's, found by
+//! its id, whether or not it carries the mappings and whether or not the netns is still there.
 
+pub mod config;
+
+use config::Config;
+use ipnetwork::IpNetwork;
+use libcni::skel::{Plugin, Request};
+use libcni::types::CniResult;
+use libcni::{Error, Errors, Result};
+use netkit::firewall::{self, Protocol};
+use std::net::Ipv4Addr;
+
+/// The plugin.
+pub struct PortMap;
+
+/// The first IPv4 and first IPv6 prevResult address on `ifname` in the sandbox. An address
+/// without an interface index is taken as the container's, as the reference does.
+pub fn container_addresses(prev: &CniResult, ifname: &str) -> (Option<IpNetwork>, Option<IpNetwork>) {
+    let mut v4 = None;
+    let mut v6 = None;
+    for ip in &prev.ips {
+        if let Some(iface) = ip.interface.and_then(|i| prev.interfaces.get(i)) {
+            let in_sandbox = iface.sandbox.as_deref().is_some_and(|s| !s.is_empty());
+            if iface.name != ifname || !in_sandbox {
+                continue;
+            }
+        }
+        let slot = if ip.address.is_ipv4() { &mut v4 } else { &mut v6 };
+        if slot.is_none() {
+            *slot = Some(ip.address);
+        }
+    }
+    (v4, v6)
+}
+
+fn rules(req: &Request, conf: &Config, v4: Option<IpNetwork>, v6: Option<IpNetwork>) -> firewall::PortMap {
+    firewall::PortMap {
+        network: req.conf.name.clone(),
+        container_id: req.container_id.clone(),
+        ifname: req.ifname.clone(),
+        mappings: conf.mappings.clone(),
+        ipv4: v4,
+        ipv6: v6,
+        snat: conf.snat,
+        masq_all: conf.masq_all,
+        mark_masq_bit: conf.mark_masq_bit,
+        external_set_mark_chain: conf.external_set_mark_chain.clone(),
+        conditions_v4: conf.conditions_v4.clone(),
+        conditions_v6: conf.conditions_v6.clone(),
+    }
+}
+
+fn prev_result(req: &Request) -> Result<&CniResult> {
+    req.conf
+        .prev_result
+        .as_ref()
+        .ok_or_else(|| Error::config("portmap must be called as a chained plugin: the configuration has no prevResult"))
+}
+
+/// The host interface that routes to `ip` (longest prefix, then lowest metric, of the main
+/// table in /proc/net/route).
+fn routing_interface(ip: Ipv4Addr) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/route").ok()?;
+    routing_interface_in(&table, ip)
+}
+
+fn routing_interface_in(table: &str, ip: Ipv4Addr) -> Option<String> {
+    let target = u32::from(ip);
+    let mut best: Option<(u32, u32, &str)> = None;
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 {
+            continue;
+        }
+        // The kernel prints the network-order address bytes as a native-endian u32 in hex.
+        let parse = |s: &str| u32::from_str_radix(s, 16).ok().map(|v| u32::from_be_bytes(v.to_ne_bytes()));
+        let (Some(dst), Some(mask), Ok(metric)) = (parse(f[1]), parse(f[7]), f[6].parse::<u32>()) else { continue };
+        let flags = u32::from_str_radix(f[3], 16).unwrap_or(0);
+        if flags & 0x1 == 0 || target & mask != dst {
+            continue; // not RTF_UP, or not covering the address
+        }
+        let better = match best {
+            None => true,
+            Some((m, met, _)) => mask.count_ones() > m.count_ones() || (mask == m && metric < met),
+        };
+        if better {
+            best = Some((mask, metric, f[0]));
+        }
+    }
+    best.map(|(_, _, name)| name.to_string())
+}
+
+/// Lets 127.0.0.1-sourced packets (localhost → hostPort, DNATed) leave through `ifname`.
+fn enable_route_localnet(ifname: &str) -> Result<()> {
+    netkit::sysctl::ensure(&format!("net/ipv4/conf/{ifname}/route_localnet"), "1")
+}
+
+/// Stale UDP entries would keep steering datagrams past a new or removed mapping; failures are logged only.
+fn flush_udp(conf: &Config, v4: bool, v6: bool) {
+    let mut ports: Vec<u16> =
+        conf.mappings.iter().filter(|m| m.protocol == Protocol::Udp).map(|m| m.host_port).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    for port in ports {
+        for (on, is_v6) in [(v4, false), (v6, true)] {
+            if on {
+                if let Err(e) = firewall::flush_udp_conntrack(port, is_v6) {
+                    eprintln!("portmap: {e}");
+                }
+            }
+        }
+    }
+}
+
+impl Plugin for PortMap {
+    fn add(&self, req: &Request) -> Result<CniResult> {
+        let conf = Config::parse(req)?;
+        let prev = prev_result(req)?;
+        if conf.mappings.is_empty() {
+            return Ok(prev.clone());
+        }
+        let (v4, v6) = container_addresses(prev, &req.ifname);
+        if v4.is_none() && v6.is_none() {
+            return Ok(prev.clone());
+        }
+        let fw = firewall::open(conf.backend);
+        fw.add_portmap(&rules(req, &conf, v4, v6))?;
+        if let (true, Some(IpNetwork::V4(addr))) = (conf.snat, v4) {
+            if let Some(ifname) = routing_interface(addr.ip()) {
+                if let Err(e) = enable_route_localnet(&ifname) {
+                    let mut errs = Errors::new();
+                    errs.push(e.context("portmap ADD"));
+                    errs.record(fw.del_portmap(&req.conf.name, &req.container_id, &req.ifname));
+                    return errs.finish().and(Ok(prev.clone()));
+                }
+            }
+        }
+        flush_udp(&conf, v4.is_some(), v6.is_some());
+        Ok(prev.clone())
+    }
+
+    fn del(&self, req: &Request) -> Result<()> {
+        let conf = Config::parse(req)?;
+        firewall::open(conf.backend).del_portmap(&req.conf.name, &req.container_id, &req.ifname)?;
+        flush_udp(&conf, true, true);
+        Ok(())
+    }
+
+    fn check(&self, req: &Request) -> Result<()> {
+        let conf = Config::parse(req)?;
+        let prev = prev_result(req)?;
+        if conf.mappings.is_empty() {
+            return Ok(());
+        }
+        let (v4, v6) = container_addresses(prev, &req.ifname);
+        if v4.is_none() && v6.is_none() {
+            return Ok(());
+        }
+        firewall::open(conf.backend).check_portmap(&rules(req, &conf, v4, v6))
+    }
+
+    fn gc(&self, req: &Request) -> Result<()> {
+        let conf = Config::parse(req)?;
+        // Without the list of valid attachments we cannot tell garbage from live pods.
+        let Some(keep) = req.conf.valid_attachments.as_deref() else { return Ok(()) };
+        firewall::open(conf.backend).gc_portmap(&req.conf.name, keep)
+    }
+
+    fn status(&self, req: &Request) -> Result<()> {
+        let conf = Config::parse(req)?;
+        firewall::open(conf.backend).status()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn picks_first_address_per_family_on_the_sandbox_interface() {
+        let prev = CniResult::parse(
+            &json!({
+                "cniVersion": "1.0.0",
+                "interfaces": [{"name": "cni0"}, {"name": "veth1"}, {"name": "eth0", "sandbox": "/run/netns/x"}, {"name": "eth1", "sandbox": "/run/netns/x"}],
+                "ips": [
+                    {"address": "10.0.0.1/24", "interface": 0},
+                    {"address": "10.1.0.5/24", "interface": 3},
+                    {"address": "10.0.0.5/24", "interface": 2},
+                    {"address": "10.0.0.6/24", "interface": 2},
+                    {"address": "fd00::5/64", "interface": 2}
+                ]
+            }),
+            "1.0.0",
+        )
+        .unwrap();
+        let (v4, v6) = container_addresses(&prev, "eth0");
+        assert_eq!(v4, Some("10.0.0.5/24".parse().unwrap()));
+        assert_eq!(v6, Some("fd00::5/64".parse().unwrap()));
+        let (v4, v6) = container_addresses(&prev, "eth9");
+        assert_eq!((v4, v6), (None, None));
+    }
+
+    #[test]
+    fn route_lookup() {
+        let table = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+                     eth0\t00000000\t0102A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n\
+                     cni0\t0000580A\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n\
+                     down0\t0500580A\t00000000\t0000\t0\t0\t0\tFFFFFFFF\t0\t0\t0\n";
+        assert_eq!(routing_interface_in(table, "10.88.0.5".parse().unwrap()).as_deref(), Some("cni0"));
+        assert_eq!(routing_interface_in(table, "8.8.8.8".parse().unwrap()).as_deref(), Some("eth0"));
+    }
+}

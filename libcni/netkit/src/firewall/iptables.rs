@@ -1,0 +1,733 @@
+//! The iptables backend, compatible with the reference plugins' chains, marks and comments.
+//!
+//! Port mappings (nat table, per family):
+//! ```text
+//! PREROUTING, OUTPUT:  -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
+//! CNI-HOSTPORT-DNAT:   -p tcp -m comment --comment "dnat name: \"<net>\" id: \"<cid>\"" -m multiport --dports 8080,8081 -j CNI-DN-<hash>
+//! CNI-DN-<hash>:       -s <pod subnet> -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK   (hairpin)
+//!                      -s 127.0.0.1/32 -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK   (IPv4 localhost)
+//!                      -p tcp -m tcp --dport 8080 -j DNAT --to-destination <pod>:80
+//! CNI-HOSTPORT-SETMARK: -m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000
+//! POSTROUTING (first): -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ
+//! CNI-HOSTPORT-MASQ:   -m mark --mark 0x2000/0x2000 -j MASQUERADE
+//! ```
+//! Masquerade: `POSTROUTING -s <pod>/32 -j CNI-<hash>` and in `CNI-<hash>`: `-d <subnet> -j ACCEPT`,
+//! `! -d 224.0.0.0/4 -j MASQUERADE`, all commented `name: "<net>" id: "<cid>"`.
+//!
+//! Hashes are the reference's: `CNI-` (or `CNI-DN-`) followed by sha512(network + container id) in
+//! hex, cut to 28 characters. Every operation reads the nat table once (`iptables-save -t nat`)
+//! and applies its whole change with one `iptables-restore --noflush`. Declaring a chain in a
+//! restore file flushes it, so shared chains are declared only when the save shows them missing,
+//! and a lock file keeps our own read-modify-write cycles from interleaving.
+
+use super::exec::{one_line, run, run_ok};
+use super::{check_failed, sha512_hex, BackendKind, Firewall, Masquerade, PortMap, PortMapping};
+use ipnetwork::IpNetwork;
+use libcni::conf::Attachment;
+use libcni::{code, Error, Errors, Result};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fs::File;
+
+const TOP_DNAT: &str = "CNI-HOSTPORT-DNAT";
+const SETMARK: &str = "CNI-HOSTPORT-SETMARK";
+const MARK_MASQ: &str = "CNI-HOSTPORT-MASQ";
+const LOCK_DIR: &str = "/run/cni-rs";
+const LOCK_FILE: &str = "/run/cni-rs/iptables.lock";
+/// multiport takes at most 15 ports per rule.
+const MULTIPORT_MAX: usize = 15;
+const ATTEMPTS: usize = 3;
+
+/// The iptables backend (stateless; every call runs iptables-save/-restore).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IptablesBackend;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ipv {
+    V4,
+    V6,
+}
+
+impl Ipv {
+    fn of(a: &IpNetwork) -> Ipv {
+        if a.is_ipv6() {
+            Ipv::V6
+        } else {
+            Ipv::V4
+        }
+    }
+    fn save_tool(self) -> &'static str {
+        match self {
+            Ipv::V4 => "iptables-save",
+            Ipv::V6 => "ip6tables-save",
+        }
+    }
+    fn restore_tool(self) -> &'static str {
+        match self {
+            Ipv::V4 => "iptables-restore",
+            Ipv::V6 => "ip6tables-restore",
+        }
+    }
+    fn multicast(self) -> &'static str {
+        match self {
+            Ipv::V4 => "224.0.0.0/4",
+            Ipv::V6 => "ff00::/8",
+        }
+    }
+    fn host_prefix(self) -> u8 {
+        match self {
+            Ipv::V4 => 32,
+            Ipv::V6 => 128,
+        }
+    }
+}
+
+/// `MustFormatChainNameWithPrefix`: "CNI-" + prefix + sha512(network + id) in hex, 28 characters.
+pub(crate) fn chain_name(network: &str, container_id: &str, prefix: &str) -> String {
+    let mut s = format!("CNI-{prefix}{}", sha512_hex(&format!("{network}{container_id}")));
+    s.truncate(28);
+    s
+}
+
+/// `FormatComment`: `name: "<net>" id: "<cid>"` (Go's %q; our names never need escapes).
+fn masq_comment(network: &str, container_id: &str) -> String {
+    format!("name: \"{network}\" id: \"{container_id}\"")
+}
+
+fn dnat_comment(network: &str, container_id: &str) -> String {
+    let mut c = format!("dnat name: \"{network}\" id: \"{container_id}\"");
+    if c.len() > 255 {
+        c.truncate(253);
+        c.push_str("...");
+    }
+    c
+}
+
+/// A token as iptables-save prints it: quoted (with `\"` escapes) when it holds blanks or quotes.
+fn quote(token: &str) -> String {
+    if !token.is_empty() && !token.chars().any(|c| c.is_whitespace() || c == '"' || c == '\\' || c == '\'') {
+        return token.to_string();
+    }
+    let mut out = String::from("\"");
+    for c in token.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+fn with_prefix(ip: std::net::IpAddr, prefix: u8) -> String {
+    format!("{ip}/{prefix}")
+}
+
+fn subnet(a: &IpNetwork) -> String {
+    format!("{}/{}", a.network(), a.prefix())
+}
+
+/// The nat table as `iptables-save -t nat` printed it.
+#[derive(Debug, Default)]
+pub(crate) struct NatTable {
+    pub chains: BTreeSet<String>,
+    /// `-A CHAIN ...` lines, in order.
+    pub rules: Vec<String>,
+}
+
+impl NatTable {
+    pub(crate) fn parse(save: &str) -> NatTable {
+        let mut t = NatTable::default();
+        let mut in_nat = false;
+        for line in save.lines() {
+            let line = line.trim_end();
+            if line.starts_with('*') {
+                in_nat = line == "*nat";
+            } else if !in_nat {
+                continue;
+            } else if let Some(decl) = line.strip_prefix(':') {
+                if let Some(name) = decl.split_whitespace().next() {
+                    t.chains.insert(name.to_string());
+                }
+            } else if line.starts_with("-A ") {
+                t.rules.push(line.to_string());
+            }
+        }
+        t
+    }
+
+    fn has_chain(&self, chain: &str) -> bool {
+        self.chains.contains(chain)
+    }
+
+    fn has_rule(&self, line: &str) -> bool {
+        self.rules.iter().any(|r| r == line)
+    }
+
+    /// Rules of `chain`.
+    fn rules_of<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a String> + 'a {
+        let head = format!("-A {chain} ");
+        self.rules.iter().filter(move |r| r.starts_with(&head))
+    }
+
+    /// Rules anywhere that jump to `target`.
+    fn jumps_to<'a>(&'a self, target: &'a str) -> impl Iterator<Item = &'a String> + 'a {
+        let tail = format!(" -j {target}");
+        self.rules.iter().filter(move |r| r.ends_with(&tail))
+    }
+}
+
+/// Lines that remove `chain` and every jump to it (nothing when neither is there).
+fn remove_chain_lines(t: &NatTable, chain: &str, out: &mut Vec<String>) {
+    for r in t.jumps_to(chain) {
+        out.push(format!("-D {}", &r[3..]));
+    }
+    if t.has_chain(chain) {
+        out.push(format!("-F {chain}"));
+        out.push(format!("-X {chain}"));
+    }
+}
+
+fn restore_text(lines: &[String]) -> String {
+    let mut s = String::from("*nat\n");
+    for l in lines {
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push_str("COMMIT\n");
+    s
+}
+
+fn save(ipv: Ipv) -> Result<NatTable> {
+    let out = run_ok(ipv.save_tool(), &["-t", "nat"], None, "read the nat table")?;
+    Ok(NatTable::parse(&out))
+}
+
+fn restore(ipv: Ipv, lines: &[String], what: &str) -> Result<()> {
+    run_ok(ipv.restore_tool(), &["--noflush", "-w"], Some(&restore_text(lines)), what).map(|_| ())
+}
+
+/// Serializes our read-modify-write cycles (the xtables lock covers one process only). Without a
+/// writable /run we go on unlocked: the retry below still converges.
+fn lock() -> Option<nix::fcntl::Flock<File>> {
+    let _ = std::fs::create_dir_all(LOCK_DIR);
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(LOCK_FILE).ok()?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).ok()
+}
+
+/// Reads the table and applies the lines `plan` derives from it; a failed restore (someone else
+/// changed the table between the two) is retried from a fresh read.
+fn transact(ipv: Ipv, what: &str, plan: impl Fn(&NatTable) -> Vec<String>) -> Result<()> {
+    let _guard = lock();
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        let table = save(ipv).map_err(|e| e.context(what))?;
+        let lines = plan(&table);
+        if lines.is_empty() {
+            return Ok(());
+        }
+        match restore(ipv, &lines, what) {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::network(format!("{what}: failed"))))
+}
+
+/// Whether the family's nat table can be read at all (ip6tables may be absent or IPv6 disabled).
+fn usable(ipv: Ipv) -> std::result::Result<(), Error> {
+    let out = run(ipv.save_tool(), &["-t", "nat"], None)?;
+    if out.success {
+        Ok(())
+    } else {
+        Err(Error::new(code::NOT_AVAILABLE, format!("{} -t nat failed: {}", ipv.save_tool(), one_line(&out.stderr))))
+    }
+}
+
+/// Runs a teardown on both families, tolerating a family whose tools are unusable as long as one works.
+fn both_families(mut f: impl FnMut(Ipv) -> Result<()>) -> Result<()> {
+    let mut errs = Errors::new();
+    let mut unusable = Vec::new();
+    for ipv in [Ipv::V4, Ipv::V6] {
+        if let Err(e) = usable(ipv) {
+            unusable.push(e);
+            continue;
+        }
+        errs.record(f(ipv));
+    }
+    if unusable.len() == 2 {
+        for e in unusable {
+            errs.push(e);
+        }
+    }
+    errs.finish()
+}
+
+/// The per-container DNAT chain's rules and the entry rules into it, for one address.
+pub(crate) struct DnatPlan {
+    pub chain: String,
+    pub rules: Vec<String>,
+    pub entries: Vec<String>,
+}
+
+pub(crate) fn dnat_plan(p: &PortMap, addr: &IpNetwork) -> DnatPlan {
+    let ipv = Ipv::of(addr);
+    let v6 = ipv == Ipv::V6;
+    let chain = chain_name(&p.network, &p.container_id, "DN-");
+    let mark_chain = p.external_set_mark_chain.clone().unwrap_or_else(|| SETMARK.to_string());
+    let mappings: Vec<&PortMapping> = p.mappings.iter().filter(|m| m.applies_to(v6)).collect();
+    let mut rules = Vec::new();
+    for m in &mappings {
+        let dst = m.bound_ip().map(|h| format!(" -d {}", with_prefix(h, ipv.host_prefix()))).unwrap_or_default();
+        let ports = format!("-p {proto} -m {proto} --dport {}", m.host_port, proto = m.protocol);
+        if p.snat {
+            if p.masq_all {
+                rules.push(format!("-A {chain}{dst} {ports} -j {mark_chain}"));
+            } else {
+                rules.push(format!("-A {chain} -s {}{dst} {ports} -j {mark_chain}", subnet(addr)));
+                if !v6 {
+                    rules.push(format!("-A {chain} -s 127.0.0.1/32{dst} {ports} -j {mark_chain}"));
+                }
+            }
+        }
+        let to = if v6 {
+            format!("[{}]:{}", addr.ip(), m.container_port)
+        } else {
+            format!("{}:{}", addr.ip(), m.container_port)
+        };
+        rules.push(format!("-A {chain}{dst} {ports} -j DNAT --to-destination {to}"));
+    }
+    let mut by_proto: BTreeMap<&str, Vec<u16>> = BTreeMap::new();
+    for m in &mappings {
+        by_proto.entry(m.protocol.name()).or_default().push(m.host_port);
+    }
+    let conditions = if v6 { &p.conditions_v6 } else { &p.conditions_v4 };
+    let conditions: String = conditions.iter().map(|c| format!(" {}", quote(c))).collect();
+    let note = quote(&dnat_comment(&p.network, &p.container_id));
+    let mut entries = Vec::new();
+    for (proto, ports) in by_proto {
+        for group in ports.chunks(MULTIPORT_MAX) {
+            let list: Vec<String> = group.iter().map(u16::to_string).collect();
+            entries.push(format!(
+                "-A {TOP_DNAT} -p {proto} -m comment --comment {note} -m multiport --dports {}{conditions} -j {chain}",
+                list.join(",")
+            ));
+        }
+    }
+    DnatPlan { chain, rules, entries }
+}
+
+fn mark_value(bit: u8) -> String {
+    let v = 1u64 << bit;
+    format!("{v:#x}/{v:#x}")
+}
+
+fn setmark_rule(bit: u8) -> String {
+    format!("-A {SETMARK} -m comment --comment \"CNI portfwd masquerade mark\" -j MARK --set-xmark {}", mark_value(bit))
+}
+
+fn markmasq_rule(bit: u8) -> String {
+    format!("-A {MARK_MASQ} -m mark --mark {} -j MASQUERADE", mark_value(bit))
+}
+
+const MARKMASQ_ENTRY: &str = "-m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ";
+const DNAT_ENTRY: &str = "-m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT";
+
+/// The restore lines of a portmap ADD for one address, given the table as it is.
+pub(crate) fn portmap_add_lines(t: &NatTable, p: &PortMap, addr: &IpNetwork) -> Vec<String> {
+    let plan = dnat_plan(p, addr);
+    let mut decl = Vec::new();
+    let mut lines = Vec::new();
+    let shared_masq = p.snat && p.external_set_mark_chain.is_none();
+    if shared_masq {
+        for c in [SETMARK, MARK_MASQ] {
+            if !t.has_chain(c) {
+                decl.push(format!(":{c} - [0:0]"));
+            }
+        }
+        let setmark = setmark_rule(p.mark_masq_bit);
+        if !t.has_rule(&setmark) {
+            lines.push(setmark);
+        }
+        let masq = markmasq_rule(p.mark_masq_bit);
+        if !t.has_rule(&masq) {
+            lines.push(masq);
+        }
+        if t.rules_of("POSTROUTING").all(|r| !r.ends_with(" -j CNI-HOSTPORT-MASQ")) {
+            lines.push(format!("-I POSTROUTING 1 {MARKMASQ_ENTRY}"));
+        }
+    }
+    if !t.has_chain(TOP_DNAT) {
+        decl.push(format!(":{TOP_DNAT} - [0:0]"));
+    }
+    for entry_chain in ["PREROUTING", "OUTPUT"] {
+        if t.rules_of(entry_chain).all(|r| !r.ends_with(" -j CNI-HOSTPORT-DNAT")) {
+            lines.push(format!("-A {entry_chain} {DNAT_ENTRY}"));
+        }
+    }
+    // Replace whatever the container had: drop the old jumps, and (re)declaring the chain flushes it.
+    let mut removal = Vec::new();
+    for r in t.jumps_to(&plan.chain) {
+        removal.push(format!("-D {}", &r[3..]));
+    }
+    decl.push(format!(":{} - [0:0]", plan.chain));
+    let mut all = decl;
+    all.extend(removal);
+    all.extend(lines);
+    all.extend(plan.rules);
+    all.extend(plan.entries);
+    all
+}
+
+/// The restore lines that remove a container's port mappings (the DN chain and the old SN one).
+fn portmap_del_lines(t: &NatTable, network: &str, container_id: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    remove_chain_lines(t, &chain_name(network, container_id, "DN-"), &mut out);
+    remove_chain_lines(t, &chain_name(network, container_id, "SN-"), &mut out);
+    out
+}
+
+pub(crate) fn masq_add_lines(t: &NatTable, m: &Masquerade, ipv: Ipv) -> Vec<String> {
+    let chain = chain_name(&m.network, &m.container_id, "");
+    let note = quote(&masq_comment(&m.network, &m.container_id));
+    let mut out = Vec::new();
+    for r in t.jumps_to(&chain) {
+        out.push(format!("-D {}", &r[3..]));
+    }
+    out.insert(0, format!(":{chain} - [0:0]"));
+    let mut rules: Vec<String> = Vec::new();
+    let mut entries: Vec<String> = Vec::new();
+    for a in m.addresses.iter().filter(|a| Ipv::of(a) == ipv) {
+        let accept = format!("-A {chain} -d {} -m comment --comment {note} -j ACCEPT", subnet(a));
+        if !rules.contains(&accept) {
+            rules.push(accept);
+        }
+        let entry = format!(
+            "-A POSTROUTING -s {} -m comment --comment {note} -j {chain}",
+            with_prefix(a.ip(), ipv.host_prefix())
+        );
+        if !entries.contains(&entry) {
+            entries.push(entry);
+        }
+    }
+    rules.push(format!("-A {chain} ! -d {} -m comment --comment {note} -j MASQUERADE", ipv.multicast()));
+    out.extend(rules);
+    out.extend(entries);
+    out
+}
+
+/// Comment field of a saved rule: the text after `--comment "` up to the closing quote, unescaped.
+fn saved_comment(rule: &str) -> Option<String> {
+    let start = rule.find("--comment ")? + "--comment ".len();
+    let rest = &rule[start..];
+    let Some(body) = rest.strip_prefix('"') else {
+        return rest.split_whitespace().next().map(str::to_string);
+    };
+    let mut out = String::new();
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            '"' => return Some(out),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// (network, container id) from a `[dnat ]name: "<net>" id: "<cid>"` comment.
+fn parse_owner(comment: &str) -> Option<(String, String)> {
+    let rest = comment.strip_prefix("dnat ").unwrap_or(comment);
+    let rest = rest.strip_prefix("name: \"")?;
+    let (net, rest) = rest.split_once('"')?;
+    let rest = rest.strip_prefix(" id: \"")?;
+    let (cid, _) = rest.split_once('"')?;
+    Some((net.to_string(), cid.to_string()))
+}
+
+/// Chains of `network`'s containers not in `keep`: masquerade chains (`CNI-<24 hex>`) when
+/// `dnat` is false, per-container DNAT chains otherwise.
+pub(crate) fn stale_chains(t: &NatTable, network: &str, keep: &[Attachment], dnat: bool) -> BTreeSet<String> {
+    let kept: HashSet<&str> = keep.iter().map(|a| a.container_id.as_str()).collect();
+    let mut stale = BTreeSet::new();
+    for r in &t.rules {
+        let Some((net, cid)) = saved_comment(r).as_deref().and_then(parse_owner) else { continue };
+        if net != network || kept.contains(cid.as_str()) {
+            continue;
+        }
+        let chain = chain_name(network, &cid, if dnat { "DN-" } else { "" });
+        // Only chains whose name proves they are this container's.
+        if t.has_chain(&chain) || t.jumps_to(&chain).next().is_some() {
+            stale.insert(chain);
+        }
+    }
+    stale
+}
+
+fn check_lines(t: &NatTable, wanted: &[String], what: &str) -> Result<()> {
+    for w in wanted {
+        if !t.has_rule(w) {
+            return Err(check_failed(format!("{what}: rule missing from the nat table: {w}")));
+        }
+    }
+    Ok(())
+}
+
+impl Firewall for IptablesBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Iptables
+    }
+
+    fn add_masquerade(&self, m: &Masquerade) -> Result<()> {
+        let what = format!("add masquerade for container {}", m.container_id);
+        for ipv in [Ipv::V4, Ipv::V6] {
+            if m.addresses.iter().any(|a| Ipv::of(a) == ipv) {
+                transact(ipv, &what, |t| masq_add_lines(t, m, ipv))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn del_masquerade(&self, network: &str, container_id: &str, _ifname: &str) -> Result<()> {
+        // Like the reference, the chain is per (network, container): ifname plays no part.
+        let chain = chain_name(network, container_id, "");
+        let what = format!("delete masquerade of container {container_id}");
+        both_families(|ipv| {
+            transact(ipv, &what, |t| {
+                let mut out = Vec::new();
+                remove_chain_lines(t, &chain, &mut out);
+                out
+            })
+        })
+    }
+
+    fn check_masquerade(&self, m: &Masquerade) -> Result<()> {
+        let what = format!("masquerade of container {}", m.container_id);
+        for ipv in [Ipv::V4, Ipv::V6] {
+            if !m.addresses.iter().any(|a| Ipv::of(a) == ipv) {
+                continue;
+            }
+            let t = save(ipv)?;
+            let wanted: Vec<String> =
+                masq_add_lines(&NatTable::default(), m, ipv).into_iter().filter(|l| l.starts_with("-A ")).collect();
+            check_lines(&t, &wanted, &what)?;
+        }
+        Ok(())
+    }
+
+    fn gc_masquerade(&self, network: &str, keep: &[Attachment]) -> Result<()> {
+        let what = format!("garbage-collect masquerade chains of network {network}");
+        both_families(|ipv| {
+            transact(ipv, &what, |t| {
+                let mut out = Vec::new();
+                for chain in stale_chains(t, network, keep, false) {
+                    remove_chain_lines(t, &chain, &mut out);
+                }
+                out
+            })
+        })
+    }
+
+    fn add_portmap(&self, p: &PortMap) -> Result<()> {
+        let what = format!("add port mappings for container {}", p.container_id);
+        for addr in p.targets() {
+            let ipv = Ipv::of(&addr);
+            if !p.mappings.iter().any(|m| m.applies_to(ipv == Ipv::V6)) {
+                continue;
+            }
+            transact(ipv, &what, |t| portmap_add_lines(t, p, &addr))?;
+        }
+        Ok(())
+    }
+
+    fn del_portmap(&self, network: &str, container_id: &str, _ifname: &str) -> Result<()> {
+        let what = format!("delete port mappings of container {container_id}");
+        both_families(|ipv| transact(ipv, &what, |t| portmap_del_lines(t, network, container_id)))
+    }
+
+    fn check_portmap(&self, p: &PortMap) -> Result<()> {
+        let what = format!("port mappings of container {}", p.container_id);
+        for addr in p.targets() {
+            let ipv = Ipv::of(&addr);
+            if !p.mappings.iter().any(|m| m.applies_to(ipv == Ipv::V6)) {
+                continue;
+            }
+            let t = save(ipv)?;
+            let plan = dnat_plan(p, &addr);
+            if !t.has_chain(&plan.chain) {
+                return Err(check_failed(format!("{what}: chain {} missing from the nat table", plan.chain)));
+            }
+            check_lines(&t, &plan.rules, &what)?;
+            if t.rules_of(TOP_DNAT).filter(|r| r.ends_with(&format!(" -j {}", plan.chain))).count() < plan.entries.len()
+            {
+                return Err(check_failed(format!("{what}: no jump from {TOP_DNAT} to {}", plan.chain)));
+            }
+            for entry_chain in ["PREROUTING", "OUTPUT"] {
+                if t.rules_of(entry_chain).all(|r| !r.ends_with(" -j CNI-HOSTPORT-DNAT")) {
+                    return Err(check_failed(format!("{what}: no jump from {entry_chain} to {TOP_DNAT}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn gc_portmap(&self, network: &str, keep: &[Attachment]) -> Result<()> {
+        let what = format!("garbage-collect port-mapping chains of network {network}");
+        both_families(|ipv| {
+            transact(ipv, &what, |t| {
+                let mut out = Vec::new();
+                for chain in stale_chains(t, network, keep, true) {
+                    remove_chain_lines(t, &chain, &mut out);
+                }
+                out
+            })
+        })
+    }
+
+    fn status(&self) -> Result<()> {
+        usable(Ipv::V4).map_err(|e| Error::new(code::NOT_AVAILABLE, format!("iptables is not usable here: {}", e.msg)))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::super::Protocol;
+    use super::*;
+
+    #[test]
+    fn reference_chain_names() {
+        // Values computed with the reference's utils.FormatChainName / MustFormatChainNameWithPrefix.
+        let c = chain_name("test", "1234", "");
+        assert_eq!(c.len(), 28);
+        assert!(c.starts_with("CNI-"));
+        assert_eq!(c, format!("CNI-{}", &sha512_hex("test1234")[..24]));
+        let d = chain_name("test", "1234", "DN-");
+        assert_eq!(d, format!("CNI-DN-{}", &sha512_hex("test1234")[..21]));
+    }
+
+    fn pm() -> PortMap {
+        PortMap {
+            network: "net".into(),
+            container_id: "c1".into(),
+            ifname: "eth0".into(),
+            mappings: vec![
+                PortMapping { host_port: 8080, container_port: 80, protocol: Protocol::Tcp, host_ip: None },
+                PortMapping {
+                    host_port: 53,
+                    container_port: 5353,
+                    protocol: Protocol::Udp,
+                    host_ip: Some("192.168.1.1".parse().unwrap()),
+                },
+            ],
+            ipv4: Some("10.0.0.2/24".parse().unwrap()),
+            ipv6: None,
+            snat: true,
+            masq_all: false,
+            mark_masq_bit: 13,
+            external_set_mark_chain: None,
+            conditions_v4: vec!["-s".into(), "1.2.3.4 ".into()],
+            conditions_v6: vec![],
+        }
+    }
+
+    #[test]
+    fn portmap_rules_in_save_form() {
+        let p = pm();
+        let addr = p.ipv4.unwrap();
+        let plan = dnat_plan(&p, &addr);
+        let ch = &plan.chain;
+        assert_eq!(
+            plan.rules,
+            vec![
+                format!("-A {ch} -s 10.0.0.0/24 -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK"),
+                format!("-A {ch} -s 127.0.0.1/32 -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK"),
+                format!("-A {ch} -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.0.0.2:80"),
+                format!("-A {ch} -s 10.0.0.0/24 -d 192.168.1.1/32 -p udp -m udp --dport 53 -j CNI-HOSTPORT-SETMARK"),
+                format!("-A {ch} -s 127.0.0.1/32 -d 192.168.1.1/32 -p udp -m udp --dport 53 -j CNI-HOSTPORT-SETMARK"),
+                format!("-A {ch} -d 192.168.1.1/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.0.0.2:5353"),
+            ]
+        );
+        assert_eq!(
+            plan.entries[0],
+            format!("-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment \"dnat name: \\\"net\\\" id: \\\"c1\\\"\" -m multiport --dports 8080 -s \"1.2.3.4 \" -j {ch}")
+        );
+        let lines = portmap_add_lines(&NatTable::default(), &p, &addr);
+        assert_eq!(lines[0], ":CNI-HOSTPORT-SETMARK - [0:0]");
+        assert!(lines.contains(
+            &"-I POSTROUTING 1 -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ"
+                .to_string()
+        ));
+        assert!(lines.contains(&"-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE".to_string()));
+    }
+
+    #[test]
+    fn many_ports_are_split() {
+        let mut p = pm();
+        p.mappings = (1..=20)
+            .map(|i| PortMapping { host_port: i, container_port: i, protocol: Protocol::Tcp, host_ip: None })
+            .collect();
+        let plan = dnat_plan(&p, &p.ipv4.unwrap());
+        assert_eq!(plan.entries.len(), 2);
+    }
+
+    #[test]
+    fn save_parsing_and_gc() {
+        let dn = chain_name("net", "gone", "DN-");
+        let keep_dn = chain_name("net", "kept", "DN-");
+        let masq = chain_name("net", "gone", "");
+        let save = format!(
+            "# Generated\n*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j ACCEPT\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n:{dn} - [0:0]\n:{keep_dn} - [0:0]\n:{masq} - [0:0]\n\
+             -A CNI-HOSTPORT-DNAT -p tcp -m comment --comment \"dnat name: \\\"net\\\" id: \\\"gone\\\"\" -m multiport --dports 80 -j {dn}\n\
+             -A CNI-HOSTPORT-DNAT -p tcp -m comment --comment \"dnat name: \\\"net\\\" id: \\\"kept\\\"\" -m multiport --dports 81 -j {keep_dn}\n\
+             -A POSTROUTING -s 10.0.0.9/32 -m comment --comment \"name: \\\"net\\\" id: \\\"gone\\\"\" -j {masq}\n\
+             -A {masq} ! -d 224.0.0.0/4 -m comment --comment \"name: \\\"net\\\" id: \\\"gone\\\"\" -j MASQUERADE\nCOMMIT\n"
+        );
+        let t = NatTable::parse(&save);
+        assert!(t.has_chain(&dn));
+        assert!(!t.has_rule("-A FORWARD -j ACCEPT"));
+        let keep = vec![Attachment { container_id: "kept".into(), ifname: "eth0".into() }];
+        assert_eq!(stale_chains(&t, "net", &keep, true).into_iter().collect::<Vec<_>>(), vec![dn.clone()]);
+        assert_eq!(stale_chains(&t, "net", &keep, false).into_iter().collect::<Vec<_>>(), vec![masq.clone()]);
+        assert!(stale_chains(&t, "other", &keep, true).is_empty());
+        let del = portmap_del_lines(&t, "net", "gone");
+        assert!(del[0].starts_with("-D CNI-HOSTPORT-DNAT -p tcp"));
+        assert_eq!(del[1..], [format!("-F {dn}"), format!("-X {dn}")]);
+        assert!(portmap_del_lines(&t, "net", "never").is_empty());
+    }
+
+    #[test]
+    fn masquerade_lines() {
+        let m = Masquerade {
+            network: "net".into(),
+            container_id: "c".into(),
+            ifname: "eth0".into(),
+            addresses: vec!["10.1.0.5/16".parse().unwrap(), "fd00::5/64".parse().unwrap()],
+        };
+        let ch = chain_name("net", "c", "");
+        let v4 = masq_add_lines(&NatTable::default(), &m, Ipv::V4);
+        assert_eq!(
+            v4,
+            vec![
+                format!(":{ch} - [0:0]"),
+                format!("-A {ch} -d 10.1.0.0/16 -m comment --comment \"name: \\\"net\\\" id: \\\"c\\\"\" -j ACCEPT"),
+                format!(
+                    "-A {ch} ! -d 224.0.0.0/4 -m comment --comment \"name: \\\"net\\\" id: \\\"c\\\"\" -j MASQUERADE"
+                ),
+                format!(
+                    "-A POSTROUTING -s 10.1.0.5/32 -m comment --comment \"name: \\\"net\\\" id: \\\"c\\\"\" -j {ch}"
+                ),
+            ]
+        );
+        let v6 = masq_add_lines(&NatTable::default(), &m, Ipv::V6);
+        assert!(v6[2].contains("! -d ff00::/8"));
+        assert!(v6[3].contains("-s fd00::5/128"));
+    }
+
+    #[test]
+    fn comments() {
+        let r = "-A X -m comment --comment \"dnat name: \\\"n\\\" id: \\\"c\\\"\" -j Y";
+        assert_eq!(saved_comment(r).unwrap(), "dnat name: \"n\" id: \"c\"");
+        assert_eq!(parse_owner("dnat name: \"n\" id: \"c\""), Some(("n".into(), "c".into())));
+        assert_eq!(parse_owner("CNI portfwd masquerade mark"), None);
+    }
+}

@@ -1,0 +1,260 @@
+//! Port mapping and IP masquerade behind one trait, with an nftables and an iptables backend.
+//!
+//! The backend is chosen while a plugin parses its config ([`choose`]) and opened with [`open`].
+//! Both backends keep their rules in their own chains and read back only those:
+//!
+//! - nftables: tables `inet cni_rs_portmap` and `inet cni_rs_masq`, one set of per-container chains
+//!   named from a hash of (network, container id, ifname). ADD and DEL are each one `nft -f -`
+//!   batch; DEL deletes chains by name, so it needs neither the container's IPs nor its mappings
+//!   and lists nothing.
+//! - iptables: the reference plugins' chain names, marks and comments (`CNI-HOSTPORT-DNAT`,
+//!   `CNI-DN-<hash>`, `CNI-HOSTPORT-SETMARK`, `CNI-HOSTPORT-MASQ`, `CNI-<hash>`), so pods set up by
+//!   the Go plugins are torn down by ours. One `iptables-save -t nat` and one
+//!   `iptables-restore --noflush` per family and operation.
+
+mod exec;
+mod iptables;
+mod nftables;
+
+use ipnetwork::IpNetwork;
+use libcni::conf::Attachment;
+use libcni::{code, Error, Result};
+use sha2::{Digest, Sha512};
+use std::fmt;
+use std::net::IpAddr;
+
+pub use iptables::IptablesBackend;
+pub use nftables::NftablesBackend;
+
+/// The firewall implementations we can drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Nftables,
+    Iptables,
+}
+
+impl BackendKind {
+    /// The name used in configs: `nftables` or `iptables`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Nftables => "nftables",
+            BackendKind::Iptables => "iptables",
+        }
+    }
+
+    /// Parses a backend name from a config (`nftables`, `nft` or `iptables`); anything else is code 7.
+    pub fn parse(name: &str) -> Result<BackendKind> {
+        match name {
+            "nftables" | "nft" => Ok(BackendKind::Nftables),
+            "iptables" => Ok(BackendKind::Iptables),
+            other => Err(Error::config(format!(
+                "unknown firewall backend {other:?}: use \"nftables\" (or \"nft\") or \"iptables\""
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The backend a config asked for, or when it asked for none, nftables where `nft` works and
+/// iptables otherwise. A bad name is code 7.
+pub fn choose(requested: Option<&str>) -> Result<BackendKind> {
+    match requested {
+        Some(name) => BackendKind::parse(name),
+        None if nftables::usable() => Ok(BackendKind::Nftables),
+        None => Ok(BackendKind::Iptables),
+    }
+}
+
+/// The backend of that kind.
+pub fn open(kind: BackendKind) -> Box<dyn Firewall> {
+    match kind {
+        BackendKind::Nftables => Box::new(NftablesBackend),
+        BackendKind::Iptables => Box::new(IptablesBackend),
+    }
+}
+
+/// Masquerade traffic from a pod's addresses to anything outside their subnets (multicast excepted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Masquerade {
+    pub network: String,
+    pub container_id: String,
+    pub ifname: String,
+    /// The pod's addresses with their subnet prefix, like `10.22.0.5/24`.
+    pub addresses: Vec<IpNetwork>,
+}
+
+/// A transport protocol a port can be mapped for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// Parses `tcp`, `udp` or `sctp` in any case; None for anything else.
+    pub fn parse(s: &str) -> Option<Protocol> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" => Some(Protocol::Tcp),
+            "udp" => Some(Protocol::Udp),
+            "sctp" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One host port forwarded to a container port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortMapping {
+    pub host_port: u16,
+    pub container_port: u16,
+    pub protocol: Protocol,
+    /// Only traffic to this host address is forwarded; None (or an unspecified address) means any.
+    pub host_ip: Option<IpAddr>,
+}
+
+impl PortMapping {
+    /// Whether this mapping applies to a container address of `v6`'s family: a host IP of the
+    /// other family makes it apply to that family only.
+    pub fn applies_to(&self, v6: bool) -> bool {
+        self.host_ip.is_none_or(|ip| ip.is_ipv6() == v6)
+    }
+    /// The host address to match on, if the mapping is bound to one.
+    pub fn bound_ip(&self) -> Option<IpAddr> {
+        self.host_ip.filter(|ip| !ip.is_unspecified())
+    }
+}
+
+/// A container's port mappings, with the addresses they forward to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortMap {
+    pub network: String,
+    pub container_id: String,
+    pub ifname: String,
+    pub mappings: Vec<PortMapping>,
+    /// The container's first IPv4 address with its subnet prefix, like `10.22.0.5/24`.
+    pub ipv4: Option<IpNetwork>,
+    /// The container's first IPv6 address with its subnet prefix.
+    pub ipv6: Option<IpNetwork>,
+    /// Masquerade hairpin traffic (from the container's subnet) and IPv4 localhost traffic.
+    pub snat: bool,
+    /// Masquerade forwarded traffic from any source, not only the container's subnet.
+    pub masq_all: bool,
+    /// iptables: the mark bit that asks CNI-HOSTPORT-MASQ to masquerade (the reference's 13).
+    pub mark_masq_bit: u8,
+    /// iptables: a chain of someone else's that marks packets for masquerade, used instead of
+    /// CNI-HOSTPORT-SETMARK (and then we create neither SETMARK nor MASQ).
+    pub external_set_mark_chain: Option<String>,
+    /// Extra match conditions for the entry rules, in the backend's own syntax.
+    pub conditions_v4: Vec<String>,
+    pub conditions_v6: Vec<String>,
+}
+
+impl PortMap {
+    /// The container addresses to forward to: IPv4 first.
+    pub fn targets(&self) -> impl Iterator<Item = IpNetwork> + '_ {
+        self.ipv4.iter().chain(self.ipv6.iter()).copied()
+    }
+}
+
+/// Port mapping and masquerade for one node. DEL and GC are idempotent: what is not there is success.
+pub trait Firewall {
+    /// The backend's kind.
+    fn kind(&self) -> BackendKind;
+    /// Masquerade traffic from each address to anything outside its subnet, except multicast
+    /// (224.0.0.0/4, ff00::/8).
+    fn add_masquerade(&self, m: &Masquerade) -> Result<()>;
+    /// Remove a container's masquerade rules, found by its id alone (no IPs needed).
+    fn del_masquerade(&self, network: &str, container_id: &str, ifname: &str) -> Result<()>;
+    /// Verify that the masquerade rules of `m` exist (code 103 when not).
+    fn check_masquerade(&self, m: &Masquerade) -> Result<()>;
+    /// Remove the masquerade rules of every container of `network` that is not in `keep`.
+    fn gc_masquerade(&self, network: &str, keep: &[Attachment]) -> Result<()>;
+    /// Forward the mapped host ports to the container (replacing what it had).
+    fn add_portmap(&self, p: &PortMap) -> Result<()>;
+    /// Remove a container's port mappings, found by its id alone (no IPs or mappings needed).
+    fn del_portmap(&self, network: &str, container_id: &str, ifname: &str) -> Result<()>;
+    /// Verify that the rules of `p` exist (code 103 when not).
+    fn check_portmap(&self, p: &PortMap) -> Result<()>;
+    /// Remove the port mappings of every container of `network` that is not in `keep`.
+    fn gc_portmap(&self, network: &str, keep: &[Attachment]) -> Result<()>;
+    /// Ok when this backend can work on this node; code 50 when not (tool missing, kernel lacks it).
+    fn status(&self) -> Result<()>;
+}
+
+/// Deletes the UDP conntrack entries whose original destination port is `port` (for one family),
+/// so datagrams that were tracked before a mapping existed stop bypassing it. No entries is success.
+pub fn flush_udp_conntrack(port: u16, v6: bool) -> Result<()> {
+    let port = port.to_string();
+    let family = if v6 { "ipv6" } else { "ipv4" };
+    let out = exec::run("conntrack", &["-D", "-f", family, "-p", "udp", "--orig-port-dst", &port], None)?;
+    if out.success || out.stderr.contains("0 flow entries") {
+        Ok(())
+    } else {
+        Err(Error::network(format!(
+            "delete {family} UDP conntrack entries for port {port}: conntrack failed: {}",
+            exec::one_line(&out.stderr)
+        )))
+    }
+}
+
+/// Lowercase hex of sha512(input).
+fn sha512_hex(input: &str) -> String {
+    let digest = Sha512::digest(input.as_bytes());
+    let mut out = String::with_capacity(digest.len() * 2);
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// A CHECK failure naming what is missing.
+fn check_failed(msg: impl Into<String>) -> Error {
+    Error::new(code::CHECK_FAILED, msg)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names() {
+        assert_eq!(choose(Some("nft")).unwrap(), BackendKind::Nftables);
+        assert_eq!(choose(Some("nftables")).unwrap(), BackendKind::Nftables);
+        assert_eq!(choose(Some("iptables")).unwrap(), BackendKind::Iptables);
+        assert_eq!(choose(Some("ipfw")).unwrap_err().code, code::INVALID_CONFIG);
+    }
+
+    #[test]
+    fn mapping_families() {
+        let m = PortMapping { host_port: 1, container_port: 1, protocol: Protocol::Tcp, host_ip: None };
+        assert!(m.applies_to(false) && m.applies_to(true));
+        let m = PortMapping { host_ip: Some("0.0.0.0".parse().unwrap()), ..m };
+        assert!(m.applies_to(false) && !m.applies_to(true));
+        assert_eq!(m.bound_ip(), None);
+        let m = PortMapping { host_ip: Some("fd00::1".parse().unwrap()), ..m };
+        assert!(!m.applies_to(false) && m.applies_to(true));
+        assert!(m.bound_ip().is_some());
+        assert_eq!(Protocol::parse("TCP"), Some(Protocol::Tcp));
+        assert_eq!(Protocol::parse("icmp"), None);
+    }
+}

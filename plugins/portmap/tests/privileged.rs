@@ -1,0 +1,475 @@
+//! End-to-end tests of the portmap binary and the firewall backends with real traffic.
+//!
+//! Each test builds its own world of network namespaces: a "node" (bridge br0 10.66.0.1/24 +
+//! fd66::1/64, uplink up0 192.168.66.1/24 + fd67::1/64), two pods on the bridge and a "remote"
+//! host behind the uplink with no route to the pod subnet. The plugin runs inside the node
+//! namespace, so its rules, sysctls and conntrack entries never touch the real host, and tests
+//! can run in parallel. Everything is removed on drop, even when an assertion fails. The bridge
+//! ports have hairpin mode on, as the bridge plugin's `hairpinMode` sets them: with br_netfilter
+//! loaded, a pod reaching its own host port is DNATed back out of the port it came in on.
+//!
+//! Needs root, nft, iptables, conntrack, busybox (httpd), socat and curl. Outside CI a missing privilege skips;
+//! in CI (CI=true) it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use netkit::firewall::{self, BackendKind, Masquerade};
+use netkit::NetNs;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const POD1: &str = "10.66.0.2";
+const POD1_V6: &str = "fd66::2";
+const NODE_BR: &str = "10.66.0.1";
+const NODE_UP: &str = "192.168.66.1";
+const NODE_UP_V6: &str = "fd67::1";
+const REMOTE: &str = "192.168.66.2";
+
+fn privileged() -> bool {
+    let root = nix::unistd::Uid::effective().is_root();
+    let tools = ["nft", "iptables-save", "busybox", "socat", "conntrack", "curl"].iter().all(|t| {
+        Command::new("sh").arg("-c").arg(format!("command -v {t}")).output().is_ok_and(|o| o.status.success())
+    });
+    if root && tools {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("privileged portmap tests cannot run (root: {root}, tools present: {tools}) but CI=true");
+    }
+    eprintln!("skipping: needs root and nft, iptables, busybox, socat, conntrack, curl");
+    false
+}
+
+fn sh(cmd: &str) -> Output {
+    Command::new("sh").arg("-c").arg(cmd).output().unwrap()
+}
+
+fn must(cmd: &str) -> String {
+    let out = sh(cmd);
+    assert!(out.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn unique() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{:x}{:x}{}", std::process::id() & 0xffff, nanos & 0xfff, N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A node, two pods and a remote host; torn down on drop.
+struct World {
+    node: String,
+    pod1: String,
+    pod2: String,
+    remote: String,
+    servers: Vec<Child>,
+    dir: std::path::PathBuf,
+}
+
+impl World {
+    fn new() -> World {
+        let id = unique();
+        let w = World {
+            node: format!("pmn-{id}"),
+            pod1: format!("pmp1-{id}"),
+            pod2: format!("pmp2-{id}"),
+            remote: format!("pmr-{id}"),
+            servers: Vec::new(),
+            dir: std::env::temp_dir().join(format!("portmap-test-{id}")),
+        };
+        for ns in [&w.node, &w.pod1, &w.pod2, &w.remote] {
+            // No DAD: a tentative link-local address would drop the first IPv6 exchanges.
+            must(&format!(
+                "ip netns add {ns} && ip -n {ns} link set lo up && ip netns exec {ns} sysctl -qw \
+                 net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0"
+            ));
+        }
+        let n = &w.node;
+        must(&format!(
+            "ip -n {n} link add br0 type bridge && ip -n {n} addr add {NODE_BR}/24 dev br0 && \
+             ip -n {n} addr add fd66::1/64 dev br0 nodad && ip -n {n} link set br0 up && \
+             ip netns exec {n} sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1"
+        ));
+        for (pod, idx, port) in [(&w.pod1, 2, "vp1"), (&w.pod2, 3, "vp2")] {
+            must(&format!(
+                "ip -n {n} link add {port} type veth peer name eth0 netns {pod} && \
+                 ip -n {n} link set {port} master br0 up && \
+                 ip -n {n} link set {port} type bridge_slave hairpin on && \
+                 ip -n {pod} addr add 10.66.0.{idx}/24 dev eth0 && ip -n {pod} addr add fd66::{idx}/64 dev eth0 nodad && \
+                 ip -n {pod} link set eth0 up && ip -n {pod} route add default via {NODE_BR} && \
+                 ip -n {pod} -6 route add default via fd66::1"
+            ));
+        }
+        let r = &w.remote;
+        must(&format!(
+            "ip -n {n} link add up0 type veth peer name eth0 netns {r} && \
+             ip -n {n} addr add {NODE_UP}/24 dev up0 && ip -n {n} addr add {NODE_UP_V6}/64 dev up0 nodad && \
+             ip -n {n} link set up0 up && \
+             ip -n {r} addr add {REMOTE}/24 dev eth0 && ip -n {r} addr add fd67::2/64 dev eth0 nodad && ip -n {r} link set eth0 up"
+        ));
+        std::fs::create_dir_all(&w.dir).unwrap();
+        w
+    }
+
+    /// An HTTP server answering `name` on port 80 in `ns`.
+    fn http_server(&mut self, ns: &str, name: &str) {
+        let root = self.dir.join(ns);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("index.html"), format!("{name}\n")).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, "busybox", "httpd", "-f", "-p", "80", "-h"])
+            .arg(&root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.servers.push(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while http(ns, "127.0.0.1", 80).as_deref() != Some(name) {
+            assert!(Instant::now() < deadline, "http server in {ns} did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A UDP echo server on `port` in `ns` (IPv4).
+    fn udp_echo(&mut self, ns: &str, port: u16) {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, "socat", &format!("UDP4-RECVFROM:{port},fork"), "EXEC:cat"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.servers.push(child);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for c in &mut self.servers {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in [&self.node, &self.pod1, &self.pod2, &self.remote] {
+            // Processes still inside would keep it alive; the servers are gone already.
+            let _ = sh(&format!("ip netns pids {ns} | xargs -r kill -9; ip netns del {ns}"));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The body served at `ip:port` as seen from `ns`, or None if nothing answered.
+fn http(ns: &str, ip: &str, port: u16) -> Option<String> {
+    let host = if ip.contains(':') { format!("[{ip}]") } else { ip.to_string() };
+    let out = sh(&format!("ip netns exec {ns} curl -sf --connect-timeout 2 -m 3 http://{host}:{port}/"));
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn udp(ns: &str, ip: &str, port: u16, msg: &str) -> Option<String> {
+    let out = sh(&format!("echo {msg} | ip netns exec {ns} socat -t 1 -T 2 - UDP4:{ip}:{port}"));
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!text.is_empty()).then_some(text)
+}
+
+struct Call<'a> {
+    node: &'a str,
+    command: &'a str,
+    container: &'a str,
+    netns: &'a str,
+}
+
+/// Runs a plugin binary inside the node namespace; (exit ok, stdout JSON or Null).
+fn plugin(bin: &str, call: &Call, conf: &Value) -> (bool, Value) {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", call.node, bin])
+        .env("CNI_COMMAND", call.command)
+        .env("CNI_CONTAINERID", call.container)
+        .env("CNI_NETNS", call.netns)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/usr/lib/cni")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v = if stdout.trim().is_empty() { Value::Null } else { serde_json::from_str(&stdout).unwrap_or(Value::Null) };
+    if !out.status.success() {
+        eprintln!("{} {} failed: {stdout} {}", bin, call.command, String::from_utf8_lossy(&out.stderr));
+    }
+    (out.status.success(), v)
+}
+
+fn ours() -> &'static str {
+    env!("CARGO_BIN_EXE_portmap")
+}
+
+fn prev_result(pod: &str, v4: &str, v6: Option<&str>) -> Value {
+    let mut ips = vec![json!({"address": format!("{v4}/24"), "gateway": NODE_BR, "interface": 2})];
+    if let Some(v6) = v6 {
+        ips.push(json!({"address": format!("{v6}/64"), "gateway": "fd66::1", "interface": 2}));
+    }
+    json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "br0"}, {"name": "vp"}, {"name": "eth0", "sandbox": format!("/run/netns/{pod}")}],
+        "ips": ips,
+    })
+}
+
+fn netconf(version: &str, network: &str, backend: Option<&str>, prev: &Value, mappings: Option<Value>) -> Value {
+    let mut c = json!({
+        "cniVersion": version,
+        "name": network,
+        "type": "portmap",
+        "capabilities": {"portMappings": true},
+        "prevResult": prev,
+    });
+    if let Some(b) = backend {
+        c["backend"] = json!(b);
+    }
+    if let Some(m) = mappings {
+        c["runtimeConfig"] = json!({"portMappings": m});
+    }
+    c
+}
+
+fn mappings() -> Value {
+    json!([
+        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+        {"hostPort": 5300, "containerPort": 5300, "protocol": "udp"},
+        {"hostPort": 8081, "containerPort": 80, "protocol": "tcp", "hostIP": NODE_UP}
+    ])
+}
+
+/// Every ruleset of the node, for "nothing of the pod is left" assertions.
+fn rulesets(node: &str) -> String {
+    must(&format!(
+        "ip netns exec {node} nft list ruleset; ip netns exec {node} iptables-save; ip netns exec {node} ip6tables-save"
+    ))
+}
+
+fn assert_forwarding(w: &World) {
+    assert_eq!(http(&w.node, NODE_BR, 8080).as_deref(), Some("pod1"), "node IP from the node");
+    assert_eq!(http(&w.node, "127.0.0.1", 8080).as_deref(), Some("pod1"), "localhost from the node");
+    assert_eq!(http(&w.pod2, NODE_BR, 8080).as_deref(), Some("pod1"), "from another pod");
+    assert_eq!(http(&w.pod1, NODE_BR, 8080).as_deref(), Some("pod1"), "hairpin from the pod itself");
+    assert_eq!(http(&w.remote, NODE_UP, 8080).as_deref(), Some("pod1"), "from a remote host");
+    assert_eq!(http(&w.remote, NODE_UP_V6, 8080).as_deref(), Some("pod1"), "IPv6 from a remote host");
+    assert_eq!(udp(&w.remote, NODE_UP, 5300, "ping").as_deref(), Some("ping"), "UDP echo from a remote host");
+    assert_eq!(http(&w.remote, NODE_UP, 8081).as_deref(), Some("pod1"), "hostIP-bound mapping on its address");
+    assert_eq!(http(&w.node, NODE_BR, 8081), None, "hostIP-bound mapping on another address");
+    assert_eq!(http(&w.pod2, NODE_BR, 8081), None, "hostIP-bound mapping on another address, from a pod");
+}
+
+fn assert_gone(w: &World, container: &str) {
+    let rules = rulesets(&w.node);
+    for needle in [POD1, POD1_V6, container] {
+        assert!(!rules.contains(needle), "{needle} still in the rules:\n{rules}");
+    }
+    assert_eq!(http(&w.node, NODE_BR, 8080), None, "port still answers after DEL");
+    assert_eq!(http(&w.remote, NODE_UP, 8080), None, "port still answers after DEL");
+}
+
+fn end_to_end(backend: &str) {
+    if !privileged() {
+        return;
+    }
+    let mut w = World::new();
+    w.http_server(&w.pod1.clone(), "pod1");
+    w.udp_echo(&w.pod1.clone(), 5300);
+    let network = format!("pmnet-{}", unique());
+    let cid = format!("ctr-{}", unique());
+    let pod_ns = format!("/run/netns/{}", w.pod1);
+    let prev = prev_result(&w.pod1, POD1, Some(POD1_V6));
+    let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
+    let add_conf = netconf("1.1.0", &network, Some(backend), &prev, Some(mappings()));
+    let bare_conf = netconf("1.1.0", &network, Some(backend), &prev, None);
+
+    // Nothing forwarded before ADD.
+    assert_eq!(http(&w.remote, NODE_UP, 8080), None);
+
+    for round in 0..2 {
+        let started = Instant::now();
+        let (ok, out) = plugin(ours(), &call("ADD"), &add_conf);
+        let add_time = started.elapsed();
+        assert!(ok, "ADD: {out}");
+        assert_eq!(out["ips"], prev["ips"], "ADD returns prevResult");
+        assert_eq!(must(&format!("ip netns exec {} sysctl -n net.ipv4.conf.br0.route_localnet", w.node)).trim(), "1");
+        assert!(plugin(ours(), &call("CHECK"), &add_conf).0, "CHECK after ADD");
+        assert_forwarding(&w);
+
+        // Round 0: DEL without portMappings (the runtime didn't resend them); round 1: with them.
+        let del_conf = if round == 0 { &bare_conf } else { &add_conf };
+        let started = Instant::now();
+        assert!(plugin(ours(), &call("DEL"), del_conf).0, "DEL");
+        eprintln!("{backend}: portmap ADD {add_time:?}, DEL {:?} (whole plugin process)", started.elapsed());
+        assert_gone(&w, &cid);
+        let (ok, err) = plugin(ours(), &call("CHECK"), &add_conf);
+        assert!(!ok && err["code"] == 103, "CHECK after DEL must fail: {err}");
+        assert!(plugin(ours(), &call("DEL"), del_conf).0, "DEL twice");
+    }
+
+    // DEL after the netns is gone, and parallel DELs.
+    assert!(plugin(ours(), &call("ADD"), &add_conf).0);
+    let gone = Call { node: &w.node, command: "DEL", container: &cid, netns: "/run/netns/does-not-exist" };
+    let dels: Vec<_> = (0..3)
+        .map(|_| {
+            let bare = bare_conf.clone();
+            let node = w.node.clone();
+            let cid = cid.clone();
+            std::thread::spawn(move || {
+                plugin(ours(), &Call { node: &node, command: "DEL", container: &cid, netns: "" }, &bare).0
+            })
+        })
+        .collect();
+    assert!(plugin(ours(), &gone, &bare_conf).0);
+    for d in dels {
+        assert!(d.join().unwrap(), "parallel DEL");
+    }
+    assert_gone(&w, &cid);
+
+    // GC removes containers that are not valid attachments, keeps the others.
+    let other = format!("ctr-{}", unique());
+    assert!(plugin(ours(), &call("ADD"), &add_conf).0);
+    let prev2 = prev_result(&w.pod2, "10.66.0.3", None);
+    let conf2 =
+        netconf("1.1.0", &network, Some(backend), &prev2, Some(json!([{"hostPort": 9090, "containerPort": 80}])));
+    let pod2_ns = format!("/run/netns/{}", w.pod2);
+    assert!(plugin(ours(), &Call { node: &w.node, command: "ADD", container: &other, netns: &pod2_ns }, &conf2).0);
+    let mut gc = netconf("1.1.0", &network, Some(backend), &prev, None);
+    gc.as_object_mut().unwrap().remove("prevResult");
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": other, "ifname": "eth0"}]);
+    assert!(plugin(ours(), &Call { node: &w.node, command: "GC", container: "", netns: "" }, &gc).0, "GC");
+    assert_gone(&w, &cid);
+    assert!(
+        plugin(ours(), &Call { node: &w.node, command: "CHECK", container: &other, netns: &pod2_ns }, &conf2).0,
+        "GC kept the valid attachment"
+    );
+    let mut status = gc.clone();
+    status.as_object_mut().unwrap().remove("cni.dev/valid-attachments");
+    assert!(plugin(ours(), &Call { node: &w.node, command: "STATUS", container: "", netns: "" }, &status).0);
+}
+
+#[test]
+fn nftables_end_to_end() {
+    end_to_end("nftables");
+}
+
+#[test]
+fn iptables_end_to_end() {
+    end_to_end("iptables");
+}
+
+#[test]
+fn no_mappings_does_nothing() {
+    if !privileged() {
+        return;
+    }
+    let w = World::new();
+    let prev = prev_result(&w.pod1, POD1, None);
+    let conf = netconf("1.0.0", "pmnet-none", Some("nftables"), &prev, None);
+    let before = rulesets(&w.node);
+    let (ok, out) = plugin(ours(), &Call { node: &w.node, command: "ADD", container: "c", netns: "/x" }, &conf);
+    assert!(ok);
+    assert_eq!(out["ips"], prev["ips"]);
+    assert_eq!(rulesets(&w.node), before);
+    let mut chained = conf.clone();
+    chained.as_object_mut().unwrap().remove("prevResult");
+    let (ok, err) = plugin(ours(), &Call { node: &w.node, command: "ADD", container: "c", netns: "/x" }, &chained);
+    assert!(!ok && err["code"] == 7, "{err}");
+    let bad = netconf("1.0.0", "pmnet-none", None, &prev, Some(json!([{"hostPort": 0, "containerPort": 80}])));
+    let (ok, err) = plugin(ours(), &Call { node: &w.node, command: "ADD", container: "c", netns: "/x" }, &bad);
+    assert!(!ok && err["code"] == 7 && err["msg"].as_str().unwrap().contains("portMappings[0]"), "{err}");
+}
+
+/// Rules the Debian reference plugin (/usr/lib/cni/portmap, iptables) made are removed by our DEL.
+#[test]
+fn reference_rules_are_removed_by_our_del() {
+    if !privileged() {
+        return;
+    }
+    let reference = "/usr/lib/cni/portmap";
+    if !std::path::Path::new(reference).exists() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{reference} missing but CI=true");
+        eprintln!("skipping: {reference} missing (apt-get install containernetworking-plugins)");
+        return;
+    }
+    let mut w = World::new();
+    w.http_server(&w.pod1.clone(), "pod1");
+    let network = format!("pmref-{}", unique());
+    let cid = format!("ref-{}", unique());
+    let pod_ns = format!("/run/netns/{}", w.pod1);
+    let prev = prev_result(&w.pod1, POD1, None);
+    let conf = netconf(
+        "1.0.0",
+        &network,
+        None,
+        &prev,
+        Some(json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}])),
+    );
+    let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
+    assert!(plugin(reference, &call("ADD"), &conf).0, "reference ADD");
+    assert_eq!(http(&w.remote, NODE_UP, 8080).as_deref(), Some("pod1"));
+    assert!(rulesets(&w.node).contains(&cid));
+    let mut ours_conf = netconf("1.0.0", &network, Some("iptables"), &prev, None);
+    ours_conf.as_object_mut().unwrap().remove("runtimeConfig");
+    assert!(plugin(ours(), &call("DEL"), &ours_conf).0, "our DEL");
+    assert_gone(&w, &cid);
+}
+
+/// Masquerade through the firewall API: a pod reaches a remote host that has no route back.
+fn masquerade(kind: BackendKind) {
+    if !privileged() {
+        return;
+    }
+    let mut w = World::new();
+    w.http_server(&w.remote.clone(), "remote");
+    let node = NetNs::open(format!("/run/netns/{}", w.node)).unwrap();
+    let fw = firewall::open(kind);
+    let network = format!("mqnet-{}", unique());
+    let m = Masquerade {
+        network: network.clone(),
+        container_id: format!("mq-{}", unique()),
+        ifname: "eth0".into(),
+        addresses: vec![format!("{POD1}/24").parse().unwrap(), format!("{POD1_V6}/64").parse().unwrap()],
+    };
+    let other = Masquerade {
+        container_id: format!("mq-{}", unique()),
+        addresses: vec!["10.66.0.3/24".parse().unwrap()],
+        ..m.clone()
+    };
+    assert_eq!(http(&w.pod1, REMOTE, 80), None, "no route back without masquerade");
+    node.run(|| fw.add_masquerade(&m)).unwrap().unwrap();
+    node.run(|| fw.add_masquerade(&other)).unwrap().unwrap();
+    node.run(|| fw.check_masquerade(&m)).unwrap().unwrap();
+    assert_eq!(http(&w.pod1, REMOTE, 80).as_deref(), Some("remote"));
+    assert_eq!(http(&w.pod2, REMOTE, 80).as_deref(), Some("remote"));
+    // Inside the subnet nothing is masqueraded: the pods see each other's real address.
+    node.run(|| fw.del_masquerade(&network, &m.container_id, "eth0")).unwrap().unwrap();
+    node.run(|| fw.del_masquerade(&network, &m.container_id, "eth0")).unwrap().unwrap();
+    assert_eq!(http(&w.pod1, REMOTE, 80), None, "masquerade still on after DEL");
+    assert_eq!(node.run(|| fw.check_masquerade(&m)).unwrap().unwrap_err().code, 103);
+    let rules = rulesets(&w.node);
+    assert!(!rules.contains(POD1) && !rules.contains(&m.container_id), "{rules}");
+    // GC keeps the valid attachment only.
+    node.run(|| fw.add_masquerade(&m)).unwrap().unwrap();
+    let keep = [libcni::conf::Attachment { container_id: other.container_id.clone(), ifname: "eth0".into() }];
+    node.run(|| fw.gc_masquerade(&network, &keep)).unwrap().unwrap();
+    assert_eq!(http(&w.pod1, REMOTE, 80), None);
+    assert_eq!(http(&w.pod2, REMOTE, 80).as_deref(), Some("remote"));
+    node.run(|| fw.status()).unwrap().unwrap();
+}
+
+#[test]
+fn nftables_masquerade() {
+    masquerade(BackendKind::Nftables);
+}
+
+#[test]
+fn iptables_masquerade() {
+    masquerade(BackendKind::Iptables);
+}
