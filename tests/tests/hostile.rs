@@ -1,0 +1,709 @@
+//! Hostile input for every plugin binary and for cnitool: each bad input gets the right CNI error
+//! code, a non-zero exit, the error JSON on stdout (never a panic, code 110, or a signal), and leaves
+//! nothing behind (no bridge, no port, no pod interface, nothing in or beside the dataDir).
+//! Privileged (a real pod netns for the cases that get that far); subnets 10.210.x.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use cni_tests::{bin_dir, require_root, run, unique, LinkGuard, Netns, TempDir};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const SYNTAX: u32 = 6;
+const ENV: u32 = 4;
+const VERSION: u32 = 1;
+const CONFIG: u32 = 7;
+const UNSUPPORTED_FIELD: u32 = 2;
+const IO: u32 = 5;
+
+/// What one run of a binary produced.
+struct Ran {
+    exit: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn exec(bin: &Path, args: &[&str], env: &BTreeMap<String, String>, stdin: &[u8]) -> Ran {
+    let mut cmd = Command::new(bin);
+    cmd.args(args).env_clear().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into()));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+    let mut pipe = child.stdin.take().expect("stdin");
+    let input = stdin.to_vec();
+    // A plugin may refuse its environment before reading stdin: a broken pipe here is fine.
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait");
+    let _ = writer.join();
+    Ran {
+        exit: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The shared state of one plugin's table: a pod netns, a scratch dir holding the dataDir, and names.
+struct Fixture {
+    pod: Netns,
+    scratch: TempDir,
+    network: String,
+    bridge: String,
+    _bridge_guard: LinkGuard,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        require_root();
+        let scratch = TempDir::new("cnh");
+        std::fs::create_dir_all(scratch.path().join("data")).expect("data dir");
+        let bridge = unique("cnhb");
+        Fixture { pod: Netns::new("cnhp"), scratch, network: unique("neth"), _bridge_guard: LinkGuard(bridge.clone()), bridge }
+    }
+    fn data_dir(&self) -> String {
+        self.scratch.path().join("data").display().to_string()
+    }
+    fn env(&self, command: &str) -> BTreeMap<String, String> {
+        [
+            ("CNI_COMMAND", command.to_string()),
+            ("CNI_CONTAINERID", unique("ctrh")),
+            ("CNI_NETNS", self.pod.path.clone()),
+            ("CNI_IFNAME", "eth0".to_string()),
+            ("CNI_PATH", bin_dir().display().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+    fn ipam(&self) -> Value {
+        json!({ "type": "host-local", "ranges": [[{ "subnet": "10.210.1.0/24" }]], "dataDir": self.data_dir() })
+    }
+    fn prev_result(&self) -> Value {
+        json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [{ "name": "eth0", "sandbox": self.pod.path }],
+            "ips": [{ "address": "10.210.3.2/24", "gateway": "10.210.3.1", "interface": 0 }]
+        })
+    }
+    /// A valid netconf for `plugin`.
+    fn base(&self, plugin: &str) -> Value {
+        match plugin {
+            "bridge" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "bridge", "bridge": self.bridge,
+                "isGateway": true, "ipMasq": true, "ipam": self.ipam()
+            }),
+            "host-local" => json!({ "cniVersion": "1.0.0", "name": self.network, "type": "bridge", "ipam": self.ipam() }),
+            "loopback" => json!({ "cniVersion": "1.0.0", "name": self.network, "type": "loopback" }),
+            "portmap" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "portmap", "backend": "nftables",
+                "capabilities": { "portMappings": true },
+                "runtimeConfig": { "portMappings": [{ "hostPort": 18080, "containerPort": 80, "protocol": "tcp" }] },
+                "prevResult": self.prev_result()
+            }),
+            other => panic!("no base config for {other}"),
+        }
+    }
+
+    /// Everything a failed invocation must not leave: a port on the bridge (the bridge itself is
+    /// shared and stays, as the reference's does), a pod interface, a reservation in the dataDir,
+    /// any file beside it.
+    fn assert_nothing_left(&self, what: &str) {
+        let ports = run("ip", &["-o", "link", "show", "master", &self.bridge]);
+        let ports = String::from_utf8_lossy(&ports.stdout);
+        assert!(ports.trim().is_empty(), "{what}: ports left on {}: {ports}", self.bridge);
+        let links = self.pod.sh("ip", &["-o", "link", "show"]);
+        assert_eq!(links.lines().count(), 1, "{what}: pod netns has more than lo:\n{links}");
+        let beside: Vec<String> = std::fs::read_dir(self.scratch.path())
+            .expect("scratch")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(beside, ["data"], "{what}: files written beside the dataDir");
+        let inside = list_tree(&self.scratch.path().join("data"));
+        assert!(inside.iter().all(|f| !is_reservation(f)), "{what}: reservation left in the dataDir: {inside:?}");
+    }
+}
+
+fn is_reservation(path: &str) -> bool {
+    path.rsplit('/').next().is_some_and(|n| n.parse::<std::net::IpAddr>().is_ok())
+}
+
+/// Every file below `dir`, relative.
+fn list_tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(list_tree(&p).into_iter().map(|f| format!("{}/{f}", e.file_name().to_string_lossy())));
+        } else {
+            out.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    out
+}
+
+/// One row: what to feed a plugin and the code it must answer with.
+struct Case {
+    label: String,
+    stdin: Vec<u8>,
+    env: Vec<(&'static str, Option<String>)>,
+    want: u32,
+}
+
+fn case(label: impl Into<String>, stdin: impl Into<Vec<u8>>, want: u32) -> Case {
+    Case { label: label.into(), stdin: stdin.into(), env: Vec::new(), want }
+}
+
+fn env_case(label: impl Into<String>, stdin: &Value, env: Vec<(&'static str, Option<String>)>, want: u32) -> Case {
+    Case { label: label.into(), stdin: stdin.to_string().into_bytes(), env, want }
+}
+
+/// `base` with `path` (dot-separated object keys) set to `v`.
+fn with(base: &Value, path: &str, v: Value) -> Vec<u8> {
+    let mut out = base.clone();
+    let mut cur = &mut out;
+    let keys: Vec<&str> = path.split('.').collect();
+    for k in &keys[..keys.len() - 1] {
+        if cur.get(*k).is_none() {
+            cur[*k] = json!({});
+        }
+        cur = &mut cur[*k];
+    }
+    cur[keys[keys.len() - 1]] = v;
+    out.to_string().into_bytes()
+}
+
+/// `base` with the top-level `key` (which may hold dots) set to `v`.
+fn with_top(base: &Value, key: &str, v: Value) -> Vec<u8> {
+    let mut out = base.clone();
+    out[key] = v;
+    out.to_string().into_bytes()
+}
+
+fn without(base: &Value, key: &str) -> Vec<u8> {
+    let mut out = base.clone();
+    out.as_object_mut().expect("object").remove(key);
+    out.to_string().into_bytes()
+}
+
+/// A deterministic xorshift stream, so a failing case is reproducible.
+fn random_bytes(len: usize, mut seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        out.extend_from_slice(&seed.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// The rows every plugin shares: syntax, size, depth, versions, names, ids, interface names, env.
+fn common_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
+    let base = f.base(plugin);
+    let text = base.to_string();
+    let mut cases = vec![
+        case("truncated JSON", &text.as_bytes()[..text.len() / 2], SYNTAX),
+        case("not JSON", "cniVersion=1.0.0 name=x", SYNTAX),
+        case("empty stdin", "", SYNTAX),
+        case("whitespace stdin", " \n\t ", SYNTAX),
+        case("a JSON array", "[1,2,3]", SYNTAX),
+        case("a JSON string", "\"bridge\"", SYNTAX),
+        case("NUL bytes", vec![0u8; 4096], SYNTAX),
+        case("invalid UTF-8 in a string", [&b"{\"cniVersion\":\"1.0.0\",\"name\":\"\xff\xfe\"}"[..]].concat(), SYNTAX),
+        case("24 MB of random bytes", random_bytes(24 << 20, 0x9e37_79b9_7f4a_7c15), SYNTAX),
+        case("arrays nested 400000 deep", "[".repeat(400_000), SYNTAX),
+        case("objects nested 200000 deep", "{\"a\":".repeat(200_000), SYNTAX),
+        case(
+            "a key nested 300000 deep",
+            format!("{{\"cniVersion\":\"1.0.0\",\"name\":\"n\",\"ipam\":{}{}}}", "[".repeat(300_000), "]".repeat(300_000)),
+            SYNTAX,
+        ),
+        case("duplicate garbage after the object", format!("{text} {{"), SYNTAX),
+        case("unknown cniVersion", with(&base, "cniVersion", json!("9.9.9")), VERSION),
+        case("four-part cniVersion", with(&base, "cniVersion", json!("1.0.0.0")), VERSION),
+        case("cniVersion not a number", with(&base, "cniVersion", json!("one")), VERSION),
+        case("cniVersion a number", with(&base, "cniVersion", json!(1.0)), CONFIG),
+        case("cniVersion an object", with(&base, "cniVersion", json!({})), CONFIG),
+        case("no name", without(&base, "name"), CONFIG),
+        case("name a number", with(&base, "name", json!(5)), CONFIG),
+        case("name with /", with(&base, "name", json!("a/b")), CONFIG),
+        case("name ..", with(&base, "name", json!("..")), CONFIG),
+        case("name ../escape", with(&base, "name", json!("../escape")), CONFIG),
+        case("name with shell text", with(&base, "name", json!("n;rm -rf /tmp/x")), CONFIG),
+        case("name $(…)", with(&base, "name", json!("$(touch /tmp/pwn)")), CONFIG),
+        case("name non-ASCII", with(&base, "name", json!("réseau")), CONFIG),
+        case("name with a newline", with(&base, "name", json!("n\nx")), CONFIG),
+        case("type a number", with(&base, "type", json!(5)), CONFIG),
+        case("ipam a string", with(&base, "ipam", json!("host-local")), CONFIG),
+        case("ipam.type a number", with(&base, "ipam", json!({ "type": 5 })), CONFIG),
+        case("dns a number", with(&base, "dns", json!(5)), CONFIG),
+        case("dns.nameservers a string", with(&base, "dns", json!({ "nameservers": "8.8.8.8" })), CONFIG),
+        case("capabilities an array", with(&base, "capabilities", json!([])), CONFIG),
+        case("capability a number", with(&base, "capabilities", json!({ "portMappings": 1 })), CONFIG),
+        case("runtimeConfig a number", with(&base, "runtimeConfig", json!(5)), CONFIG),
+        case("args a string", with(&base, "args", json!("x")), CONFIG),
+        case("prevResult garbage", with(&base, "prevResult", json!("garbage")), CONFIG),
+        case("prevResult ips garbage", with(&base, "prevResult", json!({ "cniVersion": "1.0.0", "ips": [{ "address": "x" }] })), CONFIG),
+        case("prevResult of an unknown version", with(&base, "prevResult", json!({ "cniVersion": "0.0.7" })), VERSION),
+        case(
+            "prevResult 0.2.0-shaped with a bad ip4",
+            with(&base, "prevResult", json!({ "cniVersion": "0.2.0", "ip4": { "ip": "10.210.3.2" } })),
+            CONFIG,
+        ),
+        case("valid-attachments a string", with_top(&base, "cni.dev/valid-attachments", json!("x")), CONFIG),
+    ];
+    let v = &base;
+    let set = |k: &'static str, val: &str| vec![(k, Some(val.to_string()))];
+    for (label, env) in [
+        ("CNI_COMMAND missing", vec![("CNI_COMMAND", None)]),
+        ("CNI_COMMAND unknown", set("CNI_COMMAND", "ATTACH")),
+        ("CNI_COMMAND lower case", set("CNI_COMMAND", "add")),
+        ("CNI_CONTAINERID missing", vec![("CNI_CONTAINERID", None)]),
+        ("CNI_CONTAINERID with /", set("CNI_CONTAINERID", "a/b")),
+        ("CNI_CONTAINERID ..", set("CNI_CONTAINERID", "..")),
+        ("CNI_CONTAINERID ../../etc/passwd", set("CNI_CONTAINERID", "../../etc/passwd")),
+        ("CNI_CONTAINERID shell text", set("CNI_CONTAINERID", "x;reboot")),
+        ("CNI_CONTAINERID non-ASCII", set("CNI_CONTAINERID", "contenedor-ñ")),
+        ("CNI_CONTAINERID with CR LF", set("CNI_CONTAINERID", "a\r\nb")),
+        ("CNI_IFNAME missing", vec![("CNI_IFNAME", None)]),
+        ("CNI_IFNAME 16 bytes", set("CNI_IFNAME", "eth0123456789abc")),
+        ("CNI_IFNAME with /", set("CNI_IFNAME", "et/h0")),
+        ("CNI_IFNAME ..", set("CNI_IFNAME", "..")),
+        ("CNI_IFNAME with a space", set("CNI_IFNAME", "eth 0")),
+        ("CNI_IFNAME with :", set("CNI_IFNAME", "eth0:1")),
+        ("CNI_PATH missing", vec![("CNI_PATH", None)]),
+        ("CNI_ARGS unknown key", set("CNI_ARGS", "NOSUCHKEY=1")),
+        ("CNI_ARGS not K=V", set("CNI_ARGS", "justtext")),
+        ("CNI_ARGS K=V=V", set("CNI_ARGS", "A=b=c")),
+        ("CNI_ARGS trailing ;", set("CNI_ARGS", "K8S_POD_NAME=a;")),
+        ("CNI_ARGS unknown key, IgnoreUnknown=0", set("CNI_ARGS", "IgnoreUnknown=0;NOSUCHKEY=1")),
+    ] {
+        cases.push(env_case(label, v, env, ENV));
+    }
+    cases
+}
+
+/// Rows for plugins that open CNI_NETNS on ADD.
+fn netns_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
+    let base = f.base(plugin);
+    let file = f.scratch.path().join("data").join("netns-file");
+    let dir = f.scratch.path().join("data").join("netns-dir");
+    let missing = f.scratch.path().join("data").join("no-such-netns");
+    vec![
+        env_case("CNI_NETNS missing on ADD", &base, vec![("CNI_NETNS", None)], ENV),
+        env_case("CNI_NETNS a regular file", &base, vec![("CNI_NETNS", Some(file.display().to_string()))], ENV),
+        env_case("CNI_NETNS a directory", &base, vec![("CNI_NETNS", Some(dir.display().to_string()))], ENV),
+        env_case("CNI_NETNS does not exist", &base, vec![("CNI_NETNS", Some(missing.display().to_string()))], ENV),
+        env_case("CNI_NETNS not a netns (/proc/self/ns/uts)", &base, vec![("CNI_NETNS", Some("/proc/self/ns/uts".into()))], ENV),
+        env_case("CNI_NETNS relative garbage", &base, vec![("CNI_NETNS", Some("../../../../etc/passwd".into()))], ENV),
+    ]
+}
+
+fn bridge_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("bridge");
+    let mut cases = Vec::new();
+    for key in [
+        "isGateway",
+        "isDefaultGateway",
+        "forceAddress",
+        "ipMasq",
+        "hairpinMode",
+        "promiscMode",
+        "preserveDefaultVlan",
+        "macspoofchk",
+        "enabledad",
+        "disableContainerInterface",
+        "portIsolation",
+    ] {
+        cases.push(case(format!("{key} a number"), with(&b, key, json!(1)), CONFIG));
+        cases.push(case(format!("{key} \"yes\""), with(&b, key, json!("yes")), CONFIG));
+        cases.push(case(format!("{key} an object"), with(&b, key, json!({})), CONFIG));
+    }
+    for (key, bad) in [
+        ("bridge", json!(5)),
+        ("bridge", json!(["cni0"])),
+        ("ipMasqBackend", json!(5)),
+        ("mtu", json!("1500")),
+        ("mtu", json!(1500.5)),
+        ("mtu", json!(true)),
+        ("vlan", json!("10")),
+        ("vlanTrunk", json!(5)),
+        ("vlanTrunk", json!([5])),
+        ("vlanTrunk", json!([{ "id": "5" }])),
+    ] {
+        cases.push(case(format!("{key} = {bad}"), with(&b, key, bad), CONFIG));
+    }
+    cases.extend([
+        case("bridge name 16 bytes", with(&b, "bridge", json!("br0123456789abcd")), CONFIG),
+        case("bridge name with /", with(&b, "bridge", json!("br/0")), CONFIG),
+        case("bridge name ..", with(&b, "bridge", json!("..")), CONFIG),
+        case("bridge name with a space", with(&b, "bridge", json!("br 0")), CONFIG),
+        case("mtu -1", with(&b, "mtu", json!(-1)), CONFIG),
+        case("mtu 67", with(&b, "mtu", json!(67)), CONFIG),
+        case("mtu 65536", with(&b, "mtu", json!(65536)), CONFIG),
+        case("mtu huge", with(&b, "mtu", json!(9_007_199_254_740_993_i64)), CONFIG),
+        case("mtu beyond i64", with(&b, "mtu", json!(1e30)), CONFIG),
+        case("vlan -1", with(&b, "vlan", json!(-1)), CONFIG),
+        case("vlan 4095", with(&b, "vlan", json!(4095)), CONFIG),
+        case("vlanTrunk min > max", with(&b, "vlanTrunk", json!([{ "minID": 20, "maxID": 10 }])), CONFIG),
+        case("vlanTrunk half a range", with(&b, "vlanTrunk", json!([{ "minID": 20 }])), CONFIG),
+        case("ipMasqBackend unknown", with(&b, "ipMasqBackend", json!("pf")), CONFIG),
+        case("macspoofchk true", with(&b, "macspoofchk", json!(true)), UNSUPPORTED_FIELD),
+        case("hairpin with promisc", [with(&b, "hairpinMode", json!(true))].concat(), 0),
+        case("runtimeConfig.mac not a MAC", with(&b, "runtimeConfig", json!({ "mac": "zz:zz" })), CONFIG),
+        case("runtimeConfig.mac multicast", with(&b, "runtimeConfig", json!({ "mac": "01:00:5e:00:00:01" })), CONFIG),
+        case("runtimeConfig.mac a number", with(&b, "runtimeConfig", json!({ "mac": 5 })), CONFIG),
+        case("args.cni.mac a number", with(&b, "args", json!({ "cni": { "mac": 5 } })), CONFIG),
+        case("ipam.type with /", with(&b, "ipam", json!({ "type": "../../bin/sh" })), CONFIG),
+        case("ipam.type ..", with(&b, "ipam", json!({ "type": ".." })), CONFIG),
+        case("isDefaultGateway without ipam", without(&with_value(&b, "isDefaultGateway", json!(true)), "ipam"), CONFIG),
+        case(
+            "disableContainerInterface with ipam",
+            with(&b, "disableContainerInterface", json!(true)),
+            CONFIG,
+        ),
+        case("ipam subnet not a CIDR (delegated)", with(&b, "ipam", json!({ "type": "host-local", "subnet": "banana", "dataDir": f.data_dir() })), CONFIG),
+        case("ipam plugin missing", with(&b, "ipam", json!({ "type": "no-such-ipam" })), CONFIG),
+        env_case("CNI_ARGS MAC not a MAC", &b, vec![("CNI_ARGS", Some("MAC=nope".into()))], CONFIG),
+        env_case("CNI_ARGS IP not an IP (delegated)", &b, vec![("CNI_ARGS", Some("IP=10.210.1.300".into()))], ENV),
+    ]);
+    // The hairpin-with-promisc row is built here, since both keys must be set.
+    let last = cases.iter_mut().find(|c| c.label == "hairpin with promisc").expect("row");
+    last.stdin = with(&with_value(&b, "hairpinMode", json!(true)), "promiscMode", json!(true));
+    last.want = CONFIG;
+    cases
+}
+
+fn with_value(base: &Value, key: &str, v: Value) -> Value {
+    serde_json::from_slice(&with(base, key, v)).expect("json")
+}
+
+fn host_local_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("host-local");
+    let dd = f.data_dir();
+    let ipam = |extra: Value| {
+        let mut i = json!({ "type": "host-local", "dataDir": dd });
+        for (k, v) in extra.as_object().expect("object") {
+            i[k] = v.clone();
+        }
+        with(&b, "ipam", i)
+    };
+    let file_parent = f.scratch.path().join("data").join("a-file");
+    std::fs::write(&file_parent, "").expect("write file");
+    vec![
+        case("no ipam", without(&b, "ipam"), CONFIG),
+        case("ipam without ranges", ipam(json!({})), CONFIG),
+        case("subnet a number", ipam(json!({ "subnet": 5 })), CONFIG),
+        case("subnet not a CIDR", ipam(json!({ "subnet": "banana" })), CONFIG),
+        case("subnet a bare address", ipam(json!({ "subnet": "10.210.1.0" })), CONFIG),
+        case("subnet prefix 33", ipam(json!({ "subnet": "10.210.1.0/33" })), CONFIG),
+        case("subnet prefix -1", ipam(json!({ "subnet": "10.210.1.0/-1" })), CONFIG),
+        case("subnet /32", ipam(json!({ "subnet": "10.210.1.7/32" })), CONFIG),
+        case("subnet /31", ipam(json!({ "subnet": "10.210.1.6/31" })), CONFIG),
+        case("subnet /128", ipam(json!({ "ranges": [[{ "subnet": "fd00:210::1/128" }]] })), CONFIG),
+        case("subnet /127", ipam(json!({ "ranges": [[{ "subnet": "fd00:210::/127" }]] })), CONFIG),
+        case("subnet with host bits", ipam(json!({ "subnet": "10.210.1.5/24" })), CONFIG),
+        case("rangeStart outside the subnet", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": "10.210.2.10" }]] })), CONFIG),
+        case("rangeEnd outside the subnet", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeEnd": "10.210.9.10" }]] })), CONFIG),
+        case("rangeStart after rangeEnd", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": "10.210.1.90", "rangeEnd": "10.210.1.10" }]] })), CONFIG),
+        case("rangeStart of the other family", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": "fd00::5" }]] })), CONFIG),
+        case("rangeStart a number", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": 5 }]] })), CONFIG),
+        case("gateway not an IP", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "gateway": "gw" }]] })), CONFIG),
+        case(
+            "overlapping ranges in a set",
+            ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24" }, { "subnet": "10.210.1.128/25" }]] })),
+            CONFIG,
+        ),
+        case(
+            "overlapping range sets",
+            ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24" }], [{ "subnet": "10.210.0.0/16" }]] })),
+            CONFIG,
+        ),
+        case("mixed families in a set", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24" }, { "subnet": "fd00:210::/64" }]] })), CONFIG),
+        case("ranges a string", ipam(json!({ "ranges": "10.210.1.0/24" })), CONFIG),
+        case("ranges of numbers", ipam(json!({ "ranges": [[5]] })), CONFIG),
+        case("an empty range set", ipam(json!({ "ranges": [[]] })), CONFIG),
+        case("routes a string", ipam(json!({ "subnet": "10.210.1.0/24", "routes": "0.0.0.0/0" })), CONFIG),
+        case("route dst not a CIDR", ipam(json!({ "subnet": "10.210.1.0/24", "routes": [{ "dst": "nowhere" }] })), CONFIG),
+        case("route gw not an IP", ipam(json!({ "subnet": "10.210.1.0/24", "routes": [{ "dst": "0.0.0.0/0", "gw": 5 }] })), CONFIG),
+        case("dataDir a number", ipam(json!({ "subnet": "10.210.1.0/24", "dataDir": 5 })), CONFIG),
+        case("dataDir relative", ipam(json!({ "subnet": "10.210.1.0/24", "dataDir": "var/lib/cni" })), CONFIG),
+        case(
+            "dataDir under a regular file (cannot be written)",
+            ipam(json!({ "subnet": "10.210.1.0/24", "dataDir": file_parent.join("sub").display().to_string() })),
+            IO,
+        ),
+        case("dataDir in /proc (cannot be written)", ipam(json!({ "subnet": "10.210.1.0/24", "dataDir": "/proc/cni-rs-hostile" })), IO),
+        case("resolvConf a number", ipam(json!({ "subnet": "10.210.1.0/24", "resolvConf": 5 })), CONFIG),
+        case("resolvConf missing file", ipam(json!({ "subnet": "10.210.1.0/24", "resolvConf": "/nonexistent/resolv.conf" })), IO),
+        case("runtimeConfig.ips a string", with(&with_value(&b, "ipam", json!({ "type": "host-local", "subnet": "10.210.1.0/24", "dataDir": dd })), "runtimeConfig", json!({ "ips": "10.210.1.5" })), CONFIG),
+        case("runtimeConfig.ips not IPs", with(&with_value(&b, "ipam", json!({ "type": "host-local", "subnet": "10.210.1.0/24", "dataDir": dd })), "runtimeConfig", json!({ "ips": ["x"] })), CONFIG),
+        case("runtimeConfig.ips outside every range", with(&b, "runtimeConfig", json!({ "ips": ["10.219.9.9"] })), CONFIG),
+        case("runtimeConfig.ips the network address", with(&b, "runtimeConfig", json!({ "ips": ["10.210.1.0"] })), CONFIG),
+        case("runtimeConfig.ipRanges garbage", with(&b, "runtimeConfig", json!({ "ipRanges": [[{ "subnet": "x" }]] })), CONFIG),
+        case("args.cni.ips numbers", with(&b, "args", json!({ "cni": { "ips": [5] } })), CONFIG),
+        case("args.cni a string", with(&b, "args", json!({ "cni": "x" })), CONFIG),
+        env_case("CNI_ARGS IP not an IP", &b, vec![("CNI_ARGS", Some("IP=10.210.1.300".into()))], ENV),
+        env_case("CNI_ARGS IP outside the range", &b, vec![("CNI_ARGS", Some("IP=10.219.0.5".into()))], CONFIG),
+    ]
+}
+
+fn portmap_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("portmap");
+    let maps = |m: Value| with(&b, "runtimeConfig", json!({ "portMappings": m }));
+    let one = |k: &str, v: Value| {
+        let mut m = json!({ "hostPort": 18080, "containerPort": 80, "protocol": "tcp" });
+        m[k] = v;
+        maps(json!([m]))
+    };
+    vec![
+        case("hostPort 0", one("hostPort", json!(0)), CONFIG),
+        case("hostPort 65536", one("hostPort", json!(65536)), CONFIG),
+        case("hostPort -1", one("hostPort", json!(-1)), CONFIG),
+        case("hostPort huge", one("hostPort", json!(1e20)), CONFIG),
+        case("hostPort a string", one("hostPort", json!("80")), CONFIG),
+        case("containerPort 0", one("containerPort", json!(0)), CONFIG),
+        case("containerPort 70000", one("containerPort", json!(70000)), CONFIG),
+        case("protocol unknown", one("protocol", json!("icmp")), CONFIG),
+        case("protocol with shell text", one("protocol", json!("tcp;reboot")), CONFIG),
+        case("protocol a number", one("protocol", json!(6)), CONFIG),
+        case("hostIP not an IP", one("hostIP", json!("example.com")), CONFIG),
+        case("hostIP a number", one("hostIP", json!(5)), CONFIG),
+        case("portMappings a string", maps(json!("8080:80")), CONFIG),
+        case("portMappings of numbers", maps(json!([8080])), CONFIG),
+        case("snat a number", with(&b, "snat", json!(2)), CONFIG),
+        case("masqAll a string", with(&b, "masqAll", json!("yes")), CONFIG),
+        case("markMasqBit 32", with(&b, "markMasqBit", json!(32)), CONFIG),
+        case("markMasqBit -1", with(&b, "markMasqBit", json!(-1)), CONFIG),
+        case("markMasqBit a string", with(&b, "markMasqBit", json!("13")), CONFIG),
+        case("backend unknown", with(&b, "backend", json!("pf")), CONFIG),
+        case("backend a number", with(&b, "backend", json!(5)), CONFIG),
+        case("externalSetMarkChain a number", with(&b, "externalSetMarkChain", json!(5)), CONFIG),
+        case("conditionsV4 a string", with(&b, "conditionsV4", json!("ip saddr 1.2.3.4")), CONFIG),
+        case("conditionsV4 with ;", with(&b, "conditionsV4", json!(["ip saddr 1.2.3.4; flush ruleset"])), CONFIG),
+        case("conditionsV6 with a newline", with(&b, "conditionsV6", json!(["ip6 saddr ::1\nflush ruleset"])), CONFIG),
+        case("no prevResult", without(&b, "prevResult"), CONFIG),
+    ]
+}
+
+fn env_for(f: &Fixture, c: &Case, command: &str) -> BTreeMap<String, String> {
+    let mut env = f.env(command);
+    for (k, v) in &c.env {
+        match v {
+            Some(v) => env.insert(k.to_string(), v.clone()),
+            None => env.remove(*k),
+        };
+    }
+    env
+}
+
+/// Run every row through `plugin`; collect every mismatch, so one run shows all of them.
+fn run_table(f: &Fixture, plugin: &str, cases: &[Case]) {
+    std::fs::write(f.scratch.path().join("data").join("netns-file"), "not a netns").expect("write");
+    std::fs::create_dir_all(f.scratch.path().join("data").join("netns-dir")).expect("mkdir");
+    let bin = bin_dir().join(plugin);
+    let mut failures = Vec::new();
+    for c in cases {
+        let env = env_for(f, c, "ADD");
+        let ran = exec(&bin, &[], &env, &c.stdin);
+        let what = format!("{plugin}: {}", c.label);
+        if let Err(why) = check_error(&ran, c.want) {
+            failures.push(format!("{what}: {why}"));
+        }
+        f.assert_nothing_left(&what);
+    }
+    assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+/// A plugin's failure as the spec wants it: exit 1, error JSON on stdout with the code, no panic.
+fn check_error(ran: &Ran, want: u32) -> Result<(), String> {
+    let Some(exit) = ran.exit else { return Err(format!("killed by a signal; stderr: {}", ran.stderr)) };
+    if exit == 0 {
+        return Err(format!("succeeded, wanted code {want}: {}", ran.stdout));
+    }
+    let v: Value = serde_json::from_str(&ran.stdout).map_err(|e| format!("stdout is not JSON ({e}): {:?}", ran.stdout))?;
+    let code = v["code"].as_u64().ok_or_else(|| format!("no code: {v}"))?;
+    if !v["cniVersion"].is_string() || !v["msg"].as_str().is_some_and(|m| !m.is_empty()) {
+        return Err(format!("error JSON lacks cniVersion or msg: {v}"));
+    }
+    if code == 110 || ran.stderr.contains("panicked") {
+        return Err(format!("internal error (a panic): {v} {}", ran.stderr));
+    }
+    if code != u64::from(want) {
+        return Err(format!("code {code}, wanted {want}: {}", v["msg"]));
+    }
+    Ok(())
+}
+
+#[test]
+fn bridge_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "bridge");
+    cases.extend(netns_cases(&f, "bridge"));
+    cases.extend(bridge_cases(&f));
+    run_table(&f, "bridge", &cases);
+}
+
+#[test]
+fn host_local_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "host-local");
+    cases.extend(host_local_cases(&f));
+    run_table(&f, "host-local", &cases);
+}
+
+#[test]
+fn loopback_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "loopback");
+    cases.extend(netns_cases(&f, "loopback"));
+    run_table(&f, "loopback", &cases);
+}
+
+#[test]
+fn portmap_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "portmap");
+    cases.extend(portmap_cases(&f));
+    run_table(&f, "portmap", &cases);
+    let nft = String::from_utf8_lossy(&run("nft", &["list", "ruleset"]).stdout).into_owned();
+    assert!(!nft.contains("10.210.3.2"), "portmap left a rule for the pod:\n{nft}");
+}
+
+/// DEL and CHECK get the same treatment as ADD for input that is bad on every verb.
+#[test]
+fn del_and_check_refuse_hostile_input_too() {
+    let f = Fixture::new();
+    let mut failures = Vec::new();
+    for plugin in ["bridge", "host-local", "loopback", "portmap"] {
+        let base = f.base(plugin);
+        let rows = [
+            case("truncated", &base.to_string().as_bytes()[..10], SYNTAX),
+            case("nested 300000 deep", "[".repeat(300_000), SYNTAX),
+            case("unknown version", with(&base, "cniVersion", json!("2.0.0")), VERSION),
+            case("name with /", with(&base, "name", json!("../x")), CONFIG),
+            env_case("container id with /", &base, vec![("CNI_CONTAINERID", Some("../x".into()))], ENV),
+            env_case("ifname over 15 bytes", &base, vec![("CNI_IFNAME", Some("x".repeat(16)))], ENV),
+        ];
+        for command in ["DEL", "CHECK"] {
+            for c in &rows {
+                let ran = exec(&bin_dir().join(plugin), &[], &env_for(&f, c, command), &c.stdin);
+                if let Err(why) = check_error(&ran, c.want) {
+                    failures.push(format!("{plugin} {command}: {}: {why}", c.label));
+                }
+            }
+        }
+    }
+    f.assert_nothing_left("DEL/CHECK");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Unknown CNI_ARGS keys pass with IgnoreUnknown, and the plugin then really works (and DEL undoes it).
+#[test]
+fn ignore_unknown_lets_unknown_args_through() {
+    let f = Fixture::new();
+    for plugin in ["host-local", "loopback", "bridge"] {
+        let conf = f.base(plugin).to_string();
+        let mut env = f.env("ADD");
+        env.insert("CNI_ARGS".into(), "IgnoreUnknown=1;NOSUCHKEY=1;K8S_POD_NAME=web".into());
+        let ran = exec(&bin_dir().join(plugin), &[], &env, conf.as_bytes());
+        assert_eq!(ran.exit, Some(0), "{plugin}: ADD with IgnoreUnknown: {} {}", ran.stdout, ran.stderr);
+        let result: Value = serde_json::from_str(&ran.stdout).expect("result JSON");
+        assert_eq!(result["cniVersion"], "1.0.0");
+        env.insert("CNI_COMMAND".into(), "DEL".into());
+        let ran = exec(&bin_dir().join(plugin), &[], &env, conf.as_bytes());
+        assert_eq!(ran.exit, Some(0), "{plugin}: DEL: {} {}", ran.stdout, ran.stderr);
+    }
+    f.assert_nothing_left("after DEL");
+}
+
+/// cnitool: bad arguments, environment and configuration files are refused with the code, as JSON.
+#[test]
+fn cnitool_refuses_hostile_input() {
+    let f = Fixture::new();
+    let confdir = TempDir::new("cnhc");
+    let cache = TempDir::new("cnhk");
+    let good = json!({ "cniVersion": "1.0.0", "name": f.network, "plugins": [{ "type": "loopback" }] });
+    std::fs::write(confdir.path().join("10-good.conflist"), good.to_string()).expect("write");
+    std::fs::write(confdir.path().join("20-random.conflist"), random_bytes(1 << 20, 7)).expect("write");
+    std::fs::write(confdir.path().join("30-deep.conflist"), "[".repeat(300_000)).expect("write");
+    let bad_ifname = json!({ "cniVersion": "9.9.9", "name": "badver", "plugins": [{ "type": "loopback" }] });
+    std::fs::write(confdir.path().join("40-badver.conflist"), bad_ifname.to_string()).expect("write");
+    let env = |extra: &[(&str, &str)]| -> BTreeMap<String, String> {
+        let mut e: BTreeMap<String, String> = [
+            ("NETCONFPATH", confdir.path().display().to_string()),
+            ("CNI_PATH", bin_dir().display().to_string()),
+            ("CNI_CACHE_DIR", cache.path().display().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in extra {
+            e.insert(k.to_string(), v.to_string());
+        }
+        e
+    };
+    let netns_file = f.scratch.path().join("data").join("netns-file");
+    std::fs::write(&netns_file, "x").expect("write");
+    let file = netns_file.display().to_string();
+    let pod = f.pod.path.as_str();
+    let net = f.network.as_str();
+    // Under the kernel's 128 KiB limit on one environment string, far over serde's depth limit.
+    let deep_caps = "[".repeat(100_000);
+    let rows: Vec<(&str, Vec<&str>, Vec<(&str, &str)>, u32)> = vec![
+        ("unknown command", vec!["attach", net, pod], vec![], ENV),
+        ("unknown option", vec!["add", "--frobnicate", net, pod], vec![], ENV),
+        ("too many arguments", vec!["add", net, pod, "extra"], vec![], ENV),
+        ("missing netns", vec!["add", net], vec![], ENV),
+        ("network that does not exist", vec!["add", "nosuchnet", pod], vec![], CONFIG),
+        ("network name with /", vec!["add", "../../etc", pod], vec![], CONFIG),
+        ("network name with shell text", vec!["add", "$(reboot)", pod], vec![], CONFIG),
+        ("network with an unknown cniVersion", vec!["add", "badver", pod], vec![], VERSION),
+        ("ifname over 15 bytes", vec!["add", net, pod, "-i", "eth0123456789abc"], vec![], ENV),
+        ("ifname with /", vec!["add", net, pod, "--ifname", "a/b"], vec![], ENV),
+        ("netns a regular file", vec!["add", net, &file], vec![], ENV),
+        ("netns a directory", vec!["add", net, "/tmp"], vec![], ENV),
+        ("netns missing", vec!["add", net, "/run/netns/cni-rs-no-such-ns"], vec![], ENV),
+        ("CNI_PATH empty", vec!["add", net, pod], vec![("CNI_PATH", "")], ENV),
+        ("CNI_ARGS malformed", vec!["add", net, pod], vec![("CNI_ARGS", "a=b=c")], ENV),
+        ("CNI_ARGS unknown key", vec!["add", net, pod], vec![("CNI_ARGS", "NOSUCHKEY=1")], ENV),
+        ("CAP_ARGS not JSON", vec!["add", net, pod], vec![("CAP_ARGS", "{portMappings")], ENV),
+        ("CAP_ARGS an array", vec!["add", net, pod], vec![("CAP_ARGS", "[]")], ENV),
+        ("CAP_ARGS nested 100000 deep", vec!["add", net, pod], vec![("CAP_ARGS", &deep_caps)], ENV),
+        ("gc --keep malformed", vec!["gc", net, "--keep", "nocolon"], vec![], ENV),
+    ];
+    let mut failures = Vec::new();
+    for (label, mut args, extra, want) in rows {
+        args.push("--json");
+        let ran = exec(&bin_dir().join("cnitool"), &args, &env(&extra), b"");
+        let check = || -> Result<(), String> {
+            let Some(exit) = ran.exit else { return Err(format!("killed by a signal: {}", ran.stderr)) };
+            if exit == 0 {
+                return Err(format!("succeeded: {}", ran.stdout));
+            }
+            let line = ran.stdout.lines().last().unwrap_or_default();
+            let v: Value = serde_json::from_str(line).map_err(|e| format!("stdout not JSON ({e}): {:?}", ran.stdout))?;
+            let code = v["code"].as_u64().ok_or_else(|| format!("no code: {v}"))?;
+            if code == 110 || ran.stderr.contains("panicked") || !v["msg"].is_string() {
+                return Err(format!("bad error: {v} {}", ran.stderr));
+            }
+            if code != u64::from(want) {
+                return Err(format!("code {code}, wanted {want}: {}", v["msg"]));
+            }
+            Ok(())
+        };
+        if let Err(why) = check() {
+            failures.push(format!("cnitool {label}: {why}"));
+        }
+    }
+    f.assert_nothing_left("cnitool");
+    assert!(list_tree(&cache.path().join("results")).is_empty(), "cnitool cached a failed ADD");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
