@@ -166,23 +166,49 @@ fn portmap_rules(p: &PortMap, base: &str) -> BTreeMap<&'static str, Vec<String>>
     rules
 }
 
-/// The whole ADD batch for port mappings: remove what the container had, then create it anew.
+/// Lines that create the chains if missing and empty them if present. Unlike removal, this never
+/// deletes anything the first time, and a transaction that deletes nothing skips the kernel's wait
+/// for an RCU grace period (about 10 ms here): that is what keeps ADD fast.
+fn reset_chains(out: &mut String, table: &str, chains: &[(String, Option<&str>)]) {
+    let _ = writeln!(out, "add table {FAMILY} {table}");
+    for (c, spec) in chains {
+        match spec {
+            Some(spec) => {
+                let _ = writeln!(out, "add chain {FAMILY} {table} {c} {{ {spec} }}");
+            }
+            None => {
+                let _ = writeln!(out, "add chain {FAMILY} {table} {c}");
+            }
+        }
+    }
+    for (c, _) in chains {
+        let _ = writeln!(out, "flush chain {FAMILY} {table} {c}");
+    }
+}
+
+/// The whole ADD batch for port mappings: the container's chains, emptied if they existed, then
+/// filled anew. A chain that snat does not need stays empty; DEL removes all four.
 pub(crate) fn portmap_add_batch(p: &PortMap) -> String {
     let base = chain_base(PORTMAP_PREFIX, &p.network, &p.container_id, &p.ifname);
     let mut out = String::new();
-    remove_chains(&mut out, PORTMAP_TABLE, &portmap_chains(&p.network, &p.container_id, &p.ifname));
     let rules = portmap_rules(p, &base);
     if rules.is_empty() {
+        remove_chains(&mut out, PORTMAP_TABLE, &portmap_chains(&p.network, &p.container_id, &p.ifname));
         return out;
     }
-    let t = format!("{FAMILY} {PORTMAP_TABLE}");
     let note = comment("portmap", &p.network, &p.container_id, &p.ifname);
-    let _ = writeln!(out, "add chain {t} {base}-dnat {{ comment \"{note}\"; }}");
-    let _ = writeln!(out, "add chain {t} {base}-pre {{ type nat hook prerouting priority -100; policy accept; }}");
-    let _ = writeln!(out, "add chain {t} {base}-out {{ type nat hook output priority -100; policy accept; }}");
-    if rules.contains_key("post") {
-        let _ = writeln!(out, "add chain {t} {base}-post {{ type nat hook postrouting priority 100; policy accept; }}");
-    }
+    let dnat_spec = format!("comment \"{note}\";");
+    reset_chains(
+        &mut out,
+        PORTMAP_TABLE,
+        &[
+            (format!("{base}-dnat"), Some(dnat_spec.as_str())),
+            (format!("{base}-pre"), Some("type nat hook prerouting priority -100; policy accept;")),
+            (format!("{base}-out"), Some("type nat hook output priority -100; policy accept;")),
+            (format!("{base}-post"), Some("type nat hook postrouting priority 100; policy accept;")),
+        ],
+    );
+    let t = format!("{FAMILY} {PORTMAP_TABLE}");
     // The jump target must exist before the jump: dnat first.
     for suffix in ["dnat", "pre", "out", "post"] {
         for r in rules.get(suffix).into_iter().flatten() {
@@ -212,17 +238,15 @@ fn masq_rules(m: &Masquerade) -> Vec<String> {
 pub(crate) fn masq_add_batch(m: &Masquerade) -> String {
     let chain = chain_base(MASQ_PREFIX, &m.network, &m.container_id, &m.ifname);
     let mut out = String::new();
-    remove_chains(&mut out, MASQ_TABLE, std::slice::from_ref(&chain));
     let rules = masq_rules(m);
     if rules.is_empty() {
+        remove_chains(&mut out, MASQ_TABLE, std::slice::from_ref(&chain));
         return out;
     }
-    let t = format!("{FAMILY} {MASQ_TABLE}");
     let note = comment("masquerade", &m.network, &m.container_id, &m.ifname);
-    let _ = writeln!(
-        out,
-        "add chain {t} {chain} {{ type nat hook postrouting priority 100; policy accept; comment \"{note}\"; }}"
-    );
+    let spec = format!("type nat hook postrouting priority 100; policy accept; comment \"{note}\";");
+    reset_chains(&mut out, MASQ_TABLE, &[(chain.clone(), Some(spec.as_str()))]);
+    let t = format!("{FAMILY} {MASQ_TABLE}");
     for r in rules {
         let _ = writeln!(out, "add rule {t} {chain} {r}");
     }
@@ -417,7 +441,9 @@ mod tests {
         let b = portmap_add_batch(&pm());
         let base = chain_base("pm", "net1", "c1", "eth0");
         assert!(b.starts_with("add table inet cni_rs_portmap\n"));
-        assert!(b.contains(&format!("delete chain inet cni_rs_portmap {base}-dnat\n")));
+        // ADD empties the chains instead of deleting them: a deletion costs an RCU grace period.
+        assert!(!b.contains("delete"), "{b}");
+        assert!(b.contains(&format!("flush chain inet cni_rs_portmap {base}-dnat\n")));
         assert!(b.contains(&format!(
             "add rule inet cni_rs_portmap {base}-pre meta nfproto ipv4 ip saddr != 10.0.0.0/8 fib daddr type local jump {base}-dnat\n"
         )));
@@ -442,7 +468,7 @@ mod tests {
         assert_eq!(rules["post"].len(), 3);
 
         let no_snat = PortMap { snat: false, ..pm() };
-        assert!(!portmap_add_batch(&no_snat).contains(&format!("add chain inet cni_rs_portmap {base}-post {{")));
+        assert!(!portmap_add_batch(&no_snat).contains(&format!("add rule inet cni_rs_portmap {base}-post")));
         let all = PortMap { masq_all: true, ..pm() };
         assert!(!portmap_add_batch(&all).contains("ip saddr {"));
     }
@@ -470,6 +496,7 @@ mod tests {
         assert!(b.contains("ip saddr 10.1.2.3 ip daddr != 10.1.2.0/24 ip daddr != 224.0.0.0/4 masquerade"));
         assert!(b.contains("ip6 saddr fd00::3 ip6 daddr != fd00::/64 ip6 daddr != ff00::/8 masquerade"));
         assert!(b.contains("if=eth_0"));
+        assert!(!b.contains("delete"), "{b}");
     }
 
     #[test]
