@@ -42,7 +42,11 @@ fn fault_bin_dir() -> &'static Path {
             .arg(&target)
             .output()
             .expect("run cargo");
-        assert!(out.status.success(), "building the fault-injection plugins failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "building the fault-injection plugins failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         target.join("debug")
     })
 }
@@ -87,7 +91,8 @@ fn network(path: FaultPath, backend: &str, host_local_only: bool) -> Net {
     let data = TempDir::new("cnf-ipam");
     let cache = TempDir::new("cnf-cache");
     let subnet = next_subnet();
-    let ipam = json!({ "type": "host-local", "ranges": [[{ "subnet": format!("{subnet}.0/24") }]], "dataDir": data.path() });
+    let ipam =
+        json!({ "type": "host-local", "ranges": [[{ "subnet": format!("{subnet}.0/24") }]], "dataDir": data.path() });
     let plugin = if host_local_only {
         json!({ "type": "host-local", "ipam": ipam })
     } else {
@@ -123,7 +128,8 @@ fn rulesets() -> String {
 fn assert_clean(what: &str, net: &Net, pod: &Netns, r: &RuntimeConf) {
     let veth = bridge::host_veth_name(&r.container_id, &r.ifname);
     assert!(!run("ip", &["link", "show", &veth]).status.success(), "{what}: host veth {veth} left");
-    let ports = String::from_utf8_lossy(&run("ip", &["-o", "link", "show", "master", &net.bridge.0]).stdout).into_owned();
+    let ports =
+        String::from_utf8_lossy(&run("ip", &["-o", "link", "show", "master", &net.bridge.0]).stdout).into_owned();
     assert!(ports.trim().is_empty(), "{what}: ports left on the bridge: {ports}");
     let links = pod.sh("ip", &["-o", "link", "show"]);
     assert_eq!(links.lines().count(), 1, "{what}: pod interface left:\n{links}");

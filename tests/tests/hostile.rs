@@ -63,7 +63,13 @@ impl Fixture {
         let scratch = TempDir::new("cnh");
         std::fs::create_dir_all(scratch.path().join("data")).expect("data dir");
         let bridge = unique("cnhb");
-        Fixture { pod: Netns::new("cnhp"), scratch, network: unique("neth"), _bridge_guard: LinkGuard(bridge.clone()), bridge }
+        Fixture {
+            pod: Netns::new("cnhp"),
+            scratch,
+            network: unique("neth"),
+            _bridge_guard: LinkGuard(bridge.clone()),
+            bridge,
+        }
     }
     fn data_dir(&self) -> String {
         self.scratch.path().join("data").display().to_string()
@@ -97,7 +103,9 @@ impl Fixture {
                 "cniVersion": "1.0.0", "name": self.network, "type": "bridge", "bridge": self.bridge,
                 "isGateway": true, "ipMasq": true, "ipam": self.ipam()
             }),
-            "host-local" => json!({ "cniVersion": "1.0.0", "name": self.network, "type": "bridge", "ipam": self.ipam() }),
+            "host-local" => {
+                json!({ "cniVersion": "1.0.0", "name": self.network, "type": "bridge", "ipam": self.ipam() })
+            }
             "loopback" => json!({ "cniVersion": "1.0.0", "name": self.network, "type": "loopback" }),
             "portmap" => json!({
                 "cniVersion": "1.0.0", "name": self.network, "type": "portmap", "backend": "nftables",
@@ -222,7 +230,11 @@ fn common_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
         case("objects nested 200000 deep", "{\"a\":".repeat(200_000), SYNTAX),
         case(
             "a key nested 300000 deep",
-            format!("{{\"cniVersion\":\"1.0.0\",\"name\":\"n\",\"ipam\":{}{}}}", "[".repeat(300_000), "]".repeat(300_000)),
+            format!(
+                "{{\"cniVersion\":\"1.0.0\",\"name\":\"n\",\"ipam\":{}{}}}",
+                "[".repeat(300_000),
+                "]".repeat(300_000)
+            ),
             SYNTAX,
         ),
         case("duplicate garbage after the object", format!("{text} {{"), SYNTAX),
@@ -250,7 +262,11 @@ fn common_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
         case("runtimeConfig a number", with(&base, "runtimeConfig", json!(5)), CONFIG),
         case("args a string", with(&base, "args", json!("x")), CONFIG),
         case("prevResult garbage", with(&base, "prevResult", json!("garbage")), CONFIG),
-        case("prevResult ips garbage", with(&base, "prevResult", json!({ "cniVersion": "1.0.0", "ips": [{ "address": "x" }] })), CONFIG),
+        case(
+            "prevResult ips garbage",
+            with(&base, "prevResult", json!({ "cniVersion": "1.0.0", "ips": [{ "address": "x" }] })),
+            CONFIG,
+        ),
         case("prevResult of an unknown version", with(&base, "prevResult", json!({ "cniVersion": "0.0.7" })), VERSION),
         case(
             "prevResult 0.2.0-shaped with a bad ip4",
@@ -301,7 +317,12 @@ fn netns_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
         env_case("CNI_NETNS a regular file", &base, vec![("CNI_NETNS", Some(file.display().to_string()))], ENV),
         env_case("CNI_NETNS a directory", &base, vec![("CNI_NETNS", Some(dir.display().to_string()))], ENV),
         env_case("CNI_NETNS does not exist", &base, vec![("CNI_NETNS", Some(missing.display().to_string()))], ENV),
-        env_case("CNI_NETNS not a netns (/proc/self/ns/uts)", &base, vec![("CNI_NETNS", Some("/proc/self/ns/uts".into()))], ENV),
+        env_case(
+            "CNI_NETNS not a netns (/proc/self/ns/uts)",
+            &base,
+            vec![("CNI_NETNS", Some("/proc/self/ns/uts".into()))],
+            ENV,
+        ),
         env_case("CNI_NETNS relative garbage", &base, vec![("CNI_NETNS", Some("../../../../etc/passwd".into()))], ENV),
     ]
 }
@@ -363,13 +384,17 @@ fn bridge_cases(f: &Fixture) -> Vec<Case> {
         case("args.cni.mac a number", with(&b, "args", json!({ "cni": { "mac": 5 } })), CONFIG),
         case("ipam.type with /", with(&b, "ipam", json!({ "type": "../../bin/sh" })), CONFIG),
         case("ipam.type ..", with(&b, "ipam", json!({ "type": ".." })), CONFIG),
-        case("isDefaultGateway without ipam", without(&with_value(&b, "isDefaultGateway", json!(true)), "ipam"), CONFIG),
         case(
-            "disableContainerInterface with ipam",
-            with(&b, "disableContainerInterface", json!(true)),
+            "isDefaultGateway without ipam",
+            without(&with_value(&b, "isDefaultGateway", json!(true)), "ipam"),
             CONFIG,
         ),
-        case("ipam subnet not a CIDR (delegated)", with(&b, "ipam", json!({ "type": "host-local", "subnet": "banana", "dataDir": f.data_dir() })), CONFIG),
+        case("disableContainerInterface with ipam", with(&b, "disableContainerInterface", json!(true)), CONFIG),
+        case(
+            "ipam subnet not a CIDR (delegated)",
+            with(&b, "ipam", json!({ "type": "host-local", "subnet": "banana", "dataDir": f.data_dir() })),
+            CONFIG,
+        ),
         case("ipam plugin missing", with(&b, "ipam", json!({ "type": "no-such-ipam" })), CONFIG),
         env_case("CNI_ARGS MAC not a MAC", &b, vec![("CNI_ARGS", Some("MAC=nope".into()))], CONFIG),
         env_case("CNI_ARGS IP not an IP (delegated)", &b, vec![("CNI_ARGS", Some("IP=10.210.1.300".into()))], ENV),
@@ -410,12 +435,38 @@ fn host_local_cases(f: &Fixture) -> Vec<Case> {
         case("subnet /128", ipam(json!({ "ranges": [[{ "subnet": "fd00:210::1/128" }]] })), CONFIG),
         case("subnet /127", ipam(json!({ "ranges": [[{ "subnet": "fd00:210::/127" }]] })), CONFIG),
         case("subnet with host bits", ipam(json!({ "subnet": "10.210.1.5/24" })), CONFIG),
-        case("rangeStart outside the subnet", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": "10.210.2.10" }]] })), CONFIG),
-        case("rangeEnd outside the subnet", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeEnd": "10.210.9.10" }]] })), CONFIG),
-        case("rangeStart after rangeEnd", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": "10.210.1.90", "rangeEnd": "10.210.1.10" }]] })), CONFIG),
-        case("rangeStart of the other family", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": "fd00::5" }]] })), CONFIG),
-        case("rangeStart a number", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": 5 }]] })), CONFIG),
-        case("gateway not an IP", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "gateway": "gw" }]] })), CONFIG),
+        case(
+            "rangeStart outside the subnet",
+            ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": "10.210.2.10" }]] })),
+            CONFIG,
+        ),
+        case(
+            "rangeEnd outside the subnet",
+            ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeEnd": "10.210.9.10" }]] })),
+            CONFIG,
+        ),
+        case(
+            "rangeStart after rangeEnd",
+            ipam(
+                json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": "10.210.1.90", "rangeEnd": "10.210.1.10" }]] }),
+            ),
+            CONFIG,
+        ),
+        case(
+            "rangeStart of the other family",
+            ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": "fd00::5" }]] })),
+            CONFIG,
+        ),
+        case(
+            "rangeStart a number",
+            ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "rangeStart": 5 }]] })),
+            CONFIG,
+        ),
+        case(
+            "gateway not an IP",
+            ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24", "gateway": "gw" }]] })),
+            CONFIG,
+        ),
         case(
             "overlapping ranges in a set",
             ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24" }, { "subnet": "10.210.1.128/25" }]] })),
@@ -426,13 +477,25 @@ fn host_local_cases(f: &Fixture) -> Vec<Case> {
             ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24" }], [{ "subnet": "10.210.0.0/16" }]] })),
             CONFIG,
         ),
-        case("mixed families in a set", ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24" }, { "subnet": "fd00:210::/64" }]] })), CONFIG),
+        case(
+            "mixed families in a set",
+            ipam(json!({ "ranges": [[{ "subnet": "10.210.1.0/24" }, { "subnet": "fd00:210::/64" }]] })),
+            CONFIG,
+        ),
         case("ranges a string", ipam(json!({ "ranges": "10.210.1.0/24" })), CONFIG),
         case("ranges of numbers", ipam(json!({ "ranges": [[5]] })), CONFIG),
         case("an empty range set", ipam(json!({ "ranges": [[]] })), CONFIG),
         case("routes a string", ipam(json!({ "subnet": "10.210.1.0/24", "routes": "0.0.0.0/0" })), CONFIG),
-        case("route dst not a CIDR", ipam(json!({ "subnet": "10.210.1.0/24", "routes": [{ "dst": "nowhere" }] })), CONFIG),
-        case("route gw not an IP", ipam(json!({ "subnet": "10.210.1.0/24", "routes": [{ "dst": "0.0.0.0/0", "gw": 5 }] })), CONFIG),
+        case(
+            "route dst not a CIDR",
+            ipam(json!({ "subnet": "10.210.1.0/24", "routes": [{ "dst": "nowhere" }] })),
+            CONFIG,
+        ),
+        case(
+            "route gw not an IP",
+            ipam(json!({ "subnet": "10.210.1.0/24", "routes": [{ "dst": "0.0.0.0/0", "gw": 5 }] })),
+            CONFIG,
+        ),
         case("dataDir a number", ipam(json!({ "subnet": "10.210.1.0/24", "dataDir": 5 })), CONFIG),
         case("dataDir relative", ipam(json!({ "subnet": "10.210.1.0/24", "dataDir": "var/lib/cni" })), CONFIG),
         case(
@@ -440,14 +503,50 @@ fn host_local_cases(f: &Fixture) -> Vec<Case> {
             ipam(json!({ "subnet": "10.210.1.0/24", "dataDir": file_parent.join("sub").display().to_string() })),
             IO,
         ),
-        case("dataDir in /proc (cannot be written)", ipam(json!({ "subnet": "10.210.1.0/24", "dataDir": "/proc/cni-rs-hostile" })), IO),
+        case(
+            "dataDir in /proc (cannot be written)",
+            ipam(json!({ "subnet": "10.210.1.0/24", "dataDir": "/proc/cni-rs-hostile" })),
+            IO,
+        ),
         case("resolvConf a number", ipam(json!({ "subnet": "10.210.1.0/24", "resolvConf": 5 })), CONFIG),
-        case("resolvConf missing file", ipam(json!({ "subnet": "10.210.1.0/24", "resolvConf": "/nonexistent/resolv.conf" })), IO),
-        case("runtimeConfig.ips a string", with(&with_value(&b, "ipam", json!({ "type": "host-local", "subnet": "10.210.1.0/24", "dataDir": dd })), "runtimeConfig", json!({ "ips": "10.210.1.5" })), CONFIG),
-        case("runtimeConfig.ips not IPs", with(&with_value(&b, "ipam", json!({ "type": "host-local", "subnet": "10.210.1.0/24", "dataDir": dd })), "runtimeConfig", json!({ "ips": ["x"] })), CONFIG),
-        case("runtimeConfig.ips outside every range", with(&b, "runtimeConfig", json!({ "ips": ["10.219.9.9"] })), CONFIG),
-        case("runtimeConfig.ips the network address", with(&b, "runtimeConfig", json!({ "ips": ["10.210.1.0"] })), CONFIG),
-        case("runtimeConfig.ipRanges garbage", with(&b, "runtimeConfig", json!({ "ipRanges": [[{ "subnet": "x" }]] })), CONFIG),
+        case(
+            "resolvConf missing file",
+            ipam(json!({ "subnet": "10.210.1.0/24", "resolvConf": "/nonexistent/resolv.conf" })),
+            IO,
+        ),
+        case(
+            "runtimeConfig.ips a string",
+            with(
+                &with_value(&b, "ipam", json!({ "type": "host-local", "subnet": "10.210.1.0/24", "dataDir": dd })),
+                "runtimeConfig",
+                json!({ "ips": "10.210.1.5" }),
+            ),
+            CONFIG,
+        ),
+        case(
+            "runtimeConfig.ips not IPs",
+            with(
+                &with_value(&b, "ipam", json!({ "type": "host-local", "subnet": "10.210.1.0/24", "dataDir": dd })),
+                "runtimeConfig",
+                json!({ "ips": ["x"] }),
+            ),
+            CONFIG,
+        ),
+        case(
+            "runtimeConfig.ips outside every range",
+            with(&b, "runtimeConfig", json!({ "ips": ["10.219.9.9"] })),
+            CONFIG,
+        ),
+        case(
+            "runtimeConfig.ips the network address",
+            with(&b, "runtimeConfig", json!({ "ips": ["10.210.1.0"] })),
+            CONFIG,
+        ),
+        case(
+            "runtimeConfig.ipRanges garbage",
+            with(&b, "runtimeConfig", json!({ "ipRanges": [[{ "subnet": "x" }]] })),
+            CONFIG,
+        ),
         case("args.cni.ips numbers", with(&b, "args", json!({ "cni": { "ips": [5] } })), CONFIG),
         case("args.cni a string", with(&b, "args", json!({ "cni": "x" })), CONFIG),
         env_case("CNI_ARGS IP not an IP", &b, vec![("CNI_ARGS", Some("IP=10.210.1.300".into()))], ENV),
@@ -528,9 +627,10 @@ fn check_error(ran: &Ran, want: u32) -> Result<(), String> {
     if exit == 0 {
         return Err(format!("succeeded, wanted code {want}: {}", ran.stdout));
     }
-    let v: Value = serde_json::from_str(&ran.stdout).map_err(|e| format!("stdout is not JSON ({e}): {:?}", ran.stdout))?;
+    let v: Value =
+        serde_json::from_str(&ran.stdout).map_err(|e| format!("stdout is not JSON ({e}): {:?}", ran.stdout))?;
     let code = v["code"].as_u64().ok_or_else(|| format!("no code: {v}"))?;
-    if !v["cniVersion"].is_string() || !v["msg"].as_str().is_some_and(|m| !m.is_empty()) {
+    if !v["cniVersion"].is_string() || v["msg"].as_str().is_none_or(str::is_empty) {
         return Err(format!("error JSON lacks cniVersion or msg: {v}"));
     }
     if code == 110 || ran.stderr.contains("panicked") {
@@ -657,7 +757,8 @@ fn cnitool_refuses_hostile_input() {
     let net = f.network.as_str();
     // Under the kernel's 128 KiB limit on one environment string, far over serde's depth limit.
     let deep_caps = "[".repeat(100_000);
-    let rows: Vec<(&str, Vec<&str>, Vec<(&str, &str)>, u32)> = vec![
+    type Row<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>, u32);
+    let rows: Vec<Row> = vec![
         ("unknown command", vec!["attach", net, pod], vec![], ENV),
         ("unknown option", vec!["add", "--frobnicate", net, pod], vec![], ENV),
         ("too many arguments", vec!["add", net, pod, "extra"], vec![], ENV),
@@ -689,7 +790,8 @@ fn cnitool_refuses_hostile_input() {
                 return Err(format!("succeeded: {}", ran.stdout));
             }
             let line = ran.stdout.lines().last().unwrap_or_default();
-            let v: Value = serde_json::from_str(line).map_err(|e| format!("stdout not JSON ({e}): {:?}", ran.stdout))?;
+            let v: Value =
+                serde_json::from_str(line).map_err(|e| format!("stdout not JSON ({e}): {:?}", ran.stdout))?;
             let code = v["code"].as_u64().ok_or_else(|| format!("no code: {v}"))?;
             if code == 110 || ran.stderr.contains("panicked") || !v["msg"].is_string() {
                 return Err(format!("bad error: {v} {}", ran.stderr));

@@ -57,7 +57,11 @@ fn add(shared: &Shared, r: &RuntimeConf) {
             let mut held = shared.held.lock().unwrap();
             for ip in &result.ips {
                 if let Some(other) = held.insert(ip.address.ip(), r.container_id.clone()) {
-                    shared.violations.lock().unwrap().push(format!("{} handed to {} while {other} held it", ip.address, r.container_id));
+                    shared
+                        .violations
+                        .lock()
+                        .unwrap()
+                        .push(format!("{} handed to {} while {other} held it", ip.address, r.container_id));
                 }
             }
         }

@@ -185,6 +185,7 @@ pub fn plugin_conf<T: serde::de::DeserializeOwned>(raw: &Value, plugin: &str) ->
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 
@@ -206,8 +207,10 @@ mod tests {
         assert_eq!(parse_netconf(br#"{"cniVersion":"1.0.0","name":"../x"}"#).unwrap_err().code, 7);
         assert_eq!(parse_netconf(br#"{"cniVersion":1,"name":"x"}"#).unwrap_err().code, 7);
         assert_eq!(parse_netconf(br#"{"cniVersion":"1.0.0","name":"n","prevResult":"junk"}"#).unwrap_err().code, 7);
-        assert_eq!(parse_netconf(br#"{"cniVersion":"1.0.0","name":"n","prevResult":{"ips":[{"address":5}]}}"#).unwrap_err().code, 7);
-        assert_eq!(parse_netconf(br#"{"cniVersion":"1.0.0","name":"n","prevResult":{"cniVersion":"7.0.0"}}"#).unwrap_err().code, 1);
+        let bad_ips = br#"{"cniVersion":"1.0.0","name":"n","prevResult":{"ips":[{"address":5}]}}"#;
+        assert_eq!(parse_netconf(bad_ips).unwrap_err().code, 7);
+        let bad_version = br#"{"cniVersion":"1.0.0","name":"n","prevResult":{"cniVersion":"7.0.0"}}"#;
+        assert_eq!(parse_netconf(bad_version).unwrap_err().code, 1);
         let deep = "[".repeat(300_000);
         assert_eq!(parse_netconf(deep.as_bytes()).unwrap_err().code, 6);
     }
