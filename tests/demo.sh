@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "demo: run as root (it makes a network namespace and a bridge)" >&2; exit 1; }
 tests/setup.sh
-cargo build --release --bins -q
+cargo build --release -q -p bridge -p host-local -p loopback -p portmap -p cnitool
 bin="$PWD/target/release"
 pod="cnirs-demo-$$"
 nspath="/run/netns/$pod"
