@@ -171,3 +171,23 @@ fn masquerade_reaches_a_host_with_no_route_back() {
         }
     }
 }
+
+#[test]
+fn macspoofchk_drops_frames_with_another_source_mac() {
+    let net = network(json!({ "isGateway": true, "macspoofchk": true }), Some("10.201.8.0/24"));
+    let pod = Netns::new("cnbs");
+    let r = rt(&pod);
+    let result = net.cni.add_network_list(&net.list, &r).expect("ADD");
+    let mac = result.interfaces[2].mac.clone().expect("pod MAC");
+    assert!(pings(&pod, "10.201.8.1"), "the pod cannot reach its gateway with its own MAC");
+    net.cni.check_network_list(&net.list, &r).expect("CHECK");
+    pod.sh("ip", &["link", "set", "eth0", "address", "0a:58:de:ad:be:ef"]);
+    pod.sh("ip", &["neigh", "flush", "all"]);
+    assert!(!pings(&pod, "10.201.8.1"), "a spoofed source MAC got through");
+    pod.sh("ip", &["link", "set", "eth0", "address", &mac]);
+    assert!(pings(&pod, "10.201.8.1"), "the pod's own MAC is blocked after it was restored");
+    net.cni.del_network_list(&net.list, &r).expect("DEL");
+    let rules = String::from_utf8_lossy(&run("nft", &["list", "ruleset"]).stdout).into_owned();
+    assert!(!rules.contains(&result.interfaces[1].name), "the spoof check survived DEL:\n{rules}");
+    net.cni.del_network_list(&net.list, &r).expect("second DEL");
+}

@@ -156,13 +156,6 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
             _ => return Err(Error::config("each vlanTrunk entry needs either \"id\" or both \"minID\" and \"maxID\"")),
         }
     }
-    if raw.macspoofchk {
-        return Err(Error::new(
-            libcni::code::UNSUPPORTED_FIELD,
-            "macspoofchk is not supported by this bridge plugin yet: remove the key or use the reference plugin",
-        )
-        .with_details("macspoofchk=true"));
-    }
     if raw.hairpin_mode && raw.promisc_mode {
         return Err(Error::config("hairpinMode and promiscMode cannot both be set"));
     }

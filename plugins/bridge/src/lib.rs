@@ -80,10 +80,14 @@ struct Undo {
     host_veth: Option<String>,
     ipam: Option<String>,
     masquerade: bool,
+    macspoof: bool,
 }
 
 impl Undo {
     fn run(&self, req: &Request, conf: &BridgeConf, host: &Netlink) {
+        if self.macspoof {
+            let _ = firewall::del_macspoof(&conf.network, &req.container_id, &req.ifname);
+        }
         if self.masquerade {
             if let Ok(fw) = firewall_of(conf) {
                 let _ = fw.del_masquerade(&conf.network, &req.container_id, &req.ifname);
@@ -144,6 +148,9 @@ impl Plugin for Bridge {
         if conf.ip_masq {
             let r = firewall_of(&conf).and_then(|fw| fw.del_masquerade(&conf.network, &req.container_id, &req.ifname));
             errs.record(r);
+        }
+        if conf.macspoofchk {
+            errs.record(firewall::del_macspoof(&conf.network, &req.container_id, &req.ifname));
         }
         errs.finish()
     }
@@ -295,6 +302,12 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
     let br_now = host.link_by_index(br.index)?.unwrap_or(br);
     let host_now = host.link_by_index(host_link.index)?.unwrap_or(host_link);
     let cont_now = cont.link_by_index(cont_link.index)?.unwrap_or(cont_link);
+    if conf.macspoofchk {
+        let mac = mac_string(cont_now.mac)
+            .ok_or_else(|| Error::network(format!("{} has no MAC address to pin for macspoofchk", req.ifname)))?;
+        undo.macspoof = true;
+        firewall::add_macspoof(&conf.network, &req.container_id, &req.ifname, &host_now.name, &mac)?;
+    }
     result.interfaces = vec![
         Interface { name: conf.bridge.clone(), mac: mac_string(br_now.mac), ..Default::default() },
         Interface { name: host_name, mac: mac_string(host_now.mac), ..Default::default() },
@@ -479,6 +492,9 @@ fn check(req: &Request, conf: &BridgeConf, prev: &CniResult, ns: &NetNs) -> Resu
         .ok_or_else(|| failed(format!("host veth {host_name} is missing")))?;
     if host_link.master != Some(br.index) {
         return Err(failed(format!("host veth {host_name} is not a port of {}", conf.bridge)));
+    }
+    if conf.macspoofchk {
+        firewall::check_macspoof(&conf.network, &req.container_id, &req.ifname)?;
     }
     if conf.ip_masq {
         firewall_of(conf)?.check_masquerade(&Masquerade {

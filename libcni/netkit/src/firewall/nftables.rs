@@ -259,6 +259,63 @@ pub(crate) fn masq_del_batch(network: &str, container_id: &str, ifname: &str) ->
     out
 }
 
+/// MAC spoof check (bridge `macspoofchk`): frames from the pod's host port must carry the pod's MAC.
+/// nftables only, as in the reference; one base chain per attachment in our own `bridge` table.
+pub(crate) const MACSPOOF_TABLE: &str = "cni_rs_macspoof";
+const MACSPOOF_PREFIX: &str = "ms";
+
+fn nft_string(s: &str) -> String {
+    s.chars().filter(|c| !matches!(c, '"' | '\\') && !c.is_control()).collect()
+}
+
+pub(crate) fn macspoof_add_batch(network: &str, container_id: &str, ifname: &str, port: &str, mac: &str) -> String {
+    let chain = chain_base(MACSPOOF_PREFIX, network, container_id, ifname);
+    let note = comment("macspoofchk", network, container_id, ifname);
+    let t = format!("bridge {MACSPOOF_TABLE}");
+    let mut out = String::new();
+    let _ = writeln!(out, "add table {t}");
+    let _ = writeln!(
+        out,
+        "add chain {t} {chain} {{ type filter hook prerouting priority -300; policy accept; comment \"{note}\"; }}"
+    );
+    let _ = writeln!(out, "flush chain {t} {chain}");
+    let _ = writeln!(out, "add rule {t} {chain} iifname \"{}\" ether saddr != {} drop", nft_string(port), nft_string(mac));
+    out
+}
+
+pub(crate) fn macspoof_del_batch(network: &str, container_id: &str, ifname: &str) -> String {
+    let chain = chain_base(MACSPOOF_PREFIX, network, container_id, ifname);
+    let t = format!("bridge {MACSPOOF_TABLE}");
+    format!("add table {t}\nadd chain {t} {chain}\nflush chain {t} {chain}\ndelete chain {t} {chain}\n")
+}
+
+/// Drop frames entering the bridge from `port` (the pod's host veth) unless their source MAC is `mac`.
+pub fn add_macspoof(network: &str, container_id: &str, ifname: &str, port: &str, mac: &str) -> Result<()> {
+    apply(
+        &macspoof_add_batch(network, container_id, ifname, port, mac),
+        &format!("add MAC spoof check for container {container_id}"),
+    )
+}
+
+/// Remove the spoof check of an attachment; absent is success.
+pub fn del_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
+    apply(
+        &macspoof_del_batch(network, container_id, ifname),
+        &format!("delete MAC spoof check of container {container_id}"),
+    )
+}
+
+/// The spoof check of an attachment exists with its rule.
+pub fn check_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
+    let chain = chain_base(MACSPOOF_PREFIX, network, container_id, ifname);
+    let out = run("nft", &["-j", "list", "table", "bridge", MACSPOOF_TABLE], None)?;
+    let rules = if out.success { parse_table_listing(&out.stdout).unwrap_or_default() } else { BTreeMap::new() };
+    match rules.get(&chain) {
+        Some(1) => Ok(()),
+        _ => Err(check_failed(format!("MAC spoof check of container {container_id}: chain {chain} missing or changed"))),
+    }
+}
+
 /// Runs one batch atomically.
 fn apply(batch: &str, what: &str) -> Result<()> {
     run_ok("nft", &["-f", "-"], Some(batch), what).map(|_| ())
@@ -497,6 +554,16 @@ mod tests {
         assert!(b.contains("ip6 saddr fd00::3 ip6 daddr != fd00::/64 ip6 daddr != ff00::/8 masquerade"));
         assert!(b.contains("if=eth_0"));
         assert!(!b.contains("delete"), "{b}");
+    }
+
+    #[test]
+    fn macspoof_batch() {
+        let b = macspoof_add_batch("n", "c", "eth0", "veth1234abcd", "0a:58:0a:00:00:02");
+        assert!(b.contains("type filter hook prerouting priority -300;"), "{b}");
+        assert!(b.contains("iifname \"veth1234abcd\" ether saddr != 0a:58:0a:00:00:02 drop"), "{b}");
+        assert!(!b.contains("delete"), "{b}");
+        let d = macspoof_del_batch("n", "c", "eth0");
+        assert!(d.ends_with(&format!("delete chain bridge cni_rs_macspoof {}\n", chain_base("ms", "n", "c", "eth0"))));
     }
 
     #[test]
