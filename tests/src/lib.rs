@@ -1,6 +1,8 @@
 //! Shared fixtures for the end-to-end tests: network namespaces and links that clean up after
 //! themselves even when a test fails, unique names, and the path of the built plugins.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};

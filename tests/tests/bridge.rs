@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! bridge keys with real effects: MAC, MTU, hairpin, port isolation, promisc, no gateway, L2 only,
 //! forceAddress, masquerade to a host with no route back, and undo of a failed ADD.
 

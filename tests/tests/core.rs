@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The core attach path through our libcni: bridge + host-local + loopback, on every spec version.
 //! Privileged: makes its own namespaces and bridges and removes them even when an assertion fails.
 

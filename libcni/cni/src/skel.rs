@@ -276,6 +276,7 @@ fn dispatch<P: Plugin>(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 
