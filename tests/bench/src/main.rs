@@ -1,0 +1,814 @@
+//! cni-bench: the cni-rs plugins against the reference Go plugins, through the same client (our
+//! libcni runtime API) and the same conflist (bridge with ipMasq + host-local + portmap with one
+//! mapped port + loopback), each on its default firewall backend. Run it with `tests/bench.sh`.
+//!
+//! Everything it creates is named `cnib-*` (namespaces, bridges, container ids) or lives under
+//! /run/cni-bench; leftovers of an interrupted run are removed first, and everything is removed at
+//! the end, on error, on panic and on Ctrl-C.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod report;
+
+use libcni::conflist::NetworkConfigList;
+use libcni::runtime::{plugin_stdin, CniConfig, RuntimeConf};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub const PREFIX: &str = "cnib-";
+const STATE: &str = "/run/cni-bench";
+const IFNAME: &str = "eth0";
+/// The plugins of the conflist, in ADD order.
+pub const PLUGINS: [&str; 4] = ["bridge", "host-local", "portmap", "loopback"];
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+type Res<T> = Result<T, String>;
+
+fn check_stop() -> Res<()> {
+    if STOP.load(Ordering::SeqCst) {
+        Err("interrupted".into())
+    } else {
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Opts {
+    pub quick: bool,
+    pub samples: usize,
+    pub levels: Vec<usize>,
+    pub scale_samples: usize,
+    pub parallel: usize,
+    pub churn: usize,
+    pub breakdown: usize,
+    pub out: PathBuf,
+    pub ours: PathBuf,
+    pub reference: PathBuf,
+    pub command: String,
+}
+
+fn parse_opts() -> Res<Opts> {
+    let exe_dir = std::env::current_exe().map_err(|e| e.to_string())?.parent().unwrap().to_path_buf();
+    let repo = exe_dir.ancestors().find(|d| d.join("Cargo.lock").exists()).map(Path::to_path_buf);
+    let mut o = Opts {
+        quick: false,
+        samples: 40,
+        levels: vec![10, 100, 500, 1000],
+        scale_samples: 20,
+        parallel: 8,
+        churn: 40,
+        breakdown: 8,
+        out: repo.clone().unwrap_or_else(|| PathBuf::from(".")).join("docs/bench"),
+        ours: exe_dir,
+        reference: PathBuf::from("/usr/lib/cni"),
+        command: "tests/bench.sh".into(),
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut levels_set = false;
+    let mut i = 0;
+    let val = |i: &mut usize| -> Res<String> {
+        *i += 1;
+        args.get(*i).cloned().ok_or_else(|| format!("{} needs a value", args[*i - 1]))
+    };
+    let num = |s: String| s.parse::<usize>().map_err(|e| format!("{s}: {e}"));
+    while i < args.len() {
+        match args[i].as_str() {
+            "--quick" => o.quick = true,
+            "--samples" => o.samples = num(val(&mut i)?)?,
+            "--levels" => {
+                let v = val(&mut i)?;
+                o.levels = if v.is_empty() || v == "none" {
+                    vec![]
+                } else {
+                    v.split(',').map(|s| num(s.trim().to_string())).collect::<Res<_>>()?
+                };
+                levels_set = true;
+            }
+            "--scale-samples" => o.scale_samples = num(val(&mut i)?)?,
+            "--parallel" => o.parallel = num(val(&mut i)?)?.max(1),
+            "--churn" => o.churn = num(val(&mut i)?)?.max(1),
+            "--out" => o.out = PathBuf::from(val(&mut i)?),
+            "--ours" => o.ours = PathBuf::from(val(&mut i)?),
+            "--reference" => o.reference = PathBuf::from(val(&mut i)?),
+            "-h" | "--help" => {
+                println!(
+                    "usage: cni-bench [--quick] [--samples N] [--levels 10,100,500,1000|none] [--scale-samples N]\n\
+                     \x20                [--parallel N] [--churn N] [--out DIR] [--ours DIR] [--reference DIR]\n\
+                     Needs root. Writes DIR/results.csv, latency.svg, scaling.svg and the results block of DIR/README.md."
+                );
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other:?} (try --help)")),
+        }
+        i += 1;
+    }
+    if o.quick {
+        if !levels_set {
+            o.levels = vec![10, 100];
+        }
+        o.samples = o.samples.min(20);
+        o.scale_samples = o.scale_samples.min(10);
+        o.churn = o.churn.min(24);
+        o.breakdown = 4;
+    }
+    let mut cmd = vec!["tests/bench.sh".to_string()];
+    cmd.extend(args);
+    o.command = cmd.join(" ");
+    Ok(o)
+}
+
+/// One plugin set under test.
+pub struct Side {
+    pub key: &'static str,
+    pub label: &'static str,
+    pub tag: char,
+    pub bin: PathBuf,
+    pub list: NetworkConfigList,
+    pub cni: CniConfig,
+    pub bridge: String,
+    port_base: u16,
+    next: AtomicUsize,
+    live: Mutex<BTreeSet<String>>,
+}
+
+impl Side {
+    fn new(key: &'static str, label: &'static str, tag: char, bin: &Path, octet: u8, port_base: u16) -> Res<Side> {
+        let dir = PathBuf::from(STATE).join(key);
+        let bridge = format!("{PREFIX}{tag}0");
+        let conf = json!({
+            "cniVersion": "1.0.0",
+            "name": format!("{PREFIX}{key}"),
+            "plugins": [
+                {"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": true,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("10.{octet}.0.0/16")}]],
+                          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": dir.join("ipam")}},
+                {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true},
+                {"type": "loopback"}
+            ]
+        });
+        let list = NetworkConfigList::from_bytes(conf.to_string().as_bytes()).map_err(|e| e.to_string())?;
+        Ok(Side {
+            key,
+            label,
+            tag,
+            bin: bin.to_path_buf(),
+            list,
+            cni: CniConfig::with_cache_dir(vec![bin.to_path_buf()], dir.join("cache")),
+            bridge,
+            port_base,
+            next: AtomicUsize::new(0),
+            live: Mutex::new(BTreeSet::new()),
+        })
+    }
+
+    fn pod_prefix(&self) -> String {
+        format!("{PREFIX}{}-", self.tag)
+    }
+
+    fn rt(&self, pod: &str) -> RuntimeConf {
+        let n: usize = pod.rsplit('-').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let port = self.port_base + (n % 20000) as u16;
+        let mut caps = Map::new();
+        caps.insert("portMappings".into(), json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]));
+        RuntimeConf {
+            container_id: pod.to_string(),
+            netns: netns_path(pod),
+            ifname: IFNAME.into(),
+            args: vec![],
+            capability_args: caps,
+        }
+    }
+
+    /// A new pod name with its network namespace.
+    fn new_pod(&self) -> Res<String> {
+        check_stop()?;
+        let pod = format!("{}{}", self.pod_prefix(), self.next.fetch_add(1, Ordering::Relaxed));
+        self.live.lock().unwrap().insert(pod.clone());
+        netns_add(&pod)?;
+        Ok(pod)
+    }
+
+    fn add(&self, pod: &str) -> Res<Duration> {
+        check_stop()?;
+        let t = Instant::now();
+        self.cni.add_network_list(&self.list, &self.rt(pod)).map_err(|e| format!("{} ADD {pod}: {e}", self.key))?;
+        Ok(t.elapsed())
+    }
+
+    fn del(&self, pod: &str) -> Res<Duration> {
+        let t = Instant::now();
+        self.cni.del_network_list(&self.list, &self.rt(pod)).map_err(|e| format!("{} DEL {pod}: {e}", self.key))?;
+        Ok(t.elapsed())
+    }
+
+    /// DEL (ignoring errors) and remove the namespace.
+    fn drop_pod(&self, pod: &str) {
+        let _ = self.del(pod);
+        netns_del(pod);
+        self.live.lock().unwrap().remove(pod);
+    }
+
+    /// Removes every pod this side has, or an earlier run left behind.
+    fn cleanup(&self) {
+        let mut pods: BTreeSet<String> = self.live.lock().unwrap().clone();
+        if let Ok(rd) = std::fs::read_dir("/run/netns") {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with(&self.pod_prefix()) {
+                    pods.insert(name);
+                }
+            }
+        }
+        for e in self.cni.get_cached_attachments("").unwrap_or_default() {
+            if e.network_name == self.list.name {
+                pods.insert(e.container_id);
+            }
+        }
+        let pods: Vec<String> = pods.into_iter().collect();
+        parallel(&pods, 4, |p| {
+            self.drop_pod(p);
+            Ok(())
+        })
+        .ok();
+        let _ = Command::new("ip").args(["link", "del", &self.bridge]).stderr(Stdio::null()).status();
+        let _ = std::fs::remove_dir_all(PathBuf::from(STATE).join(self.key));
+    }
+}
+
+pub fn netns_path(name: &str) -> String {
+    format!("/run/netns/{name}")
+}
+
+fn netns_add(name: &str) -> Res<()> {
+    let out = Command::new("ip").args(["netns", "add", name]).output().map_err(|e| format!("ip netns add: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("ip netns add {name}: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(())
+}
+
+fn netns_del(name: &str) {
+    let path = std::ffi::CString::new(netns_path(name)).unwrap();
+    // SAFETY: a valid C string; failure (not mounted) is fine.
+    unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
+    let _ = std::fs::remove_file(netns_path(name));
+}
+
+/// Runs `f` on every item with `n` threads; the first error stops the others.
+fn parallel<T: Sync>(items: &[T], n: usize, f: impl Fn(&T) -> Res<()> + Sync) -> Res<()> {
+    let next = AtomicUsize::new(0);
+    let err: Mutex<Option<String>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..n.max(1).min(items.len().max(1)) {
+            s.spawn(|| loop {
+                if err.lock().unwrap().is_some() {
+                    return;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { return };
+                if let Err(e) = f(item) {
+                    err.lock().unwrap().get_or_insert(e);
+                    return;
+                }
+            });
+        }
+    });
+    match err.into_inner().unwrap() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Latency statistics of a set of samples, in milliseconds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    pub n: usize,
+    pub median: f64,
+    pub p99: f64,
+    pub mean: f64,
+    pub min: f64,
+}
+
+impl Stats {
+    pub fn of(samples: &[Duration]) -> Stats {
+        let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        ms.sort_by(|a, b| a.total_cmp(b));
+        if ms.is_empty() {
+            return Stats::default();
+        }
+        // Nearest rank: with fewer than 100 samples p99 is the largest.
+        let rank = |p: f64| ms[((p * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+        let median = if ms.len() % 2 == 1 {
+            ms[ms.len() / 2]
+        } else {
+            (ms[ms.len() / 2 - 1] + ms[ms.len() / 2]) / 2.0
+        };
+        Stats { n: ms.len(), median, p99: rank(0.99), mean: ms.iter().sum::<f64>() / ms.len() as f64, min: ms[0] }
+    }
+}
+
+/// Per-pod ADD and DEL latency of one side (and the floor).
+#[derive(Debug, Clone, Default)]
+pub struct Latency {
+    pub add: Stats,
+    pub del: Stats,
+}
+
+/// One plugin's share of a pod's ADD or DEL when run by hand (wall time and peak RSS of its
+/// process tree: the plugin and whatever it ran, like host-local, nft or iptables).
+#[derive(Debug, Clone, Default)]
+pub struct PluginCost {
+    pub plugin: String,
+    pub add_ms: f64,
+    pub del_ms: f64,
+    pub add_rss_kb: i64,
+    pub del_rss_kb: i64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SideResults {
+    pub latency: Latency,
+    /// (workers, pods per second)
+    pub churn: Vec<(usize, f64)>,
+    /// (pods attached, ADD stats, DEL stats)
+    pub scaling: Vec<(usize, Stats, Stats)>,
+    /// Tearing down the largest level, in parallel: (pods, seconds)
+    pub teardown: Option<(usize, f64)>,
+    pub plugins: Vec<PluginCost>,
+    /// bytes on disk of the plugin set (distinct inodes), and of the 4 plugins used
+    pub disk_all: (usize, u64),
+    pub disk_used: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Floor {
+    pub netlink: Latency,
+    pub with_nft: Latency,
+}
+
+pub struct Machine {
+    pub date: String,
+    pub nproc: usize,
+    pub kernel: String,
+    pub cpu: String,
+    pub reference_version: String,
+    pub ours_rev: String,
+}
+
+fn sh_out(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn machine(ours: &Path) -> Machine {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_default();
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let repo = ours
+        .ancestors()
+        .chain(cwd.ancestors())
+        .find(|d| d.join(".git").exists())
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
+    Machine {
+        date: sh_out("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        nproc: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
+        cpu,
+        reference_version: sh_out("dpkg-query", &["-W", "-f", "${Version}", "containernetworking-plugins"]),
+        ours_rev: if repo.is_empty() { String::new() } else { sh_out("git", &["-C", &repo, "rev-parse", "--short", "HEAD"]) },
+    }
+}
+
+/// Sum of sizes of distinct inodes.
+fn disk_bytes(paths: &[PathBuf]) -> u64 {
+    let mut seen = BTreeSet::new();
+    let mut total = 0;
+    for p in paths {
+        if let Ok(m) = std::fs::metadata(p) {
+            if m.is_file() && seen.insert((m.dev(), m.ino())) {
+                total += m.len();
+            }
+        }
+    }
+    total
+}
+
+/// What is installed of a plugin directory: for ours, the multi-call binary and its links if
+/// built, else the per-plugin binaries; for the reference, every file of the package.
+fn footprint(side: &Side, is_ours: bool) -> ((usize, u64), u64) {
+    let used: Vec<PathBuf> = PLUGINS.iter().map(|p| side.bin.join(p)).collect();
+    if is_ours {
+        let multi = side.bin.join("cni-rs");
+        if multi.is_file() {
+            let b = disk_bytes(&[multi]);
+            return ((PLUGINS.len(), b), b);
+        }
+        let b = disk_bytes(&used);
+        return ((PLUGINS.len(), b), b);
+    }
+    let mut all: Vec<PathBuf> =
+        std::fs::read_dir(&side.bin).map(|rd| rd.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    all.retain(|p| p.is_file());
+    ((all.len(), disk_bytes(&all)), disk_bytes(&used))
+}
+
+/// Runs one plugin by hand; returns stdout, wall time and the peak RSS (KiB) of its process tree.
+fn exec_plugin(side: &Side, plugin: &str, command: &str, pod: &str, stdin: &[u8]) -> Res<(Vec<u8>, Duration, i64)> {
+    let path = side.bin.join(plugin);
+    let t = Instant::now();
+    let mut child = Command::new(&path)
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", pod)
+        .env("CNI_NETNS", netns_path(pod))
+        .env("CNI_IFNAME", IFNAME)
+        .env("CNI_ARGS", "")
+        .env("CNI_PATH", &side.bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawn {}: {e}", path.display()))?;
+    let _ = child.stdin.take().unwrap().write_all(stdin);
+    let mut err = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let mut out = Vec::new();
+    let _ = child.stdout.take().unwrap().read_to_end(&mut out);
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child, with valid out-pointers.
+    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    let elapsed = t.elapsed();
+    let stderr = err_reader.join().unwrap_or_default();
+    if r < 0 || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        return Err(format!(
+            "{} {command} {pod} failed: {}{stderr}",
+            path.display(),
+            String::from_utf8_lossy(&out)
+        ));
+    }
+    Ok((out, elapsed, ru.ru_maxrss))
+}
+
+/// ADD and DEL of one pod, one plugin at a time, timing each (host-local runs under bridge, so
+/// it is also run once on its own with the same config to give its share).
+fn breakdown_once(side: &Side, pod: &str, acc: &mut [PluginCost]) -> Res<()> {
+    let rt = side.rt(pod);
+    let mut prev: Option<Value> = None;
+    let list = &side.list;
+    let order = [("bridge", 0usize), ("portmap", 1), ("loopback", 2)];
+    for (name, idx) in order {
+        let stdin = plugin_stdin(list, &list.plugins[idx], prev.clone(), &rt).map_err(|e| e.to_string())?;
+        let (out, t, rss) = exec_plugin(side, name, "ADD", pod, &stdin)?;
+        let c = acc.iter_mut().find(|c| c.plugin == name).unwrap();
+        c.add_ms += t.as_secs_f64() * 1e3;
+        c.add_rss_kb = c.add_rss_kb.max(rss);
+        prev = Some(serde_json::from_slice(&out).map_err(|e| format!("{name} result: {e}"))?);
+    }
+    // host-local alone, on a second container id: its own cost and footprint.
+    let ipam_pod = format!("{pod}-ipam");
+    let bridge_conf = &list.plugins[0].raw;
+    let mut ipam_conf = bridge_conf.clone();
+    ipam_conf.insert("name".into(), json!(list.name));
+    ipam_conf.insert("cniVersion".into(), json!(list.cni_version));
+    let ipam_stdin = serde_json::to_vec(&ipam_conf).unwrap();
+    let (_, t, rss) = exec_plugin(side, "host-local", "ADD", &ipam_pod, &ipam_stdin)?;
+    let c = acc.iter_mut().find(|c| c.plugin == "host-local").unwrap();
+    c.add_ms += t.as_secs_f64() * 1e3;
+    c.add_rss_kb = c.add_rss_kb.max(rss);
+    let (_, t, rss) = exec_plugin(side, "host-local", "DEL", &ipam_pod, &ipam_stdin)?;
+    c.del_ms += t.as_secs_f64() * 1e3;
+    c.del_rss_kb = c.del_rss_kb.max(rss);
+
+    for (name, idx) in order.iter().rev() {
+        let stdin = plugin_stdin(list, &list.plugins[*idx], prev.clone(), &rt).map_err(|e| e.to_string())?;
+        let (_, t, rss) = exec_plugin(side, name, "DEL", pod, &stdin)?;
+        let c = acc.iter_mut().find(|c| c.plugin == *name).unwrap();
+        c.del_ms += t.as_secs_f64() * 1e3;
+        c.del_rss_kb = c.del_rss_kb.max(rss);
+    }
+    Ok(())
+}
+
+fn breakdown(side: &Side, n: usize) -> Res<Vec<PluginCost>> {
+    let mut acc: Vec<PluginCost> =
+        PLUGINS.iter().map(|p| PluginCost { plugin: p.to_string(), ..Default::default() }).collect();
+    for _ in 0..n {
+        let pod = side.new_pod()?;
+        let r = breakdown_once(side, &pod, &mut acc);
+        side.drop_pod(&pod);
+        r?;
+    }
+    for c in &mut acc {
+        c.add_ms /= n as f64;
+        c.del_ms /= n as f64;
+    }
+    Ok(acc)
+}
+
+/// Per-pod latency, sides interleaved sample by sample so that noise hits both alike.
+fn latency(sides: &[&Side], samples: usize) -> Res<Vec<Latency>> {
+    let mut add: Vec<Vec<Duration>> = vec![vec![]; sides.len()];
+    let mut del: Vec<Vec<Duration>> = vec![vec![]; sides.len()];
+    for i in 0..samples + 2 {
+        for (k, side) in sides.iter().enumerate() {
+            let pod = side.new_pod()?;
+            let a = side.add(&pod);
+            let d = if a.is_ok() { side.del(&pod) } else { Err(String::new()) };
+            side.drop_pod(&pod);
+            let (a, d) = (a?, d?);
+            if i >= 2 {
+                // The first two are warm-up (page cache, first table creation).
+                add[k].push(a);
+                del[k].push(d);
+            }
+        }
+        eprint!(".");
+    }
+    eprintln!();
+    Ok(add.iter().zip(&del).map(|(a, d)| Latency { add: Stats::of(a), del: Stats::of(d) }).collect())
+}
+
+/// Pods per second of ADD+DEL cycles with `workers` in parallel (namespaces made beforehand).
+fn churn(side: &Side, workers: usize, pods: usize) -> Res<f64> {
+    let mut names = Vec::new();
+    let made = (|| -> Res<()> {
+        for _ in 0..pods {
+            names.push(side.new_pod()?);
+        }
+        Ok(())
+    })();
+    let result = made.and_then(|()| {
+        let t = Instant::now();
+        parallel(&names, workers, |p| {
+            side.add(p)?;
+            side.del(p)?;
+            Ok(())
+        })?;
+        Ok(pods as f64 / t.elapsed().as_secs_f64())
+    });
+    parallel(&names, 4, |p| {
+        netns_del(p);
+        side.live.lock().unwrap().remove(p);
+        Ok(())
+    })?;
+    if result.is_err() {
+        for p in &names {
+            side.drop_pod(p);
+        }
+    }
+    result
+}
+
+/// ADD and DEL of the next pod with `levels` pods attached.
+fn scaling(side: &Side, levels: &[usize], samples: usize, workers: usize) -> Res<(Vec<(usize, Stats, Stats)>, Option<(usize, f64)>)> {
+    let attached: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut out = Vec::new();
+    let mut levels = levels.to_vec();
+    levels.sort_unstable();
+    let run = (|| -> Res<()> {
+        for &level in &levels {
+            let have = attached.lock().unwrap().len();
+            let todo: Vec<usize> = (have..level).collect();
+            let t = Instant::now();
+            parallel(&todo, workers, |_| {
+                let pod = side.new_pod()?;
+                side.add(&pod)?;
+                attached.lock().unwrap().push(pod);
+                Ok(())
+            })?;
+            eprintln!("  {}: {level} pods attached (+{} in {:.1} s)", side.key, todo.len(), t.elapsed().as_secs_f64());
+            let (mut a, mut d) = (vec![], vec![]);
+            for _ in 0..samples {
+                let pod = side.new_pod()?;
+                let ta = side.add(&pod);
+                let td = if ta.is_ok() { side.del(&pod) } else { Err(String::new()) };
+                side.drop_pod(&pod);
+                a.push(ta?);
+                d.push(td?);
+            }
+            let (sa, sd) = (Stats::of(&a), Stats::of(&d));
+            eprintln!("  {}: next pod at {level}: ADD {:.1} ms, DEL {:.1} ms (medians)", side.key, sa.median, sd.median);
+            out.push((level, sa, sd));
+        }
+        Ok(())
+    })();
+    let pods = attached.into_inner().unwrap();
+    let t = Instant::now();
+    let teardown = parallel(&pods, workers, |p| {
+        side.del(p)?;
+        netns_del(p);
+        side.live.lock().unwrap().remove(p);
+        Ok(())
+    });
+    let secs = t.elapsed().as_secs_f64();
+    run?;
+    teardown?;
+    Ok((out, (!pods.is_empty()).then_some((pods.len(), secs))))
+}
+
+/// The floor: `cni-floor` run on the same kind of pod, without and with the firewall batch.
+fn floor(bin: &Path, samples: usize) -> Res<Floor> {
+    let bridge = format!("{PREFIX}f0");
+    let setup = [
+        vec!["link", "add", &bridge, "type", "bridge"],
+        vec!["addr", "add", "10.232.0.1/16", "dev", &bridge],
+        vec!["link", "set", &bridge, "up"],
+    ];
+    for args in &setup {
+        let st = Command::new("ip").args(args).status().map_err(|e| e.to_string())?;
+        if !st.success() {
+            return Err(format!("ip {}: failed", args.join(" ")));
+        }
+    }
+    let mut res = Floor::default();
+    for (with_nft, slot) in [(false, &mut res.netlink), (true, &mut res.with_nft)] {
+        let (mut a, mut d) = (vec![], vec![]);
+        for i in 0..samples + 2 {
+            check_stop()?;
+            let pod = format!("{PREFIX}f-{i}");
+            netns_add(&pod)?;
+            let host = format!("cnibf{i}");
+            let addr = format!("10.232.{}.{}/16", 1 + i / 250, 2 + i % 250);
+            let nft = if with_nft { "nft" } else { "" };
+            let run = |args: &[&str]| -> Res<Duration> {
+                let t = Instant::now();
+                let st = Command::new(bin).args(args).stderr(Stdio::piped()).output().map_err(|e| e.to_string())?;
+                if !st.status.success() {
+                    return Err(format!("cni-floor {}: {}", args.join(" "), String::from_utf8_lossy(&st.stderr)));
+                }
+                Ok(t.elapsed())
+            };
+            let ns = netns_path(&pod);
+            let ta = run(&[&"add".to_string(), &ns, IFNAME, &host, &bridge, &addr, "10.232.0.1", nft].map(|s| s.as_ref()));
+            let td = if ta.is_ok() { run(&["del", &ns, IFNAME, &host, nft]) } else { Err(String::new()) };
+            netns_del(&pod);
+            if i >= 2 {
+                a.push(ta?);
+                d.push(td?);
+            } else {
+                ta?;
+                td?;
+            }
+        }
+        *slot = Latency { add: Stats::of(&a), del: Stats::of(&d) };
+    }
+    Ok(res)
+}
+
+fn floor_cleanup() {
+    if let Ok(rd) = std::fs::read_dir("/run/netns") {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&format!("{PREFIX}f-")) {
+                netns_del(&name);
+            }
+        }
+    }
+    let _ = Command::new("ip").args(["link", "del", &format!("{PREFIX}f0")]).stderr(Stdio::null()).status();
+    let _ = Command::new("nft").args(["delete", "table", "inet", "cni_bench_floor"]).stderr(Stdio::null()).status();
+}
+
+/// Removes everything on drop (panics included).
+struct Cleanup<'a>(&'a [&'a Side]);
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        eprintln!("cni-bench: cleaning up");
+        for s in self.0 {
+            s.cleanup();
+        }
+        floor_cleanup();
+        let _ = std::fs::remove_dir_all(STATE);
+    }
+}
+
+pub struct Run {
+    pub opts: Opts,
+    pub machine: Machine,
+    pub ours: SideResults,
+    pub reference: SideResults,
+    pub floor: Floor,
+    pub elapsed: f64,
+}
+
+fn main() {
+    let opts = match parse_opts() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("cni-bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("cni-bench: needs root (network namespaces, links, firewall rules)");
+        std::process::exit(2);
+    }
+    for (dir, what) in [(&opts.ours, "ours"), (&opts.reference, "reference")] {
+        for p in PLUGINS {
+            if !dir.join(p).is_file() {
+                eprintln!("cni-bench: {} has no {p} ({what}); build with cargo build --release / install containernetworking-plugins", dir.display());
+                std::process::exit(2);
+            }
+        }
+    }
+    let floor_bin = std::env::current_exe().unwrap().with_file_name("cni-floor");
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let started = Instant::now();
+    let ours = Side::new("ours", "cni-rs", 'o', &opts.ours, 230, 20000).unwrap();
+    let reference = Side::new("reference", "reference (Go)", 'r', &opts.reference, 231, 40000).unwrap();
+    let sides = [&ours, &reference];
+    let guard = Cleanup(&sides);
+    for s in sides {
+        s.cleanup();
+    }
+    floor_cleanup();
+    match run_all(&opts, &ours, &reference, &floor_bin) {
+        Ok((o, r, f)) => {
+            drop(guard);
+            let run = Run { machine: machine(&opts.ours), opts: opts.clone(), ours: o, reference: r, floor: f, elapsed: started.elapsed().as_secs_f64() };
+            match report::write(&run) {
+                Ok(files) => {
+                    print!("{}", report::summary(&run));
+                    for f in files {
+                        eprintln!("cni-bench: wrote {}", f.display());
+                    }
+                }
+                Err(e) => {
+                    eprintln!("cni-bench: writing the report: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        Err(e) => {
+            drop(guard);
+            eprintln!("cni-bench: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<(SideResults, SideResults, Floor)> {
+    let mut o = SideResults::default();
+    let mut r = SideResults::default();
+    (o.disk_all, o.disk_used) = footprint(ours, true);
+    (r.disk_all, r.disk_used) = footprint(reference, false);
+
+    eprintln!("cni-bench: per-plugin cost and peak RSS ({} pods each)", opts.breakdown);
+    o.plugins = breakdown(ours, opts.breakdown)?;
+    r.plugins = breakdown(reference, opts.breakdown)?;
+
+    eprintln!("cni-bench: floor ({} samples)", opts.samples);
+    let fl = floor(floor_bin, opts.samples)?;
+    floor_cleanup();
+
+    eprintln!("cni-bench: per-pod latency ({} samples per side, interleaved)", opts.samples);
+    let lat = latency(&[ours, reference], opts.samples)?;
+    o.latency = lat[0].clone();
+    r.latency = lat[1].clone();
+
+    for workers in [1, opts.parallel] {
+        let pods = if workers == 1 { opts.churn } else { opts.churn.max(workers * 4) };
+        for (side, res) in [(ours, &mut o), (reference, &mut r)] {
+            let pps = churn(side, workers, pods)?;
+            eprintln!("cni-bench: churn {} x{workers}: {pps:.1} pods/s", side.key);
+            res.churn.push((workers, pps));
+        }
+    }
+
+    if !opts.levels.is_empty() {
+        for (side, res) in [(ours, &mut o), (reference, &mut r)] {
+            eprintln!("cni-bench: scaling {} ({:?})", side.key, opts.levels);
+            (res.scaling, res.teardown) = scaling(side, &opts.levels, opts.scale_samples, opts.parallel)?;
+        }
+    }
+    Ok((o, r, fl))
+}
