@@ -232,31 +232,22 @@ impl IpamConfig {
         let resolv_conf = opt_str(ipam, "resolvConf", "ipam")?.map(PathBuf::from);
 
         let mut requested = Vec::new();
-        let Some(cni_args) = cni_args else {
-            return Ok(IpamConfig {
-                network: conf.name.clone(),
-                cni_version: conf.cni_version.clone(),
-                range_sets,
-                routes,
-                data_dir,
-                resolv_conf,
-                requested,
-            });
-        };
-        if let Some(text) = cni_args.get("IP").filter(|s| !s.is_empty()) {
-            for item in text.split(',') {
-                let ip =
-                    parse_ip(item).ok_or_else(|| Error::env(format!("CNI_ARGS IP: {item:?} is not an IP address")))?;
-                requested.push(ip);
+        if let Some(cni_args) = cni_args {
+            if let Some(text) = cni_args.get("IP").filter(|s| !s.is_empty()) {
+                for item in text.split(',') {
+                    let ip = parse_ip(item)
+                        .ok_or_else(|| Error::env(format!("CNI_ARGS IP: {item:?} is not an IP address")))?;
+                    requested.push(ip);
+                }
             }
-        }
-        if let Some(cni) = non_null(&conf.args, "cni") {
-            if let Some(v) = non_null(object(cni, "args.cni")?, "ips") {
-                requested_list(v, "args.cni.ips", &mut requested)?;
+            if let Some(cni) = non_null(&conf.args, "cni") {
+                if let Some(v) = non_null(object(cni, "args.cni")?, "ips") {
+                    requested_list(v, "args.cni.ips", &mut requested)?;
+                }
             }
-        }
-        if let Some(v) = non_null(&conf.runtime_config, "ips") {
-            requested_list(v, "runtimeConfig.ips", &mut requested)?;
+            if let Some(v) = non_null(&conf.runtime_config, "ips") {
+                requested_list(v, "runtimeConfig.ips", &mut requested)?;
+            }
         }
         let mut seen = std::collections::HashSet::new();
         requested.retain(|ip| seen.insert(*ip));

@@ -5,6 +5,7 @@
 //! version's Go type has, applying upstream libcni's conversion rules, lossy ones included. The Go
 //! types are the yardstick rather than the spec text because runtimes are built on them.
 
+use crate::conf::kind;
 use crate::error::{code, Error, Result};
 use crate::version::CURRENT;
 use ipnetwork::IpNetwork;
@@ -413,17 +414,6 @@ fn parse_cidr(text: &str) -> Option<IpNetwork> {
     }
     let addr: IpAddr = addr.parse().ok()?;
     IpNetwork::new(addr, prefix.parse().ok()?).ok()
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 fn non_empty(s: Option<String>) -> Option<String> {
