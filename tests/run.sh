@@ -9,4 +9,13 @@ fi
 tests/setup.sh
 # Integration tests exec the plugins from target/debug, so build every binary first.
 cargo build --workspace --bins
-cargo test --workspace --no-fail-fast "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole run (cargo prints one per test binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }
+     END { printf "summary: %d passed, %d failed\n", p, f }' "$log"
+exit "$rc"
