@@ -692,6 +692,25 @@ fn floor_cleanup() {
     let _ = Command::new("nft").args(["delete", "table", "inet", "cni_bench_floor"]).stderr(Stdio::null()).status();
 }
 
+/// Ours as installed: with the multi-call binary `cni-rs` built, a directory of hard links to it
+/// under each plugin name (as the installer lays it out); else the per-plugin binaries.
+fn installed_shape(ours: &Path) -> Res<PathBuf> {
+    let multi = ours.join("cni-rs");
+    if !multi.is_file() {
+        return Ok(ours.to_path_buf());
+    }
+    let dir = PathBuf::from(format!("{STATE}-bin"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let first = dir.join("cni-rs");
+    // A copy (the target dir may be on another filesystem), then links to it.
+    std::fs::copy(&multi, &first).map_err(|e| format!("copy {}: {e}", multi.display()))?;
+    for p in PLUGINS {
+        std::fs::hard_link(&first, dir.join(p)).map_err(|e| format!("link {p}: {e}"))?;
+    }
+    Ok(dir)
+}
+
 /// Removes everything on drop (panics included).
 struct Cleanup<'a>(&'a [&'a Side]);
 
@@ -703,6 +722,7 @@ impl Drop for Cleanup<'_> {
         }
         floor_cleanup();
         let _ = std::fs::remove_dir_all(STATE);
+        let _ = std::fs::remove_dir_all(format!("{STATE}-bin"));
     }
 }
 
@@ -743,7 +763,14 @@ fn main() {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     let started = Instant::now();
-    let ours = Side::new("ours", "cni-rs", 'o', &opts.ours, 230, 20000).unwrap();
+    let ours_bin = match installed_shape(&opts.ours) {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("cni-bench: {e}");
+            std::process::exit(1);
+        }
+    };
+    let ours = Side::new("ours", "cni-rs", 'o', &ours_bin, 230, 20000).unwrap();
     let reference = Side::new("reference", "reference (Go)", 'r', &opts.reference, 231, 40000).unwrap();
     let sides = [&ours, &reference];
     let guard = Cleanup(&sides);
