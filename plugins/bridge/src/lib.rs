@@ -125,34 +125,17 @@ impl Plugin for Bridge {
 
     fn del(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let mut errs = Errors::new();
-        if let Some(ipam) = &conf.ipam_type {
-            errs.record(invoke::delegate_del(ipam, req));
-        }
-        let mut removed = false;
-        if let Some(path) = req.netns.as_deref() {
-            match NetNs::open_if_exists(path) {
-                Ok(Some(ns)) => {
-                    let r = Netlink::open_in(&ns).and_then(|nl| nl.delete_link_by_name(&req.ifname));
-                    removed = errs.record(r).unwrap_or(false);
-                }
-                Ok(None) => {}
-                Err(e) => errs.push(e),
+        // Removing firewall rules and deleting a veth each wait out an RCU grace period in the
+        // kernel (~10-20 ms): the rules are removed on a thread of their own, alongside the rest.
+        std::thread::scope(|s| {
+            let firewall = s.spawn(|| del_firewall(req, &conf));
+            let mut errs = del_links_and_ipam(req, &conf);
+            match firewall.join() {
+                Ok(fw_errs) => fw_errs.into_iter().for_each(|e| errs.push(e)),
+                Err(_) => errs.push(Error::new(code::INTERNAL, "removing the firewall rules panicked")),
             }
-        }
-        if !removed {
-            // The container end is gone or unreachable; a host end left by an unfinished ADD may remain.
-            let r = Netlink::open().and_then(|nl| nl.delete_link_by_name(&host_veth_name(&req.container_id, &req.ifname)));
-            errs.record(r);
-        }
-        if conf.ip_masq {
-            let r = firewall_of(&conf).and_then(|fw| fw.del_masquerade(&conf.network, &req.container_id, &req.ifname));
-            errs.record(r);
-        }
-        if conf.macspoofchk {
-            errs.record(firewall::del_macspoof(&conf.network, &req.container_id, &req.ifname));
-        }
-        errs.finish()
+            errs.finish()
+        })
     }
 
     fn check(&self, req: &Request) -> Result<()> {
@@ -192,6 +175,44 @@ impl Plugin for Bridge {
         }
         errs.finish()
     }
+}
+
+/// DEL's address release and link removal; the errors, in order.
+fn del_links_and_ipam(req: &Request, conf: &BridgeConf) -> Errors {
+    let mut errs = Errors::new();
+    if let Some(ipam) = &conf.ipam_type {
+        errs.record(invoke::delegate_del(ipam, req));
+    }
+    let mut removed = false;
+    if let Some(path) = req.netns.as_deref() {
+        match NetNs::open_if_exists(path) {
+            Ok(Some(ns)) => {
+                let r = Netlink::open_in(&ns).and_then(|nl| nl.delete_link_by_name(&req.ifname));
+                removed = errs.record(r).unwrap_or(false);
+            }
+            Ok(None) => {}
+            Err(e) => errs.push(e),
+        }
+    }
+    if !removed {
+        // The container end is gone or unreachable; a host end left by an unfinished ADD may remain.
+        let r = Netlink::open().and_then(|nl| nl.delete_link_by_name(&host_veth_name(&req.container_id, &req.ifname)));
+        errs.record(r);
+    }
+    errs
+}
+
+/// DEL's firewall part: masquerade and MAC spoof check rules; the errors, in order.
+fn del_firewall(req: &Request, conf: &BridgeConf) -> Vec<Error> {
+    let mut errs = Vec::new();
+    if conf.ip_masq {
+        let r = firewall_of(conf).and_then(|fw| fw.del_masquerade(&conf.network, &req.container_id, &req.ifname));
+        errs.extend(r.err());
+    }
+    if conf.macspoofchk {
+        errs.extend(firewall::del_macspoof(&conf.network, &req.container_id, &req.ifname).err());
+    }
+    errs
 }
 
 fn fail(what: impl std::fmt::Display) -> impl FnOnce(Error) -> Error {
