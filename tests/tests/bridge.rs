@@ -192,3 +192,23 @@ fn macspoofchk_drops_frames_with_another_source_mac() {
     assert!(!rules.contains(&result.interfaces[1].name), "the spoof check survived DEL:\n{rules}");
     net.cni.del_network_list(&net.list, &r).expect("second DEL");
 }
+
+#[test]
+fn host_veth_name_collision_never_touches_the_other_link() {
+    // Another link already holds the name this attachment's host end would get first (as after a
+    // hash collision with another pod): ADD must pick another name, and DEL must leave that link alone.
+    let net = network(json!({ "isGateway": true }), Some("10.201.9.0/24"));
+    let mut pod = Netns::new("cnbk");
+    let r = rt(&pod);
+    let taken = bridge::host_veth_name(&r.container_id, &r.ifname, 0);
+    let peer = unique("cnbo");
+    sh("ip", &["link", "add", &taken, "type", "veth", "peer", "name", &peer]);
+    let _other = LinkGuard(taken.clone());
+    let result = net.cni.add_network_list(&net.list, &r).expect("ADD despite the taken name");
+    assert_ne!(result.interfaces[1].name, taken);
+    assert!(pings(&pod, "10.201.9.1"));
+    net.cni.check_network_list(&net.list, &r).expect("CHECK");
+    pod.delete();
+    net.cni.del_network_list(&net.list, &r).expect("DEL after the namespace is gone");
+    assert!(run("ip", &["link", "show", &taken]).status.success(), "DEL deleted another pod's link");
+}

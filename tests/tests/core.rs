@@ -122,7 +122,15 @@ fn attach_detach(version: &str, n: u8) {
     pod2.delete();
     net.cni.del_network_list(&net.list, &rt2).unwrap_or_else(|e| panic!("{version}: DEL without netns: {e}"));
     assert!(reservations(net.data.path(), &net.list.name).is_empty(), "{version}: addresses leaked");
-    let ports = sh("ip", &["-o", "link", "show", "master", &net.bridge.0]);
+    // The kernel destroys a deleted namespace's veth pairs asynchronously: give it a moment.
+    let mut ports = String::new();
+    for _ in 0..50 {
+        ports = sh("ip", &["-o", "link", "show", "master", &net.bridge.0]);
+        if ports.trim().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert!(ports.trim().is_empty(), "{version}: ports left on the bridge: {ports}");
 }
 

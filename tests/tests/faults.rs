@@ -126,7 +126,7 @@ fn rulesets() -> String {
 
 /// No host veth, no port on the bridge, no pod interface, no reservation, no rule of this pod.
 fn assert_clean(what: &str, net: &Net, pod: &Netns, r: &RuntimeConf) {
-    let veth = bridge::host_veth_name(&r.container_id, &r.ifname);
+    let veth = bridge::host_veth_name(&r.container_id, &r.ifname, 0);
     assert!(!run("ip", &["link", "show", &veth]).status.success(), "{what}: host veth {veth} left");
     let ports =
         String::from_utf8_lossy(&run("ip", &["-o", "link", "show", "master", &net.bridge.0]).stdout).into_owned();

@@ -16,13 +16,18 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub struct Bridge;
 
-/// The host end's name is derived from the attachment, so a later DEL, or an ADD retried after a
-/// crash, finds it without any state of ours.
-pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
-    let digest = Sha256::digest(format!("{container_id}:{ifname}").as_bytes());
+/// Candidate names for the host end, derived from the attachment (`attempt` 0 first). A later
+/// attempt is used only when a hash collision gives another pod's veth the same name.
+pub fn host_veth_name(container_id: &str, ifname: &str, attempt: u32) -> String {
+    let seed =
+        if attempt == 0 { format!("{container_id}:{ifname}") } else { format!("{container_id}:{ifname}:{attempt}") };
+    let digest = Sha256::digest(seed.as_bytes());
     let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
     format!("veth{hex}")
 }
+
+/// How many names ADD tries before giving up on collisions.
+const HOST_NAME_ATTEMPTS: u32 = 8;
 
 fn mac_string(mac: Option<[u8; 6]>) -> Option<String> {
     mac.map(|m| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"))
@@ -183,21 +188,16 @@ fn del_links_and_ipam(req: &Request, conf: &BridgeConf) -> Errors {
     if let Some(ipam) = &conf.ipam_type {
         errs.record(invoke::delegate_del(ipam, req));
     }
-    let mut removed = false;
+    // Deleting the pod's end removes the pair. When the namespace is gone, the kernel has already
+    // removed both ends: a host link with our name then belongs to someone else, so it is left alone.
     if let Some(path) = req.netns.as_deref() {
         match NetNs::open_if_exists(path) {
             Ok(Some(ns)) => {
-                let r = Netlink::open_in(&ns).and_then(|nl| nl.delete_link_by_name(&req.ifname));
-                removed = errs.record(r).unwrap_or(false);
+                errs.record(Netlink::open_in(&ns).and_then(|nl| nl.delete_link_by_name(&req.ifname)));
             }
             Ok(None) => {}
             Err(e) => errs.push(e),
         }
-    }
-    if !removed {
-        // The container end is gone or unreachable; a host end left by an unfinished ADD may remain.
-        let r = Netlink::open().and_then(|nl| nl.delete_link_by_name(&host_veth_name(&req.container_id, &req.ifname)));
-        errs.record(r);
     }
     errs
 }
@@ -230,11 +230,31 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
     let br = host.ensure_bridge(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc)?;
     libcni::fault_point("bridge-ensured")?;
 
-    let host_name = host_veth_name(&req.container_id, &req.ifname);
-    // The name is ours for this attachment: a link holding it is left over from an ADD that never finished.
-    host.delete_link_by_name(&host_name)?;
+    // The pair is made in one request and dies with the pod's namespace, and the pod has no
+    // `ifname` (checked above), so a host link holding a candidate name is another pod's.
+    let mut created = None;
+    for attempt in 0..HOST_NAME_ATTEMPTS {
+        let candidate = host_veth_name(&req.container_id, &req.ifname, attempt);
+        if host.link(&candidate)?.is_some() {
+            continue;
+        }
+        match host.create_veth(&candidate, &req.ifname, ns, conf.mtu, conf.mac) {
+            Ok(link) => {
+                created = Some((candidate, link));
+                break;
+            }
+            // Another ADD took the name between the lookup and the create.
+            Err(e) if netkit::is_exists(&e) && host.link(&candidate)?.is_some() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let (host_name, host_link) = created.ok_or_else(|| {
+        Error::network(format!(
+            "no free host veth name for {}:{} after {HOST_NAME_ATTEMPTS} tries",
+            req.container_id, req.ifname
+        ))
+    })?;
     undo.host_veth = Some(host_name.clone());
-    let host_link = host.create_veth(&host_name, &req.ifname, ns, conf.mtu, conf.mac)?;
     libcni::fault_point("veth-created")?;
     host.set_master(host_link.index, br.index).map_err(fail(format_args!("attach {host_name} to {}", conf.bridge)))?;
     if conf.hairpin || conf.port_isolation {
@@ -346,15 +366,7 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
 }
 
 fn route_defaults() -> Route {
-    Route {
-        dst: default_dst(true),
-        gw: None,
-        mtu: None,
-        advmss: None,
-        priority: None,
-        table: None,
-        scope: None,
-    }
+    Route { dst: default_dst(true), gw: None, mtu: None, advmss: None, priority: None, table: None, scope: None }
 }
 
 fn configure_vlans(host: &Netlink, conf: &BridgeConf, port: u32) -> Result<()> {
@@ -471,9 +483,7 @@ fn enable_forwarding(ips: &[IpConfig]) -> Result<()> {
 fn check(req: &Request, conf: &BridgeConf, prev: &CniResult, ns: &NetNs) -> Result<()> {
     let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);
     let host = Netlink::open()?;
-    let br = host
-        .link(&conf.bridge)?
-        .ok_or_else(|| failed(format!("bridge {} does not exist", conf.bridge)))?;
+    let br = host.link(&conf.bridge)?.ok_or_else(|| failed(format!("bridge {} does not exist", conf.bridge)))?;
     if br.kind.as_deref() != Some("bridge") {
         return Err(failed(format!("{} is not a bridge", conf.bridge)));
     }
@@ -503,14 +513,20 @@ fn check(req: &Request, conf: &BridgeConf, prev: &CniResult, ns: &NetNs) -> Resu
     for r in &prev.routes {
         let family = if is_v4(&r.dst) { netkit::IpFamily::V4 } else { netkit::IpFamily::V6 };
         let routes = cont.routes(family, None)?;
-        if !routes.iter().any(|have| have.dst == r.dst || (have.dst.ip() == r.dst.ip() && have.dst.prefix() == r.dst.prefix())) {
+        if !routes
+            .iter()
+            .any(|have| have.dst == r.dst || (have.dst.ip() == r.dst.ip() && have.dst.prefix() == r.dst.prefix()))
+        {
             return Err(failed(format!("route to {} is missing in {}", r.dst, ns.path().display())));
         }
     }
-    let host_name = host_veth_name(&req.container_id, &req.ifname);
-    let host_link = host
-        .link(&host_name)?
-        .ok_or_else(|| failed(format!("host veth {host_name} is missing")))?;
+    let host_name = prev
+        .interfaces
+        .iter()
+        .find(|i| i.sandbox.is_none() && i.name != conf.bridge)
+        .map(|i| i.name.clone())
+        .unwrap_or_else(|| host_veth_name(&req.container_id, &req.ifname, 0));
+    let host_link = host.link(&host_name)?.ok_or_else(|| failed(format!("host veth {host_name} is missing")))?;
     if host_link.master != Some(br.index) {
         return Err(failed(format!("host veth {host_name} is not a port of {}", conf.bridge)));
     }
