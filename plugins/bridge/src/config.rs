@@ -161,7 +161,9 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
     }
     let ipam_type = req.conf.ipam_type().map(str::to_string);
     if raw.disable_container_interface && ipam_type.is_some() {
-        return Err(Error::config("disableContainerInterface cannot be used with ipam: an interface that stays down cannot hold addresses"));
+        return Err(Error::config(
+            "disableContainerInterface cannot be used with ipam: an interface that stays down cannot hold addresses",
+        ));
     }
     if let Some(t) = &ipam_type {
         if t.contains('/') || t == "." || t == ".." {
