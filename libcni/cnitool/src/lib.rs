@@ -410,6 +410,23 @@ fn probe_plugin(cfg: Option<&CniConfig>, plugin_type: &str, list_version: &str) 
     v
 }
 
+/// `<indent><type>  <path>  [versions]  ERROR: ...` for `cnitool list`.
+fn plugin_line(indent: &str, p: &Value) -> String {
+    let mut line = format!("{indent}{}", p["type"].as_str().unwrap_or_default());
+    if let Some(path) = p["path"].as_str() {
+        line.push_str(&format!("  {path}"));
+    }
+    if let Some(vs) = p["supportedVersions"].as_array() {
+        let vs: Vec<&str> = vs.iter().filter_map(Value::as_str).collect();
+        line.push_str(&format!("  [{}]", vs.join(" ")));
+    }
+    if let Some(e) = p["error"].as_str() {
+        line.push_str(&format!("  ERROR: {e}"));
+    }
+    line.push('\n');
+    line
+}
+
 fn list(env: &dyn Env, json_out: bool, out: &mut dyn Write) -> Result<(), Failure> {
     let dir = conf_dir(env);
     let scan = conflist::scan_dir(&dir)?;
@@ -426,7 +443,14 @@ fn list(env: &dyn Env, json_out: bool, out: &mut dyn Write) -> Result<(), Failur
                 "file": n.file.display().to_string(),
                 "disableCheck": l.disable_check,
                 "disableGC": l.disable_gc,
-                "plugins": l.plugins.iter().map(|p| probe_plugin(cfg.as_ref(), &p.plugin_type, &l.cni_version)).collect::<Vec<_>>(),
+                "plugins": l.plugins.iter().map(|p| {
+                    let mut v = probe_plugin(cfg.as_ref(), &p.plugin_type, &l.cni_version);
+                    // The IPAM plugin is run by the plugin, not by the runtime: show it too.
+                    if let Some(ipam) = p.raw.get("ipam").and_then(|i| i.get("type")).and_then(Value::as_str) {
+                        v["ipam"] = probe_plugin(cfg.as_ref(), ipam, &l.cni_version);
+                    }
+                    v
+                }).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -454,19 +478,10 @@ fn list(env: &dyn Env, json_out: bool, out: &mut dyn Write) -> Result<(), Failur
             n["file"].as_str().unwrap_or_default()
         ));
         for p in n["plugins"].as_array().into_iter().flatten() {
-            let mut line = format!("    {}", p["type"].as_str().unwrap_or_default());
-            if let Some(path) = p["path"].as_str() {
-                line.push_str(&format!("  {path}"));
+            text.push_str(&plugin_line("    ", p));
+            if p["ipam"].is_object() {
+                text.push_str(&plugin_line("        ipam ", &p["ipam"]));
             }
-            if let Some(vs) = p["supportedVersions"].as_array() {
-                let vs: Vec<&str> = vs.iter().filter_map(Value::as_str).collect();
-                line.push_str(&format!("  [{}]", vs.join(" ")));
-            }
-            if let Some(e) = p["error"].as_str() {
-                line.push_str(&format!("  ERROR: {e}"));
-            }
-            text.push_str(&line);
-            text.push('\n');
         }
     }
     if cfg.is_none() && !networks.is_empty() {

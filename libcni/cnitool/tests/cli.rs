@@ -204,7 +204,10 @@ fn list_shows_networks_plugins_and_broken_files() {
     e.conf("10-demo.conflist", NET);
     e.conf("00-broken.conflist", "{\"name\": \"broken\",");
     e.conf("20-old.conf", r#"{"cniVersion":"0.3.1","name":"old","type":"logger"}"#);
-    e.conf("30-gone.conflist", r#"{"cniVersion":"1.0.0","name":"gone","plugins":[{"type":"absent"}]}"#);
+    e.conf(
+        "30-gone.conflist",
+        r#"{"cniVersion":"1.0.0","name":"gone","plugins":[{"type":"absent","ipam":{"type":"no-such-ipam"}}]}"#,
+    );
     let out = e.run(&["list"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
@@ -212,6 +215,7 @@ fn list_shows_networks_plugins_and_broken_files() {
     assert!(stdout.contains("[0.4.0 1.0.0 1.1.0]"), "{stdout}");
     assert!(stdout.contains("does not support cniVersion \"0.3.1\""), "{stdout}");
     assert!(stdout.contains("failed to find plugin \"absent\""), "{stdout}");
+    assert!(stdout.contains("        ipam no-such-ipam  ERROR: failed to find plugin \"no-such-ipam\""), "{stdout}");
     assert!(stdout.contains("files that failed to load:") && stdout.contains("00-broken.conflist"), "{stdout}");
 
     let out = e.run(&["list", "--json"], &[]);
