@@ -4,18 +4,22 @@
 #
 #   install/build-image.sh                 # static release build, then podman build
 #
+# The image ships the multi-call binary cni-rs once, with the manifest /opt/cni-rs/bin/.plugins
+# naming the plugins the installer links to it on the node (one hard link per name).
+#
 # Environment:
 #   CNI_RS_IMAGE        tag to build                (default cni-rs-installer:dev)
-#   CNI_RS_BIN_DIR      dir of prebuilt static binaries (cni-installer + plugins); skips cargo
+#   CNI_RS_BIN_DIR      dir of prebuilt static binaries (cni-installer + cni-rs); skips cargo
 #   CNI_RS_CONTEXT_DIR  where to stage the build context (default: a temp dir, removed afterwards)
-#   CNI_RS_PLUGINS      plugins to ship when present (default "bridge loopback host-local portmap")
+#   CNI_RS_PLUGINS      plugin names to install as links to cni-rs
+#                       (default "bridge host-local loopback portmap"; each is checked to run)
 #   PODMAN              podman command line (default "podman"), e.g.
 #                       "podman --runtime runc --cgroup-manager=cgroupfs --events-backend=file"
 #   CARGO, CARGO_TARGET_DIR  honoured as usual
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 image="${CNI_RS_IMAGE:-cni-rs-installer:dev}"
-plugins="${CNI_RS_PLUGINS:-bridge loopback host-local portmap}"
+plugins="${CNI_RS_PLUGINS:-bridge host-local loopback portmap}"
 podman_cmd="${PODMAN:-podman}"
 cargo_cmd="${CARGO:-cargo}"
 triple=x86_64-unknown-linux-gnu
@@ -24,11 +28,9 @@ if [ -n "${CNI_RS_BIN_DIR:-}" ]; then
     bin_dir="$CNI_RS_BIN_DIR"
 else
     # --target keeps crt-static away from build scripts and proc macros, which must stay dynamic.
-    packages=(-p cni-installer)
-    for plugin in $plugins; do packages+=(-p "$plugin"); done
-    echo "build-image: static release build of cni-installer $plugins" >&2
+    echo "build-image: static release build of cni-installer cni-rs" >&2
     (cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" \
-        "$cargo_cmd" build --release --target "$triple" "${packages[@]}")
+        "$cargo_cmd" build --release --target "$triple" -p cni-installer -p cni-rs)
     bin_dir="${CARGO_TARGET_DIR:-$repo/target}/$triple/release"
 fi
 
@@ -61,23 +63,28 @@ require_static() {
 require_static "$bin_dir/cni-installer"
 install -m 0755 "$bin_dir/cni-installer" "$ctx/cni-installer"
 
-shipped=()
+[ -f "$bin_dir/cni-rs" ] || { echo "build-image: $bin_dir/cni-rs not found" >&2; exit 1; }
+require_static "$bin_dir/cni-rs"
+# cni-rs picks the plugin by the name it runs under, so run it under each name (bash's exec -a
+# sets argv[0]): a name it does not know must not reach a node.
 for plugin in $plugins; do
-    if [ -f "$bin_dir/$plugin" ]; then
-        require_static "$bin_dir/$plugin"
-        install -m 0755 "$bin_dir/$plugin" "$ctx/bin/$plugin"
-        shipped+=("$plugin")
-    else
-        echo "build-image: warning: plugin $plugin not built yet; image will not ship it" >&2
+    case "$plugin" in
+        cni-rs | .* | */* ) echo "build-image: $plugin is not a plugin name" >&2; exit 1 ;;
+    esac
+    if ! version="$(export CNI_COMMAND=VERSION; exec -a "$plugin" "$bin_dir/cni-rs" </dev/null 2>&1)" ||
+        [[ "$version" != *'"supportedVersions"'* ]]; then
+        echo "build-image: cni-rs does not run as $plugin: $version" >&2
+        exit 1
     fi
 done
-if ((${#shipped[@]} == 0)); then
-    echo "build-image: none of the plugins ($plugins) exist in $bin_dir" >&2
-    exit 1
-fi
+[ -n "${plugins// /}" ] || { echo "build-image: CNI_RS_PLUGINS is empty" >&2; exit 1; }
+install -m 0755 "$bin_dir/cni-rs" "$ctx/bin/cni-rs"
+# shellcheck disable=SC2086 # one name per word
+printf '%s\n' $plugins >"$ctx/bin/.plugins"
+chmod 0644 "$ctx/bin/.plugins"
 install -m 0644 "$repo/install/conf/10-cni-rs.conflist.template" "$ctx/conf/"
 
-echo "build-image: building $image with plugins: ${shipped[*]}" >&2
+echo "build-image: building $image with cni-rs as:" $plugins >&2
 # shellcheck disable=SC2086 # PODMAN is a command line on purpose
 $podman_cmd build --quiet --layers=false -f "$repo/install/Containerfile" -t "$image" "$ctx" >/dev/null
 # shellcheck disable=SC2086

@@ -17,7 +17,8 @@ use std::process::ExitCode;
 
 const USAGE: &str = "\
 usage: cni-installer [options]
-  --src DIR            plugin binaries to install       (default /opt/cni-rs/bin)
+  --src DIR            plugin binaries to install       (default /opt/cni-rs/bin); if DIR/.plugins
+                       lists plugin names, DIR/cni-rs is installed once and linked under each name
   --bin-dir DIR        host CNI binary directory        (default /host/opt/cni/bin)
   --conf-dir DIR       host CNI configuration directory (default /host/etc/cni/net.d)
   --template FILE      conflist template                (default /opt/cni-rs/conf/10-cni-rs.conflist.template)
@@ -125,11 +126,16 @@ fn pod_cidrs(
 }
 
 fn log_outcome(name: &str, dir: &Path, outcome: &Outcome) {
+    let path = dir.join(name);
     match outcome {
-        Outcome::Installed { sha256 } => {
-            eprintln!("installed {name} -> {} (sha256 {sha256})", dir.join(name).display())
-        }
+        Outcome::Installed { sha256 } => eprintln!("installed {name} -> {} (sha256 {sha256})", path.display()),
         Outcome::Unchanged => eprintln!("unchanged {name}"),
+        Outcome::Linked => {
+            eprintln!("linked {name} -> {} (hard link to {})", path.display(), install::MULTI_CALL)
+        }
+        Outcome::Copied { sha256 } => {
+            eprintln!("copied {name} -> {} (full copy of {}, sha256 {sha256})", path.display(), install::MULTI_CALL)
+        }
     }
 }
 
@@ -168,14 +174,18 @@ fn install(options: &Options) -> Result<(), String> {
     }
 
     // Binaries first: a runtime may act on the conflist as soon as it appears.
-    let plugin_names: Vec<String> = fs::read_dir(&options.src)
-        .map(|entries| entries.flatten().filter_map(|entry| entry.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
-    let owned: Vec<&str> = plugin_names.iter().map(String::as_str).collect();
+    let source = install::Source::read(&options.src)?;
+    let owned = source.names();
     install::remove_stale_temps(&options.bin_dir, &owned);
-    for (name, outcome) in install::install_dir(&options.src, &options.bin_dir)? {
-        log_outcome(&name, &options.bin_dir, &outcome);
+    let report = install::install_dir(&options.src, &options.bin_dir)?;
+    if let Some(err) = &report.link_error {
+        eprintln!("warning: {err}; each plugin name is a full copy of {} instead of a hard link", install::MULTI_CALL);
     }
+    for (name, outcome) in &report.outcomes {
+        log_outcome(name, &options.bin_dir, outcome);
+    }
+    let (bytes, inodes) = install::installed_size(&options.bin_dir, &owned);
+    eprintln!("{} names in {}: {inodes} distinct file(s), {bytes} bytes", owned.len(), options.bin_dir.display());
 
     install::remove_stale_temps(&options.conf_dir, &[options.conf_name.as_str()]);
     let outcome = install::place(&options.conf_dir, &options.conf_name, conflist.as_bytes(), 0o644)?;
@@ -336,6 +346,26 @@ mod tests {
         assert_eq!(fs::read(options.bin_dir.join("loopback")).unwrap(), b"loopback binary");
         let conf = fs::read_to_string(options.conf_dir.join("10-cni-rs.conflist")).unwrap();
         assert!(conf.contains(r#"[[{"subnet":"10.244.1.0/24"}],[{"subnet":"fd00:10:244:1::/64"}]]"#));
+    }
+
+    #[test]
+    fn installs_the_multi_call_binary_with_links() {
+        use std::os::unix::fs::MetadataExt;
+        let (_root, mut options) = fixture();
+        fs::write(options.src.join(install::MULTI_CALL), b"multi-call").unwrap();
+        fs::write(options.src.join(install::MANIFEST), "bridge\nportmap\n").unwrap();
+        fs::create_dir_all(&options.bin_dir).unwrap();
+        fs::write(options.bin_dir.join(".bridge.tmp-1"), b"left by a crash").unwrap();
+        options.pod_cidr = Some("10.244.1.0/24".into());
+        install(&options).unwrap();
+        let ino = |name: &str| fs::metadata(options.bin_dir.join(name)).unwrap().ino();
+        assert_eq!(ino("bridge"), ino("cni-rs"));
+        assert_eq!(ino("portmap"), ino("cni-rs"));
+        assert_ne!(ino("loopback"), ino("cni-rs"));
+        let mut names: Vec<String> =
+            fs::read_dir(&options.bin_dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, ["bridge", "cni-rs", "loopback", "portmap"]);
     }
 
     #[test]

@@ -5,11 +5,9 @@
 //! with CI=true that is a failure.
 //!
 //! Binaries: by default build-image.sh does one static release build of the installer and the
-//! plugins (bridge loopback host-local portmap, whichever have a binary), and the test requires a
-//! real `loopback` among them. Overrides:
-//! - `CNI_RS_STATIC_BIN_DIR=DIR`: use prebuilt static binaries from DIR instead of building.
-//! - `CNI_RS_TEST_FAKE_PLUGIN=1`: stopgap while no plugin builds yet; only the installer is built
-//!   and a copy of it is shipped as a fake `loopback` plugin.
+//! multi-call `cni-rs`; `CNI_RS_STATIC_BIN_DIR=DIR` uses prebuilt static ones from DIR instead.
+//! The image ships `cni-rs` once and the installer links each plugin name to it on the "host"; the
+//! test then runs the plugins through those links.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -24,7 +22,6 @@ const PODMAN: &[&str] = &["podman", "--runtime", "runc", "--cgroup-manager=cgrou
 /// podman raises nofile/nproc for root containers by default, which needs CAP_SYS_RESOURCE; the
 /// test machines lack it, and lowering limits is always allowed.
 const ULIMITS: &[&str] = &["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"];
-const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
@@ -122,31 +119,37 @@ fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64, u32) {
     (fs::read(path).unwrap(), meta.ino(), meta.mtime(), meta.mtime_nsec(), meta.mode())
 }
 
-/// Prepares CNI_RS_BIN_DIR for build-image.sh, or None to let it build.
-fn prebuilt_bin_dir(scratch: &Path) -> Option<PathBuf> {
-    if let Ok(dir) = std::env::var("CNI_RS_STATIC_BIN_DIR") {
-        return Some(PathBuf::from(dir));
+/// The plugin names cni-rs is installed under.
+const PLUGINS: [&str; 4] = ["bridge", "host-local", "loopback", "portmap"];
+/// What `CNI_COMMAND=VERSION` must report, for every plugin.
+const SUPPORTED_VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+fn inode(path: &Path) -> (u64, u64) {
+    let meta = fs::symlink_metadata(path).unwrap();
+    (meta.dev(), meta.ino())
+}
+
+/// Bytes of the named files, each inode counted once, and the number of inodes.
+fn installed_bytes(dir: &Path, names: &[&str]) -> (u64, usize) {
+    let mut seen = std::collections::HashSet::new();
+    let mut bytes = 0;
+    for name in names {
+        let meta = fs::symlink_metadata(dir.join(name)).unwrap();
+        if seen.insert((meta.dev(), meta.ino())) {
+            bytes += meta.len();
+        }
     }
-    if std::env::var("CNI_RS_TEST_FAKE_PLUGIN").is_ok_and(|v| v == "1") {
-        eprintln!("CNI_RS_TEST_FAKE_PLUGIN=1: shipping the installer as a fake loopback plugin");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(repo_root())
-            .env("RUSTFLAGS", "-C target-feature=+crt-static")
-            .args(["build", "--release", "--target", TRIPLE, "-p", "cni-installer"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "static build of cni-installer failed");
-        let target_dir =
-            std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| repo_root().join("target"));
-        let built = target_dir.join(TRIPLE).join("release").join("cni-installer");
-        let dir = scratch.join("fake-bin");
-        fs::create_dir_all(&dir).unwrap();
-        fs::copy(&built, dir.join("cni-installer")).unwrap();
-        fs::copy(&built, dir.join("loopback")).unwrap();
-        return Some(dir);
-    }
-    None
+    (bytes, seen.len())
+}
+
+/// Files under the image's /opt/cni-rs/bin, read through `podman image mount`.
+fn image_bin_listing(image: &str) -> Vec<String> {
+    let out = podman(&["image", "mount", image]);
+    assert!(out.status.success(), "podman image mount: {}", text(&out.stderr));
+    let root = PathBuf::from(text(&out.stdout).trim());
+    let names = listing(&root.join("opt/cni-rs/bin"));
+    let _ = podman(&["image", "unmount", image]);
+    names
 }
 
 #[test]
@@ -167,7 +170,7 @@ fn image_end_to_end() {
     // 1. Build the image exactly as a developer would.
     let mut build = Command::new(repo_root().join("install/build-image.sh"));
     build.env("CNI_RS_IMAGE", &image).env("CNI_RS_CONTEXT_DIR", &context).env("PODMAN", PODMAN.join(" "));
-    if let Some(dir) = prebuilt_bin_dir(&scratch.0) {
+    if let Ok(dir) = std::env::var("CNI_RS_STATIC_BIN_DIR") {
         build.env("CNI_RS_BIN_DIR", dir);
     }
     let status = build.status().unwrap();
@@ -175,11 +178,15 @@ fn image_end_to_end() {
     let size = podman(&["image", "inspect", "--format", "{{.Size}}", &image]);
     eprintln!("image {image}: {} bytes", text(&size.stdout).trim());
 
-    let shipped = listing(&context.join("bin"));
-    eprintln!("plugins in the image: {shipped:?}");
-    assert!(shipped.iter().any(|name| name == "loopback"), "the image must ship loopback; shipped {shipped:?}");
+    // The image holds the multi-call binary once, and the names to link to it.
+    assert_eq!(listing(&context.join("bin")), [".plugins", "cni-rs"]);
+    assert_eq!(image_bin_listing(&image), [".plugins", "cni-rs"]);
+    let manifest = fs::read_to_string(context.join("bin/.plugins")).unwrap();
+    assert_eq!(manifest.lines().collect::<Vec<_>>(), PLUGINS);
+    let built = fs::read(context.join("bin/cni-rs")).unwrap();
+    eprintln!("cni-rs in the image: {} bytes, linked as {PLUGINS:?}", built.len());
 
-    // 2. Host dirs holding another vendor's files, and an outdated copy of one of ours.
+    // 2. Host dirs holding another vendor's files, and another binary at one of our names.
     let host_bin = scratch.0.join("host-bin");
     let host_conf = scratch.0.join("host-conf");
     fs::create_dir_all(&host_bin).unwrap();
@@ -199,26 +206,47 @@ fn image_end_to_end() {
     eprintln!("first run:\n{log}");
     assert!(out.status.success(), "installer failed: {log}");
 
-    for name in &shipped {
-        let installed = host_bin.join(name);
-        assert_eq!(
-            fs::read(&installed).unwrap(),
-            fs::read(context.join("bin").join(name)).unwrap(),
-            "{name} differs from the built binary"
-        );
-        let mode = fs::metadata(&installed).unwrap().mode() & 0o7777;
-        assert_eq!(mode, 0o755, "{name} mode {mode:o}");
+    let binary = host_bin.join("cni-rs");
+    assert_eq!(fs::read(&binary).unwrap(), built, "cni-rs differs from the built binary");
+    assert!(log.contains("installed cni-rs -> /host/opt/cni/bin/cni-rs (sha256 "), "no install line for cni-rs");
+    let meta = fs::metadata(&binary).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o755, "cni-rs mode {:o}", meta.mode() & 0o7777);
+    assert_eq!(meta.nlink(), 1 + PLUGINS.len() as u64, "links to cni-rs");
+    for name in PLUGINS {
+        assert_eq!(inode(&host_bin.join(name)), inode(&binary), "{name} is not a hard link to cni-rs");
         assert!(
-            log.contains(&format!("installed {name} -> /host/opt/cni/bin/{name} (sha256 ")),
-            "no install line for {name}"
+            log.contains(&format!("linked {name} -> /host/opt/cni/bin/{name} (hard link to cni-rs)\n")),
+            "no link line for {name}"
         );
     }
-    let mut expected_bin = shipped.clone();
-    expected_bin.push("flannel".into());
+    let mut expected_bin: Vec<&str> = PLUGINS.to_vec();
+    expected_bin.extend(["cni-rs", "flannel"]);
     expected_bin.sort();
-    // Also proves no temp file was left and the installer itself was not copied as a plugin.
+    // Also proves no temp file was left, and neither the manifest nor the installer was copied.
     assert_eq!(listing(&host_bin), expected_bin);
     assert_eq!(listing(&host_conf), ["10-cni-rs.conflist", "99-other.conflist"]);
+    let mut ours: Vec<&str> = PLUGINS.to_vec();
+    ours.push("cni-rs");
+    let (bytes, inodes) = installed_bytes(&host_bin, &ours);
+    eprintln!("installed on the node: {bytes} bytes in {inodes} inode(s) for {} names", ours.len());
+    assert_eq!((bytes, inodes), (built.len() as u64, 1));
+    assert!(
+        log.contains(&format!("5 names in /host/opt/cni/bin: 1 distinct file(s), {bytes} bytes\n")),
+        "no size line: {log}"
+    );
+
+    // The plugins work through their links: cni-rs dispatches on the name it runs under.
+    for name in PLUGINS {
+        let out = Command::new(host_bin.join(name))
+            .env_clear()
+            .env("CNI_COMMAND", "VERSION")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name} VERSION: {}{}", text(&out.stdout), text(&out.stderr));
+        let version: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(version["supportedVersions"], serde_json::json!(SUPPORTED_VERSIONS), "{name}: {version}");
+    }
 
     let conflist: serde_json::Value =
         serde_json::from_slice(&fs::read(host_conf.join("10-cni-rs.conflist")).unwrap()).unwrap();
@@ -226,18 +254,30 @@ fn image_end_to_end() {
     assert_eq!(conflist["cniVersion"], "1.0.0");
     assert_eq!(conflist["plugins"][0]["ipam"]["ranges"], serde_json::json!([[{"subnet": "10.244.1.0/24"}]]));
     assert_eq!(conflist["plugins"][0]["ipam"]["routes"], serde_json::json!([{"dst": "0.0.0.0/0"}]));
+    let types: Vec<&str> =
+        conflist["plugins"].as_array().unwrap().iter().map(|plugin| plugin["type"].as_str().unwrap()).collect();
+    assert!(types.iter().all(|kind| PLUGINS.contains(kind)), "conflist uses a plugin not installed: {types:?}");
     assert_eq!(fingerprint(&foreign_bin), foreign_bin_before);
     assert_eq!(fingerprint(&foreign_conf), foreign_conf_before);
 
     // 4. A second run (a pod restart) changes nothing.
     let conf_inode = fs::metadata(host_conf.join("10-cni-rs.conflist")).unwrap().ino();
+    let binary_before = fs::metadata(&binary).unwrap();
     let out = run_once(&image, &host_bin, &host_conf, "10.244.1.0/24");
     let log = text(&out.stderr);
+    eprintln!("second run:\n{log}");
     assert!(out.status.success(), "second run failed: {log}");
-    for name in shipped.iter().chain(["10-cni-rs.conflist".to_string()].iter()) {
+    for name in ours.iter().chain(&["10-cni-rs.conflist"]) {
         assert!(log.contains(&format!("unchanged {name}\n")), "{name} not unchanged: {log}");
     }
+    assert!(!log.contains("installed ") && !log.contains("linked ") && !log.contains("copied "), "{log}");
     assert_eq!(fs::metadata(host_conf.join("10-cni-rs.conflist")).unwrap().ino(), conf_inode);
+    let binary_after = fs::metadata(&binary).unwrap();
+    assert_eq!(
+        (binary_after.ino(), binary_after.nlink(), binary_after.ctime(), binary_after.ctime_nsec()),
+        (binary_before.ino(), binary_before.nlink(), binary_before.ctime(), binary_before.ctime_nsec())
+    );
+    assert_eq!(fingerprint(&foreign_bin), foreign_bin_before);
 
     // 5. A bad CIDR fails loudly and writes nothing.
     let clean_bin = scratch.0.join("clean-bin");
