@@ -15,6 +15,7 @@
 mod exec;
 mod iptables;
 mod nftables;
+pub(crate) mod nfnl;
 
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
