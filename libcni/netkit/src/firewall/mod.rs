@@ -3,10 +3,12 @@
 //! The backend is chosen while a plugin parses its config ([`choose`]) and opened with [`open`].
 //! Both backends keep their rules in their own chains and read back only those:
 //!
-//! - nftables: tables `inet cni_rs_portmap` and `inet cni_rs_masq`, one set of per-container chains
-//!   named from a hash of (network, container id, ifname). ADD and DEL are each one `nft -f -`
-//!   batch; DEL deletes chains by name, so it needs neither the container's IPs nor its mappings
-//!   and lists nothing.
+//! - nftables: tables `inet cni_rs_portmap`, `inet cni_rs_masq` and `bridge cni_rs_macspoof`, each
+//!   with a fixed set of shared base chains that dispatch through verdict maps (keyed on host port,
+//!   pod address or bridge port) to per-container regular chains named from a hash of (network,
+//!   container id, ifname). ADD is one `nft -f -` batch of additions; DEL lists that container's
+//!   chain (whose rule comments name its map elements) and removes everything in one batch, so it
+//!   needs neither the container's IPs nor its mappings.
 //! - iptables: the reference plugins' chain names, marks and comments (`CNI-HOSTPORT-DNAT`,
 //!   `CNI-DN-<hash>`, `CNI-HOSTPORT-SETMARK`, `CNI-HOSTPORT-MASQ`, `CNI-<hash>`), so pods set up by
 //!   the Go plugins are torn down by ours. One `iptables-save -t nat` and one
@@ -14,8 +16,8 @@
 
 mod exec;
 mod iptables;
-mod nftables;
 pub(crate) mod nfnl;
+mod nftables;
 
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;

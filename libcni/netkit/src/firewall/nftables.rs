@@ -1,48 +1,494 @@
-//! The nftables backend: our own `inet` tables, per-container chains named from a hash.
+//! The nftables backend: our own tables, a constant set of base chains that dispatch through
+//! verdict maps to per-container regular chains named from a hash.
 //!
-//! Each container gets its own small set of chains; the ones that need a hook are base chains of
-//! their own, so nothing shared points at a container and DEL is "delete these chains by name".
-//! (A jump rule in a shared chain could only be deleted by its handle, which means listing the
-//! chain; a verdict-map element only by its key, which means knowing the ports — and DEL may know
-//! neither.) NAT chains are consulted on a connection's first packet only, so a hook per container
-//! costs little on the packet path, and ADD/DEL cost stays flat however many pods there are.
+//! The kernel allows 1024 hooks per hook point and copies the hook array on every registration, so
+//! a base chain per container stops ADD at a few hundred pods and makes it slower with every pod;
+//! every new connection would also walk one chain per pod. Here the base chains are shared and fixed
+//! (three in the portmap table, one each in the others); a container owns regular chains and the
+//! map elements that lead to them, so a lookup is one hash probe however many pods there are.
 //!
 //! ```text
 //! table inet cni_rs_portmap {
-//!   chain pm-<net8>-<id16>-dnat { [ip daddr H] tcp dport 8080 dnat ip to 10.22.0.5:80 ... }
-//!   chain pm-<net8>-<id16>-pre  { type nat hook prerouting priority dstnat;
-//!                                 meta nfproto ipv4 <conditionsV4> fib daddr type local jump ...-dnat }
-//!   chain pm-<net8>-<id16>-out  { type nat hook output priority dstnat; (same as -pre) }
-//!   chain pm-<net8>-<id16>-post { type nat hook postrouting priority srcnat;     (snat only)
-//!                                 ct status dnat ip daddr 10.22.0.5 ip saddr { 10.22.0.0/16, 127.0.0.1 }
-//!                                 meta l4proto tcp ct original proto-dst 8080 masquerade }
+//!   map hostports4 { type ipv4_addr . inet_proto . inet_service : verdict }  # hostIP-bound mappings
+//!   map hostports6 { type ipv6_addr . inet_proto . inet_service : verdict }
+//!   map anyports4  { type inet_proto . inet_service : verdict }              # any host address
+//!   map anyports6  { type inet_proto . inet_service : verdict }
+//!   map snat4 { type ipv4_addr : verdict }  map snat6 { type ipv6_addr : verdict }  # pod IP -> its -post
+//!   chain dispatch { ip daddr . meta l4proto . th dport vmap @hostports4
+//!                    ip6 daddr . meta l4proto . th dport vmap @hostports6
+//!                    meta nfproto ipv4 meta l4proto . th dport vmap @anyports4
+//!                    meta nfproto ipv6 meta l4proto . th dport vmap @anyports6 }
+//!   chain prerouting  { type nat hook prerouting priority dstnat; fib daddr type local jump dispatch }
+//!   chain output      { type nat hook output priority -100;       fib daddr type local jump dispatch }
+//!   chain postrouting { type nat hook postrouting priority srcnat;
+//!                       ct status dnat ip daddr vmap @snat4; ct status dnat ip6 daddr vmap @snat6 }
+//!   chain pm-<net8>-<id16>-dnat { meta nfproto ipv4 <conditionsV4> [ip daddr H] tcp dport 8080
+//!                                   dnat ip to 10.22.0.5:80 comment "anyports4=tcp . 8080;snat4=10.22.0.5" }
+//!   chain pm-<net8>-<id16>-post { ct status dnat ip daddr 10.22.0.5 ip saddr 10.22.0.0/16
+//!                                   meta l4proto tcp ct original proto-dst 8080 masquerade
+//!                                 (the same from 127.0.0.1: IPv4 localhost) }               (snat only)
 //! }
 //! table inet cni_rs_masq {
-//!   chain mq-<net8>-<id16> { type nat hook postrouting priority srcnat;
-//!                            ip saddr 10.22.0.5 ip daddr != 10.22.0.0/16 ip daddr != 224.0.0.0/4 masquerade }
+//!   map masq4 { type ipv4_addr : verdict }  map masq6 { type ipv6_addr : verdict }
+//!   chain postrouting { type nat hook postrouting priority srcnat; ip saddr vmap @masq4; ip6 saddr vmap @masq6 }
+//!   chain mq-<net8>-<id16> { ip saddr 10.22.0.5 ip daddr != 10.22.0.0/16 ip daddr != 224.0.0.0/4
+//!                              masquerade comment "masq4=10.22.0.5" }
+//! }
+//! table bridge cni_rs_macspoof {
+//!   map ports { type ifname : verdict }
+//!   chain prerouting { type filter hook prerouting priority -300; iifname vmap @ports }
+//!   chain ms-<net8>-<id16> { iifname "veth…" ether saddr != 0a:58:… drop comment "ports=veth…" }
 //! }
 //! ```
 //! `<net8>` hashes the network name (so GC can tell a network's chains apart) and `<id16>` hashes
-//! (network, container id, ifname). Removing a chain that may be absent is `add chain; flush chain;
-//! delete chain` in one batch, which always succeeds, so DEL twice and parallel DELs are fine.
+//! (network, container id, ifname). A map falls through when its key is absent, and so does a pod
+//! chain whose conditions do not match: the dispatch goes on to the next map, so a hostIP-bound
+//! mapping wins over an any-address one on the same port, as the more specific.
+//!
+//! Each rule of a container's first chain names, in its comment, the map elements that lead to the
+//! container's chains. That is what lets DEL work from the container id alone (no IPs, no mappings):
+//! it lists that one chain (small, whatever the pod count), then one batch deletes the elements and
+//! flushes and deletes the chains. Element deletion is by key only, so each one is written
+//! `add element K : jump <ours>; delete element K`: the add is a no-op when the element is ours,
+//! recreates it when a parallel DEL got there first, and fails when another container owns the key,
+//! in which case that element is left out and the batch rerun. nft names the failing line of a batch,
+//! which is how a failure is traced to its element.
+//!
+//! ADD is one batch of additions only (`create chain`, rules, `add element`) — a transaction that
+//! deletes nothing skips the kernel's wait for an RCU grace period (about 10 ms here). `create chain`
+//! fails when the container's chain already exists: a repeated ADD then lists the chain and replaces
+//! the old rules and elements in one batch. Ports are exclusive: a host port (per protocol, family
+//! and host address) that another container holds fails ADD, naming the port, and adds nothing.
+//! Addresses (masquerade, snat) and bridge ports belong to the newest ADD: a stale container's
+//! element for a reused address is replaced. The maps and shared chains are created by the first ADD
+//! that finds them missing. Tables of the earlier layout (one base chain per container) are cleaned
+//! up by DEL and GC like ours.
 
-use super::exec::{self, one_line, run, run_ok};
-use super::{check_failed, sha512_hex, BackendKind, Firewall, Masquerade, PortMap};
+use super::exec::{self, one_line, run};
+use super::{check_failed, sha512_hex, BackendKind, Firewall, Masquerade, PortMap, Protocol};
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
 use libcni::{code, Error, Result};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
+use std::net::IpAddr;
 
 pub(crate) const PORTMAP_TABLE: &str = "cni_rs_portmap";
 pub(crate) const MASQ_TABLE: &str = "cni_rs_masq";
-const FAMILY: &str = "inet";
-const PORTMAP_PREFIX: &str = "pm";
-const MASQ_PREFIX: &str = "mq";
-const PORTMAP_SUFFIXES: [&str; 4] = ["pre", "out", "post", "dnat"];
+pub(crate) const MACSPOOF_TABLE: &str = "cni_rs_macspoof";
 
-/// The nftables backend (stateless; every call is one `nft` process).
+/// A chain every container shares: created (and refilled) only when the table's setup is missing.
+#[derive(Debug)]
+struct SharedChain {
+    name: &'static str,
+    /// The base chain's hook, priority and policy; None for a regular chain.
+    spec: Option<&'static str>,
+    rules: &'static [&'static str],
+}
+
+/// One of our tables: its shared maps and chains, and how a container's chains are named.
+#[derive(Debug)]
+pub(crate) struct Table {
+    family: &'static str,
+    name: &'static str,
+    /// `pm`, `mq`, `ms`: the first part of a container's chain names.
+    prefix: &'static str,
+    /// A container's chains: `<prefix>-<net8>-<id16><suffix>`. The first one's rule comments name
+    /// the container's map elements.
+    suffixes: &'static [&'static str],
+    /// Chains of the earlier layout that DEL of a container created by it removes too.
+    legacy_suffixes: &'static [&'static str],
+    maps: &'static [(&'static str, &'static str)],
+    shared: &'static [SharedChain],
+}
+
+pub(crate) static PORTMAP: Table = Table {
+    family: "inet",
+    name: PORTMAP_TABLE,
+    prefix: "pm",
+    suffixes: &["-dnat", "-post"],
+    legacy_suffixes: &["-pre", "-out"],
+    maps: &[
+        ("hostports4", "ipv4_addr . inet_proto . inet_service : verdict"),
+        ("hostports6", "ipv6_addr . inet_proto . inet_service : verdict"),
+        ("anyports4", "inet_proto . inet_service : verdict"),
+        ("anyports6", "inet_proto . inet_service : verdict"),
+        ("snat4", "ipv4_addr : verdict"),
+        ("snat6", "ipv6_addr : verdict"),
+    ],
+    shared: &[
+        SharedChain {
+            name: "dispatch",
+            spec: None,
+            rules: &[
+                "ip daddr . meta l4proto . th dport vmap @hostports4",
+                "ip6 daddr . meta l4proto . th dport vmap @hostports6",
+                "meta nfproto ipv4 meta l4proto . th dport vmap @anyports4",
+                "meta nfproto ipv6 meta l4proto . th dport vmap @anyports6",
+            ],
+        },
+        SharedChain {
+            name: "prerouting",
+            spec: Some("type nat hook prerouting priority -100; policy accept;"),
+            rules: &["fib daddr type local jump dispatch"],
+        },
+        SharedChain {
+            name: "output",
+            spec: Some("type nat hook output priority -100; policy accept;"),
+            rules: &["fib daddr type local jump dispatch"],
+        },
+        SharedChain {
+            name: "postrouting",
+            spec: Some("type nat hook postrouting priority 100; policy accept;"),
+            rules: &["ct status dnat ip daddr vmap @snat4", "ct status dnat ip6 daddr vmap @snat6"],
+        },
+    ],
+};
+
+pub(crate) static MASQ: Table = Table {
+    family: "inet",
+    name: MASQ_TABLE,
+    prefix: "mq",
+    suffixes: &[""],
+    legacy_suffixes: &[],
+    maps: &[("masq4", "ipv4_addr : verdict"), ("masq6", "ipv6_addr : verdict")],
+    shared: &[SharedChain {
+        name: "postrouting",
+        spec: Some("type nat hook postrouting priority 100; policy accept;"),
+        rules: &["ip saddr vmap @masq4", "ip6 saddr vmap @masq6"],
+    }],
+};
+
+/// MAC spoof check (bridge `macspoofchk`): frames from the pod's host port must carry the pod's MAC.
+/// nftables only, as in the reference.
+pub(crate) static MACSPOOF: Table = Table {
+    family: "bridge",
+    name: MACSPOOF_TABLE,
+    prefix: "ms",
+    suffixes: &[""],
+    legacy_suffixes: &[],
+    maps: &[("ports", "ifname : verdict")],
+    shared: &[SharedChain {
+        name: "prerouting",
+        spec: Some("type filter hook prerouting priority -300; policy accept;"),
+        rules: &["iifname vmap @ports"],
+    }],
+};
+
+impl Table {
+    /// `inet cni_rs_portmap`: how commands name the table.
+    fn t(&self) -> String {
+        format!("{} {}", self.family, self.name)
+    }
+
+    /// `<prefix>-<net8>-<id16>`: the common part of a container's chain names.
+    fn base(&self, network: &str, container_id: &str, ifname: &str) -> String {
+        let id = sha512_hex(&format!("{network}\0{container_id}\0{ifname}"));
+        format!("{}-{}-{}", self.prefix, network_hash(network), &id[..16])
+    }
+
+    fn chains(&self, base: &str) -> Vec<String> {
+        self.suffixes.iter().map(|s| format!("{base}{s}")).collect()
+    }
+
+    /// Lines creating the maps and shared chains, or refilling the shared chains if they exist.
+    fn setup(&self) -> Vec<String> {
+        let t = self.t();
+        let mut out = vec![format!("add table {t}")];
+        for (name, ty) in self.maps {
+            out.push(format!("add map {t} {name} {{ type {ty}; }}"));
+        }
+        for c in self.shared {
+            match c.spec {
+                Some(spec) => out.push(format!("add chain {t} {} {{ {spec} }}", c.name)),
+                None => out.push(format!("add chain {t} {}", c.name)),
+            }
+            out.push(format!("flush chain {t} {}", c.name));
+            for r in c.rules {
+                out.push(format!("add rule {t} {} {r}", c.name));
+            }
+        }
+        out
+    }
+}
+
+fn network_hash(network: &str) -> String {
+    sha512_hex(network)[..8].to_string()
+}
+
+/// The key of a map element that leads to a container's chain.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Key {
+    /// `hostports4`/`hostports6`: a mapping bound to one host address.
+    HostPort { ip: IpAddr, proto: Protocol, port: u16 },
+    /// `anyports4`/`anyports6`: a mapping on every host address of a family.
+    AnyPort { v6: bool, proto: Protocol, port: u16 },
+    /// `snat4`/`snat6`: connections DNATed to this pod address (the portmap -post chain).
+    Snat(IpAddr),
+    /// `masq4`/`masq6`: traffic from this pod address.
+    Masq(IpAddr),
+    /// `ports`: frames entering the bridge from this port.
+    BridgePort(String),
+}
+
+fn fam(ip: &IpAddr) -> char {
+    if ip.is_ipv6() {
+        '6'
+    } else {
+        '4'
+    }
+}
+
+/// A bridge port name we can put in a command and a comment: an interface name without quotes,
+/// backslashes or `;`.
+fn valid_port_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 15 && s.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\\' | ';'))
+}
+
+impl Key {
+    fn map(&self) -> String {
+        match self {
+            Key::HostPort { ip, .. } => format!("hostports{}", fam(ip)),
+            Key::AnyPort { v6, .. } => format!("anyports{}", if *v6 { '6' } else { '4' }),
+            Key::Snat(ip) => format!("snat{}", fam(ip)),
+            Key::Masq(ip) => format!("masq{}", fam(ip)),
+            Key::BridgePort(_) => "ports".to_string(),
+        }
+    }
+
+    /// The key as a comment holds it.
+    fn text(&self) -> String {
+        match self {
+            Key::HostPort { ip, proto, port } => format!("{ip} . {proto} . {port}"),
+            Key::AnyPort { proto, port, .. } => format!("{proto} . {port}"),
+            Key::Snat(ip) | Key::Masq(ip) => ip.to_string(),
+            Key::BridgePort(name) => name.clone(),
+        }
+    }
+
+    /// The key in nft syntax.
+    fn literal(&self) -> String {
+        match self {
+            Key::BridgePort(name) => format!("\"{name}\""),
+            other => other.text(),
+        }
+    }
+
+    /// Which of the container's chains (index into the table's suffixes) the element jumps to.
+    fn chain_index(&self) -> usize {
+        match self {
+            Key::Snat(_) => 1,
+            _ => 0,
+        }
+    }
+
+    /// A key another container holds is a conflict (host ports), not something to take over.
+    fn exclusive(&self) -> bool {
+        matches!(self, Key::HostPort { .. } | Key::AnyPort { .. })
+    }
+
+    /// Parses `map=text` as written by [`Key::comment`]; None for anything else.
+    fn parse(entry: &str) -> Option<Key> {
+        let (map, text) = entry.split_once('=')?;
+        let parts: Vec<&str> = text.split(" . ").collect();
+        let ip = |s: &str, v6: bool| s.parse::<IpAddr>().ok().filter(|ip| ip.is_ipv6() == v6);
+        let key = match (map, parts.as_slice()) {
+            ("hostports4" | "hostports6", [ipt, proto, port]) => Key::HostPort {
+                ip: ip(ipt, map.ends_with('6'))?,
+                proto: Protocol::parse(proto)?,
+                port: port.parse().ok()?,
+            },
+            ("anyports4" | "anyports6", [proto, port]) => {
+                Key::AnyPort { v6: map.ends_with('6'), proto: Protocol::parse(proto)?, port: port.parse().ok()? }
+            }
+            ("snat4" | "snat6", [ipt]) => Key::Snat(ip(ipt, map.ends_with('6'))?),
+            ("masq4" | "masq6", [ipt]) => Key::Masq(ip(ipt, map.ends_with('6'))?),
+            ("ports", [name]) if valid_port_name(name) => Key::BridgePort((*name).to_string()),
+            _ => return None,
+        };
+        // Only what we would have written ourselves (canonical spelling, a map of this kind).
+        (key.text() == text).then_some(key)
+    }
+
+    /// Where the key is named in a port conflict.
+    fn describe(&self) -> String {
+        match self {
+            Key::HostPort { ip, proto, port } => format!("host port {port}/{proto} on {ip}"),
+            Key::AnyPort { v6, proto, port } => {
+                format!("host port {port}/{proto} (any {} host address)", if *v6 { "IPv6" } else { "IPv4" })
+            }
+            other => format!("{} element {}", other.map(), other.text()),
+        }
+    }
+}
+
+/// `map=key;map=key`: the comment of a rule reached through those elements.
+fn keys_comment(keys: &[Key]) -> String {
+    keys.iter().map(|k| format!("{}={}", k.map(), k.text())).collect::<Vec<_>>().join(";")
+}
+
+fn keys_of_comment(comment: &str) -> Option<Vec<Key>> {
+    comment.split(';').map(Key::parse).collect()
+}
+
+/// One rule of a container's chain.
+#[derive(Debug, Clone)]
+pub(crate) struct Rule {
+    /// Index into the table's suffixes.
+    chain: usize,
+    text: String,
+    /// The elements that lead here (written into the rule's comment).
+    keys: Vec<Key>,
+}
+
+/// Everything of one container in one table.
+#[derive(Debug, Clone)]
+pub(crate) struct Pod {
+    table: &'static Table,
+    base: String,
+    note: String,
+    rules: Vec<Rule>,
+}
+
+impl Pod {
+    fn new(table: &'static Table, kind: &str, network: &str, container_id: &str, ifname: &str) -> Pod {
+        Pod {
+            table,
+            base: table.base(network, container_id, ifname),
+            note: comment(kind, network, container_id, ifname),
+            rules: Vec::new(),
+        }
+    }
+
+    /// Every element key, once, in order.
+    fn keys(&self) -> Vec<Key> {
+        let mut seen = BTreeSet::new();
+        self.rules.iter().flat_map(|r| r.keys.iter()).filter(|k| seen.insert((*k).clone())).cloned().collect()
+    }
+
+    fn rule_count(&self, chain: usize) -> usize {
+        self.rules.iter().filter(|r| r.chain == chain).count()
+    }
+}
+
+/// A chain comment for humans; nft strings cannot hold quotes, so those are replaced.
+fn comment(kind: &str, network: &str, container_id: &str, ifname: &str) -> String {
+    let text = format!("cni-rs {kind} net={network} id={container_id} if={ifname}");
+    let mut clean: String =
+        text.chars().map(|c| if c == '"' || c == '\\' || c.is_control() { '_' } else { c }).collect();
+    // NFT_USERDATA_MAXLEN is 256 bytes; stay well inside it.
+    if clean.len() > 200 {
+        let mut cut = 200;
+        while !clean.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        clean.truncate(cut);
+    }
+    clean
+}
+
+/// `10.22.0.0/16` for `10.22.0.5/16`.
+fn subnet(a: &IpNetwork) -> String {
+    format!("{}/{}", a.network(), a.prefix())
+}
+
+fn family_words(addr: &IpNetwork) -> (&'static str, &'static str) {
+    if addr.is_ipv6() {
+        ("ip6", "ipv6")
+    } else {
+        ("ip", "ipv4")
+    }
+}
+
+/// A container's port mappings: a -dnat rule per (address, mapping), reached through the mapping's
+/// port element, and with snat a -post rule per mapping, reached through the pod address's element.
+pub(crate) fn portmap_pod(p: &PortMap) -> Pod {
+    let mut pod = Pod::new(&PORTMAP, "portmap", &p.network, &p.container_id, &p.ifname);
+    for addr in p.targets() {
+        let v6 = addr.is_ipv6();
+        let (ipx, nfproto) = family_words(&addr);
+        let conditions = if v6 { &p.conditions_v6 } else { &p.conditions_v4 };
+        let mut entry = format!("meta nfproto {nfproto}");
+        for c in conditions.iter().filter(|c| !c.trim().is_empty()) {
+            entry.push(' ');
+            entry.push_str(c.trim());
+        }
+        let pod_ip = addr.ip();
+        for m in p.mappings.iter().filter(|m| m.applies_to(v6)) {
+            let mut r = entry.clone();
+            let port_key = match m.bound_ip() {
+                Some(h) => {
+                    let _ = write!(r, " {ipx} daddr {h}");
+                    Key::HostPort { ip: h, proto: m.protocol, port: m.host_port }
+                }
+                None => Key::AnyPort { v6, proto: m.protocol, port: m.host_port },
+            };
+            let to =
+                if v6 { format!("[{pod_ip}]:{}", m.container_port) } else { format!("{pod_ip}:{}", m.container_port) };
+            let _ = write!(r, " {} dport {} dnat {ipx} to {to}", m.protocol, m.host_port);
+            let mut keys = vec![port_key];
+            if p.snat {
+                keys.push(Key::Snat(pod_ip));
+            }
+            pod.rules.push(Rule { chain: 0, text: r, keys });
+            if p.snat {
+                // Hairpin (a pod of the subnet reaching the mapped port) and IPv4 localhost need
+                // masquerading, or the reply would bypass the DNAT. Only connections this
+                // mapping DNATed are matched, never other traffic to the pod.
+                // One rule per source rather than an anonymous set `{ subnet, 127.0.0.1 }`: nft
+                // fetches the elements of every set in the ruleset, one request per set, before
+                // any element command, so a set per pod would make every ADD and DEL O(pods).
+                let sources: Vec<Option<String>> = match (p.masq_all, v6) {
+                    (true, _) => vec![None],
+                    (false, true) => vec![Some(subnet(&addr))],
+                    (false, false) => vec![Some(subnet(&addr)), Some("127.0.0.1".to_string())],
+                };
+                for source in sources {
+                    let mut r = format!("ct status dnat {ipx} daddr {pod_ip}");
+                    if let Some(source) = source {
+                        let _ = write!(r, " {ipx} saddr {source}");
+                    }
+                    let _ = write!(r, " meta l4proto {} ct original proto-dst {}", m.protocol, m.host_port);
+                    if let Some(h) = m.bound_ip() {
+                        let _ = write!(r, " ct original {ipx} daddr {h}");
+                    }
+                    r.push_str(" masquerade");
+                    pod.rules.push(Rule { chain: 1, text: r, keys: Vec::new() });
+                }
+            }
+        }
+    }
+    pod
+}
+
+pub(crate) fn masq_pod(m: &Masquerade) -> Pod {
+    let mut pod = Pod::new(&MASQ, "masquerade", &m.network, &m.container_id, &m.ifname);
+    for a in &m.addresses {
+        let (ipx, _) = family_words(a);
+        let multicast = if a.is_ipv6() { "ff00::/8" } else { "224.0.0.0/4" };
+        // The source match stays: with two addresses of a family, each rule must see only its own.
+        let text = format!("{ipx} saddr {} {ipx} daddr != {} {ipx} daddr != {multicast} masquerade", a.ip(), subnet(a));
+        pod.rules.push(Rule { chain: 0, text, keys: vec![Key::Masq(a.ip())] });
+    }
+    pod
+}
+
+fn nft_string(s: &str) -> String {
+    s.chars().filter(|c| !matches!(c, '"' | '\\') && !c.is_control()).collect()
+}
+
+pub(crate) fn macspoof_pod(network: &str, container_id: &str, ifname: &str, port: &str, mac: &str) -> Result<Pod> {
+    if !valid_port_name(port) {
+        return Err(Error::config(format!("MAC spoof check: {port:?} is not a usable interface name")));
+    }
+    let mut pod = Pod::new(&MACSPOOF, "macspoofchk", network, container_id, ifname);
+    let text = format!("iifname \"{port}\" ether saddr != {} drop", nft_string(mac));
+    pod.rules.push(Rule { chain: 0, text, keys: vec![Key::BridgePort(port.to_string())] });
+    Ok(pod)
+}
+
+/// The nftables backend (stateless; every call runs `nft` a few times at most).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NftablesBackend;
 
@@ -117,331 +563,500 @@ fn kernel_has_nf_tables() -> bool {
     ty == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN
 }
 
-fn network_hash(network: &str) -> String {
-    sha512_hex(network)[..8].to_string()
+/// What an element line of a batch does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// `add element K : jump C`: a no-op when the element is ours, EEXIST when another's.
+    Ensure,
+    /// `add element K : jump C; delete element K`: removes our element whether or not it is there.
+    Remove,
+    /// `delete element K; add element K : jump C`: takes over another container's element.
+    Replace,
 }
 
-/// `<prefix>-<net8>-<id16>`: the common part of a container's chain names.
-fn chain_base(prefix: &str, network: &str, container_id: &str, ifname: &str) -> String {
-    let id = sha512_hex(&format!("{network}\0{container_id}\0{ifname}"));
-    format!("{prefix}-{}-{}", network_hash(network), &id[..16])
+#[derive(Debug, Clone)]
+enum Step {
+    Line(String),
+    /// `create chain`: fails with EEXIST when the container's chain exists (a repeated ADD).
+    Create(String),
+    Elem {
+        key: Key,
+        chain: String,
+        op: Op,
+    },
 }
 
-/// A chain comment for humans; nft strings cannot hold quotes, so those are replaced.
-fn comment(kind: &str, network: &str, container_id: &str, ifname: &str) -> String {
-    let text = format!("cni-rs {kind} net={network} id={container_id} if={ifname}");
-    let mut clean: String =
-        text.chars().map(|c| if c == '"' || c == '\\' || c.is_control() { '_' } else { c }).collect();
-    // NFT_USERDATA_MAXLEN is 256 bytes; stay well inside it.
-    if clean.len() > 200 {
-        let mut cut = 200;
-        while !clean.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        clean.truncate(cut);
-    }
-    clean
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ErrKind {
+    Exists,
+    Missing,
+    Other,
 }
 
-/// Lines that remove the chains (if present) in one batch: every chain is created if missing,
-/// then all are flushed (dropping jumps between them), then all deleted.
-fn remove_chains(out: &mut String, table: &str, chains: &[String]) {
-    let _ = writeln!(out, "add table {FAMILY} {table}");
-    for c in chains {
-        let _ = writeln!(out, "add chain {FAMILY} {table} {c}");
-    }
-    for c in chains {
-        let _ = writeln!(out, "flush chain {FAMILY} {table} {c}");
-    }
-    for c in chains {
-        let _ = writeln!(out, "delete chain {FAMILY} {table} {c}");
-    }
-}
-
-fn portmap_chains(network: &str, container_id: &str, ifname: &str) -> Vec<String> {
-    let base = chain_base(PORTMAP_PREFIX, network, container_id, ifname);
-    PORTMAP_SUFFIXES.iter().map(|s| format!("{base}-{s}")).collect()
-}
-
-/// `10.22.0.0/16` for `10.22.0.5/16`.
-fn subnet(a: &IpNetwork) -> String {
-    format!("{}/{}", a.network(), a.prefix())
-}
-
-fn family_words(addr: &IpNetwork) -> (&'static str, &'static str) {
-    if addr.is_ipv6() {
-        ("ip6", "ipv6")
-    } else {
-        ("ip", "ipv4")
-    }
-}
-
-/// The rules of a container's port mappings, per chain suffix, in order.
-fn portmap_rules(p: &PortMap, base: &str) -> BTreeMap<&'static str, Vec<String>> {
-    let mut rules: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
-    for addr in p.targets() {
-        let v6 = addr.is_ipv6();
-        let (ipx, nfproto) = family_words(&addr);
-        let mappings: Vec<_> = p.mappings.iter().filter(|m| m.applies_to(v6)).collect();
-        if mappings.is_empty() {
-            continue;
-        }
-        let conditions = if v6 { &p.conditions_v6 } else { &p.conditions_v4 };
-        let mut entry = format!("meta nfproto {nfproto}");
-        for c in conditions.iter().filter(|c| !c.trim().is_empty()) {
-            entry.push(' ');
-            entry.push_str(c.trim());
-        }
-        let _ = write!(entry, " fib daddr type local jump {base}-dnat");
-        rules.entry("pre").or_default().push(entry.clone());
-        rules.entry("out").or_default().push(entry);
-        let pod = addr.ip();
-        for m in &mappings {
-            let mut r = String::new();
-            if let Some(h) = m.bound_ip() {
-                let _ = write!(r, "{ipx} daddr {h} ");
-            }
-            let to = if v6 { format!("[{pod}]:{}", m.container_port) } else { format!("{pod}:{}", m.container_port) };
-            let _ = write!(r, "{} dport {} dnat {ipx} to {to}", m.protocol, m.host_port);
-            rules.entry("dnat").or_default().push(r);
-            if p.snat {
-                // Hairpin (a pod of the subnet reaching the mapped port) and IPv4 localhost need
-                // masquerading, or the reply would bypass the DNAT. Only connections this
-                // mapping DNATed are matched, never other traffic to the pod.
-                let mut r = format!("ct status dnat {ipx} daddr {pod}");
-                if !p.masq_all {
-                    if v6 {
-                        let _ = write!(r, " {ipx} saddr {}", subnet(&addr));
-                    } else {
-                        let _ = write!(r, " {ipx} saddr {{ {}, 127.0.0.1 }}", subnet(&addr));
-                    }
-                }
-                let _ = write!(r, " meta l4proto {} ct original proto-dst {}", m.protocol, m.host_port);
-                if let Some(h) = m.bound_ip() {
-                    let _ = write!(r, " ct original {ipx} daddr {h}");
-                }
-                r.push_str(" masquerade");
-                rules.entry("post").or_default().push(r);
-            }
-        }
-    }
-    rules
-}
-
-/// Lines that create the chains if missing and empty them if present. Unlike removal, this never
-/// deletes anything the first time, and a transaction that deletes nothing skips the kernel's wait
-/// for an RCU grace period (about 10 ms here): that is what keeps ADD fast.
-fn reset_chains(out: &mut String, table: &str, chains: &[(String, Option<&str>)]) {
-    let _ = writeln!(out, "add table {FAMILY} {table}");
-    for (c, spec) in chains {
-        match spec {
-            Some(spec) => {
-                let _ = writeln!(out, "add chain {FAMILY} {table} {c} {{ {spec} }}");
-            }
-            None => {
-                let _ = writeln!(out, "add chain {FAMILY} {table} {c}");
-            }
-        }
-    }
-    for (c, _) in chains {
-        let _ = writeln!(out, "flush chain {FAMILY} {table} {c}");
-    }
-}
-
-/// The whole ADD batch for port mappings: the container's chains, emptied if they existed, then
-/// filled anew. A chain that snat does not need stays empty; DEL removes all four.
-pub(crate) fn portmap_add_batch(p: &PortMap) -> String {
-    let base = chain_base(PORTMAP_PREFIX, &p.network, &p.container_id, &p.ifname);
+/// Renders a batch; the second value gives, per line, its step and which of the step's lines it is.
+fn render(t: &Table, steps: &[Step]) -> (String, Vec<(usize, usize)>) {
+    let tn = t.t();
     let mut out = String::new();
-    let rules = portmap_rules(p, &base);
-    if rules.is_empty() {
-        remove_chains(&mut out, PORTMAP_TABLE, &portmap_chains(&p.network, &p.container_id, &p.ifname));
-        return out;
-    }
-    let note = comment("portmap", &p.network, &p.container_id, &p.ifname);
-    let dnat_spec = format!("comment \"{note}\";");
-    reset_chains(
-        &mut out,
-        PORTMAP_TABLE,
-        &[
-            (format!("{base}-dnat"), Some(dnat_spec.as_str())),
-            (format!("{base}-pre"), Some("type nat hook prerouting priority -100; policy accept;")),
-            (format!("{base}-out"), Some("type nat hook output priority -100; policy accept;")),
-            (format!("{base}-post"), Some("type nat hook postrouting priority 100; policy accept;")),
-        ],
-    );
-    let t = format!("{FAMILY} {PORTMAP_TABLE}");
-    // The jump target must exist before the jump: dnat first.
-    for suffix in ["dnat", "pre", "out", "post"] {
-        for r in rules.get(suffix).into_iter().flatten() {
-            let _ = writeln!(out, "add rule {t} {base}-{suffix} {r}");
+    let mut owner = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let lines: Vec<String> = match step {
+            Step::Line(l) | Step::Create(l) => vec![l.clone()],
+            Step::Elem { key, chain, op } => {
+                let (map, k) = (key.map(), key.literal());
+                let add = format!("add element {tn} {map} {{ {k} : jump {chain} }}");
+                let del = format!("delete element {tn} {map} {{ {k} }}");
+                match op {
+                    Op::Ensure => vec![add],
+                    Op::Remove => vec![add, del],
+                    Op::Replace => vec![del, add],
+                }
+            }
+        };
+        for (part, l) in lines.into_iter().enumerate() {
+            out.push_str(&l);
+            out.push('\n');
+            owner.push((i, part));
         }
     }
-    out
+    (out, owner)
 }
 
-pub(crate) fn portmap_del_batch(network: &str, container_id: &str, ifname: &str) -> String {
-    let mut out = String::new();
-    remove_chains(&mut out, PORTMAP_TABLE, &portmap_chains(network, container_id, ifname));
-    out
-}
-
-fn masq_rules(m: &Masquerade) -> Vec<String> {
-    m.addresses
-        .iter()
-        .map(|a| {
-            let (ipx, _) = family_words(a);
-            let multicast = if a.is_ipv6() { "ff00::/8" } else { "224.0.0.0/4" };
-            format!("{ipx} saddr {} {ipx} daddr != {} {ipx} daddr != {multicast} masquerade", a.ip(), subnet(a))
+/// The errors nft reported for lines of a batch read from stdin: (1-based line, kind).
+fn parse_errors(stderr: &str) -> Vec<(usize, ErrKind)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("/dev/stdin:")?;
+            let (line, msg) = rest.split_once(':')?;
+            let kind = if msg.contains("File exists") {
+                ErrKind::Exists
+            } else if msg.contains("No such file or directory") {
+                ErrKind::Missing
+            } else {
+                ErrKind::Other
+            };
+            Some((line.parse().ok()?, kind))
         })
         .collect()
 }
 
-pub(crate) fn masq_add_batch(m: &Masquerade) -> String {
-    let chain = chain_base(MASQ_PREFIX, &m.network, &m.container_id, &m.ifname);
-    let mut out = String::new();
-    let rules = masq_rules(m);
-    if rules.is_empty() {
-        remove_chains(&mut out, MASQ_TABLE, std::slice::from_ref(&chain));
-        return out;
-    }
-    let note = comment("masquerade", &m.network, &m.container_id, &m.ifname);
-    let spec = format!("type nat hook postrouting priority 100; policy accept; comment \"{note}\";");
-    reset_chains(&mut out, MASQ_TABLE, &[(chain.clone(), Some(spec.as_str()))]);
-    let t = format!("{FAMILY} {MASQ_TABLE}");
-    for r in rules {
-        let _ = writeln!(out, "add rule {t} {chain} {r}");
-    }
-    out
+/// A batch that failed for a reason the element rules could not absorb.
+struct Failure {
+    /// (step, kind) of each reported error.
+    errors: Vec<(usize, ErrKind)>,
+    message: String,
 }
 
-pub(crate) fn masq_del_batch(network: &str, container_id: &str, ifname: &str) -> String {
-    let mut out = String::new();
-    remove_chains(&mut out, MASQ_TABLE, &[chain_base(MASQ_PREFIX, network, container_id, ifname)]);
-    out
-}
-
-/// MAC spoof check (bridge `macspoofchk`): frames from the pod's host port must carry the pod's MAC.
-/// nftables only, as in the reference; one base chain per attachment in our own `bridge` table.
-pub(crate) const MACSPOOF_TABLE: &str = "cni_rs_macspoof";
-const MACSPOOF_PREFIX: &str = "ms";
-
-fn nft_string(s: &str) -> String {
-    s.chars().filter(|c| !matches!(c, '"' | '\\') && !c.is_control()).collect()
-}
-
-pub(crate) fn macspoof_add_batch(network: &str, container_id: &str, ifname: &str, port: &str, mac: &str) -> String {
-    let chain = chain_base(MACSPOOF_PREFIX, network, container_id, ifname);
-    let note = comment("macspoofchk", network, container_id, ifname);
-    let t = format!("bridge {MACSPOOF_TABLE}");
-    let mut out = String::new();
-    let _ = writeln!(out, "add table {t}");
-    let _ = writeln!(
-        out,
-        "add chain {t} {chain} {{ type filter hook prerouting priority -300; policy accept; comment \"{note}\"; }}"
-    );
-    let _ = writeln!(out, "flush chain {t} {chain}");
-    let _ = writeln!(out, "add rule {t} {chain} iifname \"{}\" ether saddr != {} drop", nft_string(port), nft_string(mac));
-    out
-}
-
-pub(crate) fn macspoof_del_batch(network: &str, container_id: &str, ifname: &str) -> String {
-    let chain = chain_base(MACSPOOF_PREFIX, network, container_id, ifname);
-    let t = format!("bridge {MACSPOOF_TABLE}");
-    format!("add table {t}\nadd chain {t} {chain}\nflush chain {t} {chain}\ndelete chain {t} {chain}\n")
-}
-
-/// Drop frames entering the bridge from `port` (the pod's host veth) unless their source MAC is `mac`.
-pub fn add_macspoof(network: &str, container_id: &str, ifname: &str, port: &str, mac: &str) -> Result<()> {
-    apply(
-        &macspoof_add_batch(network, container_id, ifname, port, mac),
-        &format!("add MAC spoof check for container {container_id}"),
-    )
-}
-
-/// Remove the spoof check of an attachment; absent is success.
-pub fn del_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
-    apply(
-        &macspoof_del_batch(network, container_id, ifname),
-        &format!("delete MAC spoof check of container {container_id}"),
-    )
-}
-
-/// The spoof check of an attachment exists with its rule.
-pub fn check_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
-    let chain = chain_base(MACSPOOF_PREFIX, network, container_id, ifname);
-    let out = run("nft", &["-j", "list", "table", "bridge", MACSPOOF_TABLE], None)?;
-    let rules = if out.success { parse_table_listing(&out.stdout).unwrap_or_default() } else { BTreeMap::new() };
-    match rules.get(&chain) {
-        Some(1) => Ok(()),
-        _ => Err(check_failed(format!("MAC spoof check of container {container_id}: chain {chain} missing or changed"))),
+impl Failure {
+    fn any(&self, kind: ErrKind) -> bool {
+        self.errors.iter().any(|(_, k)| *k == kind)
     }
 }
 
-/// Runs one batch atomically.
-fn apply(batch: &str, what: &str) -> Result<()> {
-    run_ok("nft", &["-f", "-"], Some(batch), what).map(|_| ())
+enum Outcome {
+    Done,
+    /// Host ports another container holds.
+    Conflict(Vec<Key>),
+    Failed(Failure),
 }
 
-/// Chain name → number of rules, for one of our tables; an absent table is empty.
-fn list_table(table: &str) -> Result<BTreeMap<String, usize>> {
-    let out = run("nft", &["-j", "list", "table", FAMILY, table], None)?;
-    if !out.success {
-        if out.stderr.contains("No such file or directory") {
-            return Ok(BTreeMap::new());
+/// Runs the batch; when elements are what failed, adjusts them and reruns: an element to remove that
+/// another container owns is left alone, one to add that another container owns is a conflict
+/// (ports) or taken over (addresses, bridge ports), one to take over that is gone is simply added.
+fn run_plan(t: &Table, steps: &mut Vec<Step>) -> Result<Outcome> {
+    let rounds = steps.len() + 2;
+    for _ in 0..rounds {
+        let (text, owner) = render(t, steps);
+        let out = run("nft", &["-f", "-"], Some(&text))?;
+        if out.success {
+            return Ok(Outcome::Done);
         }
-        return Err(Error::network(format!("list table {FAMILY} {table}: nft failed: {}", one_line(&out.stderr))));
+        let errors: Vec<(usize, usize, ErrKind)> = parse_errors(&out.stderr)
+            .into_iter()
+            .filter_map(|(line, kind)| owner.get(line.checked_sub(1)?).map(|&(step, part)| (step, part, kind)))
+            .collect();
+        let mut conflicts = Vec::new();
+        let mut drop = BTreeSet::new();
+        let mut changed = false;
+        for &(i, part, kind) in &errors {
+            let Some(Step::Elem { key, op, .. }) = steps.get_mut(i) else { continue };
+            match (*op, part, kind) {
+                (Op::Remove, _, ErrKind::Exists | ErrKind::Missing) => {
+                    // Another container's element, or no such map (so no such element).
+                    changed |= drop.insert(i);
+                }
+                (Op::Ensure, 0, ErrKind::Exists) if key.exclusive() => conflicts.push(key.clone()),
+                (Op::Ensure, 0, ErrKind::Exists) => {
+                    *op = Op::Replace;
+                    changed = true;
+                }
+                (Op::Replace, 0, ErrKind::Missing) => {
+                    *op = Op::Ensure;
+                    changed = true;
+                }
+                _ => {}
+            }
+        }
+        if !conflicts.is_empty() {
+            return Ok(Outcome::Conflict(conflicts));
+        }
+        if !changed {
+            let errors = errors.iter().map(|&(i, _, k)| (i, k)).collect();
+            return Ok(Outcome::Failed(Failure { errors, message: one_line(&out.stderr) }));
+        }
+        for i in drop.into_iter().rev() {
+            steps.remove(i);
+        }
     }
-    parse_table_listing(&out.stdout)
-        .map_err(|e| Error::network(format!("list table {FAMILY} {table}: unreadable nft JSON: {e}")))
+    Err(Error::network(format!("nft batch on table {} kept failing", t.t())))
 }
 
-pub(crate) fn parse_table_listing(json: &str) -> std::result::Result<BTreeMap<String, usize>, String> {
+/// What a listing tells about one chain.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ChainInfo {
+    /// A base chain: the earlier layout, for a container chain.
+    hook: bool,
+    /// Each rule's comment.
+    comments: Vec<Option<String>>,
+}
+
+impl ChainInfo {
+    /// The element keys named by the rule comments; false when a rule has none (the earlier layout).
+    fn keys(&self) -> (Vec<Key>, bool) {
+        let mut keys = BTreeSet::new();
+        let mut all = true;
+        for c in &self.comments {
+            match c.as_deref().and_then(keys_of_comment) {
+                Some(ks) => keys.extend(ks),
+                None => all = false,
+            }
+        }
+        (keys.into_iter().collect(), all)
+    }
+
+    fn legacy(&self) -> bool {
+        self.hook || !self.keys().1
+    }
+}
+
+/// Chain name → what it holds, from `nft -j list ...` output.
+pub(crate) fn parse_listing(json: &str) -> std::result::Result<BTreeMap<String, ChainInfo>, String> {
     let v: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
     let items = v.get("nftables").and_then(Value::as_array).ok_or("no \"nftables\" array")?;
-    let mut chains = BTreeMap::new();
+    let mut chains: BTreeMap<String, ChainInfo> = BTreeMap::new();
     for item in items {
-        if let Some(name) = item.get("chain").and_then(|c| c.get("name")).and_then(Value::as_str) {
-            chains.entry(name.to_string()).or_insert(0);
+        if let Some(c) = item.get("chain") {
+            if let Some(name) = c.get("name").and_then(Value::as_str) {
+                chains.entry(name.to_string()).or_default().hook |= c.get("hook").is_some();
+            }
         }
-        if let Some(name) = item.get("rule").and_then(|r| r.get("chain")).and_then(Value::as_str) {
-            *chains.entry(name.to_string()).or_insert(0) += 1;
+        if let Some(r) = item.get("rule") {
+            if let Some(name) = r.get("chain").and_then(Value::as_str) {
+                let comment = r.get("comment").and_then(Value::as_str).map(str::to_string);
+                chains.entry(name.to_string()).or_default().comments.push(comment);
+            }
         }
     }
     Ok(chains)
 }
 
-/// Checks that each expected chain exists with the expected number of rules.
-fn check_chains(table: &str, expected: &[(String, usize)], what: &str) -> Result<()> {
-    let present = list_table(table)?;
-    for (chain, rules) in expected {
-        match present.get(chain) {
-            None => return Err(check_failed(format!("{what}: chain {chain} missing from table {FAMILY} {table}"))),
-            Some(n) if n != rules => {
+/// `nft -j list <what>`: None when it (or its table) does not exist.
+fn list(t: &Table, what: &str, name: &str) -> Result<Option<BTreeMap<String, ChainInfo>>> {
+    let mut args = vec!["-j", "list", what, t.family, t.name];
+    if !name.is_empty() {
+        args.push(name);
+    }
+    let out = run("nft", &args, None)?;
+    if !out.success {
+        if out.stderr.contains("No such file or directory") {
+            return Ok(None);
+        }
+        return Err(Error::network(format!("list {what} {} {name}: nft failed: {}", t.t(), one_line(&out.stderr))));
+    }
+    parse_listing(&out.stdout)
+        .map(Some)
+        .map_err(|e| Error::network(format!("list {what} {} {name}: unreadable nft JSON: {e}", t.t())))
+}
+
+/// One chain of ours, listed alone (the cost does not grow with the number of pods).
+fn list_chain(t: &Table, chain: &str) -> Result<Option<ChainInfo>> {
+    Ok(list(t, "chain", chain)?.and_then(|mut m| m.remove(chain)))
+}
+
+/// The batch of a first ADD: additions only.
+fn fast_plan(pod: &Pod) -> Vec<Step> {
+    let t = pod.table;
+    let tn = t.t();
+    let chains = t.chains(&pod.base);
+    let mut steps = Vec::new();
+    for (i, c) in chains.iter().enumerate() {
+        let spec = if i == 0 { format!(" {{ comment \"{}\"; }}", pod.note) } else { String::new() };
+        steps.push(Step::Create(format!("create chain {tn} {c}{spec}")));
+    }
+    push_rules_and_elements(pod, &chains, &mut steps);
+    steps
+}
+
+fn push_rules_and_elements(pod: &Pod, chains: &[String], steps: &mut Vec<Step>) {
+    let tn = pod.table.t();
+    for r in &pod.rules {
+        let Some(chain) = chains.get(r.chain) else { continue };
+        let mut line = format!("add rule {tn} {chain} {}", r.text);
+        if !r.keys.is_empty() {
+            let _ = write!(line, " comment \"{}\"", keys_comment(&r.keys));
+        }
+        steps.push(Step::Line(line));
+    }
+    for key in pod.keys() {
+        if let Some(chain) = chains.get(key.chain_index()) {
+            steps.push(Step::Elem { key, chain: chain.clone(), op: Op::Ensure });
+        }
+    }
+}
+
+/// The batch of a repeated ADD: the old elements that are not wanted any more go, the chains are
+/// emptied and refilled, the wanted elements added (those already there are left as they are).
+fn replace_plan(pod: &Pod, old: &[Key]) -> Vec<Step> {
+    let t = pod.table;
+    let tn = t.t();
+    let chains = t.chains(&pod.base);
+    let wanted: BTreeSet<Key> = pod.keys().into_iter().collect();
+    let mut steps: Vec<Step> = chains.iter().map(|c| Step::Line(format!("add chain {tn} {c}"))).collect();
+    for key in old.iter().filter(|k| !wanted.contains(k)) {
+        if let Some(chain) = chains.get(key.chain_index()) {
+            steps.push(Step::Elem { key: key.clone(), chain: chain.clone(), op: Op::Remove });
+        }
+    }
+    steps.extend(chains.iter().map(|c| Step::Line(format!("flush chain {tn} {c}"))));
+    push_rules_and_elements(pod, &chains, &mut steps);
+    steps
+}
+
+/// A container to remove: its chain base, the chains to remove and the element keys its rules name.
+struct Doomed {
+    base: String,
+    chains: Vec<String>,
+    keys: Vec<Key>,
+}
+
+/// One batch removing the containers' elements and chains. Every chain is created if missing and
+/// every element re-added before it is deleted, so the batch succeeds whether or not a parallel
+/// DEL got there first.
+fn removal_plan(t: &Table, doomed: &[Doomed]) -> Vec<Step> {
+    let tn = t.t();
+    let mut steps = vec![Step::Line(format!("add table {tn}"))];
+    for d in doomed {
+        steps.extend(d.chains.iter().map(|c| Step::Line(format!("add chain {tn} {c}"))));
+    }
+    for d in doomed {
+        for key in &d.keys {
+            let chain = format!("{}{}", d.base, t.suffixes.get(key.chain_index()).copied().unwrap_or(""));
+            steps.push(Step::Elem { key: key.clone(), chain, op: Op::Remove });
+        }
+    }
+    for d in doomed {
+        steps.extend(d.chains.iter().map(|c| Step::Line(format!("flush chain {tn} {c}"))));
+    }
+    for d in doomed {
+        steps.extend(d.chains.iter().map(|c| Step::Line(format!("delete chain {tn} {c}"))));
+    }
+    steps
+}
+
+/// What to remove of a container whose first chain lists as `first`.
+fn doomed_from(t: &Table, base: &str, first: &ChainInfo) -> Doomed {
+    let mut chains = t.chains(base);
+    if first.legacy() {
+        chains.extend(t.legacy_suffixes.iter().map(|s| format!("{base}{s}")));
+    }
+    Doomed { base: base.to_string(), chains, keys: first.keys().0 }
+}
+
+fn add_pod(pod: &Pod, what: &str) -> Result<()> {
+    let t = pod.table;
+    if pod.rules.is_empty() {
+        return del_pod(t, &pod.base, what);
+    }
+    let first = t.chains(&pod.base).into_iter().next().unwrap_or_default();
+    let mut setup = false;
+    let mut steps = fast_plan(pod);
+    for _ in 0..4 {
+        let failure = match run_plan(t, &mut steps)? {
+            Outcome::Done => return Ok(()),
+            Outcome::Conflict(keys) => return Err(conflict(what, &keys)),
+            Outcome::Failed(f) => f,
+        };
+        let exists_on_create =
+            failure.errors.iter().any(|&(i, k)| k == ErrKind::Exists && matches!(steps.get(i), Some(Step::Create(_))));
+        if failure.any(ErrKind::Missing) && !setup {
+            // The maps or shared chains are missing (first ADD on this node, or a flushed ruleset).
+            setup = true;
+        } else if exists_on_create {
+            // A repeated ADD: replace what the container had, found in its first chain.
+            match list_chain(t, &first)? {
+                Some(info) if info.legacy() => {
+                    del_pod(t, &pod.base, what)?;
+                    steps = fast_plan(pod);
+                }
+                Some(info) => steps = replace_plan(pod, &info.keys().0),
+                None => steps = fast_plan(pod),
+            }
+        } else {
+            return Err(Error::network(format!("{what}: nft failed: {}", failure.message)));
+        }
+        if setup {
+            let mut with_setup: Vec<Step> = t.setup().into_iter().map(Step::Line).collect();
+            with_setup.extend(steps.into_iter().filter(|s| !matches!(s, Step::Line(l) if l.starts_with("add table"))));
+            steps = with_setup;
+        }
+    }
+    Err(Error::network(format!("{what}: nft kept failing on table {}", t.t())))
+}
+
+fn conflict(what: &str, keys: &[Key]) -> Error {
+    let names: Vec<String> = keys.iter().map(Key::describe).collect();
+    Error::network(format!("{what}: {} already mapped by another container", names.join(", ")))
+}
+
+/// Removes a container's chains and elements; what is not there is success.
+fn del_pod(t: &Table, base: &str, what: &str) -> Result<()> {
+    let first = t.chains(base).into_iter().next().unwrap_or_default();
+    let mut last = String::new();
+    for _ in 0..3 {
+        let Some(info) = list_chain(t, &first)? else { return Ok(()) };
+        let mut steps = removal_plan(t, &[doomed_from(t, base, &info)]);
+        match run_plan(t, &mut steps)? {
+            Outcome::Done => return Ok(()),
+            Outcome::Conflict(_) => {}
+            // Listed again: the chain may be gone now (a parallel DEL), or its rules changed.
+            Outcome::Failed(f) => last = f.message,
+        }
+    }
+    Err(Error::network(format!("{what}: nft failed: {last}")))
+}
+
+/// The container's chains hold the expected number of rules and its elements lead to them.
+fn check_pod(pod: &Pod, what: &str) -> Result<()> {
+    let t = pod.table;
+    let chains = t.chains(&pod.base);
+    for (i, chain) in chains.iter().enumerate() {
+        let expected = pod.rule_count(i);
+        match list_chain(t, chain)? {
+            None => return Err(check_failed(format!("{what}: chain {chain} missing from table {}", t.t()))),
+            Some(info) if info.comments.len() != expected => {
                 return Err(check_failed(format!(
-                    "{what}: chain {chain} in table {FAMILY} {table} has {n} rules, expected {rules}"
+                    "{what}: chain {chain} in table {} has {} rules, expected {expected}",
+                    t.t(),
+                    info.comments.len()
                 )))
             }
             Some(_) => {}
         }
     }
+    check_elements(t, &chains, &pod.keys(), what)
+}
+
+/// Each key's element exists and jumps to our chain. Asked in one `nft --check` batch, which the
+/// kernel validates and then discards: per key `create element` (fails: it exists) and then
+/// `add element` with our verdict (fails: it leads elsewhere).
+fn check_elements(t: &Table, chains: &[String], keys: &[Key], what: &str) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let tn = t.t();
+    let mut batch = String::new();
+    for key in keys {
+        let chain = chains.get(key.chain_index()).map(String::as_str).unwrap_or("");
+        let (map, k) = (key.map(), key.literal());
+        let _ = writeln!(batch, "create element {tn} {map} {{ {k} : jump {chain} }}");
+        let _ = writeln!(batch, "add element {tn} {map} {{ {k} : jump {chain} }}");
+    }
+    let out = run("nft", &["-c", "-f", "-"], Some(&batch))?;
+    let errors = parse_errors(&out.stderr);
+    if !out.success && errors.is_empty() {
+        return Err(Error::network(format!("{what}: nft --check failed: {}", one_line(&out.stderr))));
+    }
+    for (i, key) in keys.iter().enumerate() {
+        let on = |line: usize| errors.iter().find(|(l, _)| *l == line).map(|(_, k)| *k);
+        let (create, add) = (on(2 * i + 1), on(2 * i + 2));
+        match (create, add) {
+            (Some(ErrKind::Exists), None) => {}
+            (Some(ErrKind::Exists), Some(ErrKind::Exists)) => {
+                return Err(check_failed(format!(
+                    "{what}: {} element {} of table {tn} leads to another container's chain",
+                    key.map(),
+                    key.text()
+                )))
+            }
+            (None | Some(ErrKind::Missing), _) => {
+                return Err(check_failed(format!(
+                    "{what}: {} element {} missing from table {tn}",
+                    key.map(),
+                    key.text()
+                )))
+            }
+            _ => return Err(Error::network(format!("{what}: nft --check failed: {}", one_line(&out.stderr)))),
+        }
+    }
     Ok(())
 }
 
-/// The chain bases of `prefix` in `table` that belong to `network` but to none of `keep`.
-fn stale_bases(table: &str, prefix: &str, network: &str, keep: &[Attachment]) -> Result<BTreeSet<String>> {
-    let kept: HashSet<String> = keep.iter().map(|a| chain_base(prefix, network, &a.container_id, &a.ifname)).collect();
-    let ours = format!("{prefix}-{}-", network_hash(network));
-    let mut stale = BTreeSet::new();
-    for chain in list_table(table)?.into_keys() {
-        let Some(rest) = chain.strip_prefix(&ours) else { continue };
-        let id = rest.get(..16).unwrap_or(rest);
-        let base = format!("{ours}{id}");
-        if !kept.contains(&base) {
-            stale.insert(base);
+/// Removes the chains and elements of every container of `network` not in `keep`: one listing of
+/// the table, one batch.
+fn gc(t: &Table, network: &str, keep: &[Attachment], what: &str) -> Result<()> {
+    let kept: HashSet<String> = keep.iter().map(|a| t.base(network, &a.container_id, &a.ifname)).collect();
+    let ours = format!("{}-{}-", t.prefix, network_hash(network));
+    let mut last = String::new();
+    for _ in 0..2 {
+        let Some(listing) = list(t, "table", "")? else { return Ok(()) };
+        let mut stale: BTreeMap<String, Doomed> = BTreeMap::new();
+        for (chain, info) in &listing {
+            let Some(rest) = chain.strip_prefix(&ours) else { continue };
+            let base = format!("{ours}{}", rest.get(..16).unwrap_or(rest));
+            if kept.contains(&base) {
+                continue;
+            }
+            let d = stale.entry(base.clone()).or_insert_with(|| Doomed { chains: t.chains(&base), base, keys: vec![] });
+            if !d.chains.contains(chain) {
+                d.chains.push(chain.clone());
+            }
+            d.keys.extend(info.keys().0);
+        }
+        if stale.is_empty() {
+            return Ok(());
+        }
+        let doomed: Vec<Doomed> = stale.into_values().collect();
+        match run_plan(t, &mut removal_plan(t, &doomed))? {
+            Outcome::Done => return Ok(()),
+            Outcome::Conflict(_) => {}
+            Outcome::Failed(f) => last = f.message,
         }
     }
-    Ok(stale)
+    Err(Error::network(format!("{what}: nft failed: {last}")))
+}
+
+/// Drop frames entering the bridge from `port` (the pod's host veth) unless their source MAC is `mac`.
+pub fn add_macspoof(network: &str, container_id: &str, ifname: &str, port: &str, mac: &str) -> Result<()> {
+    let pod = macspoof_pod(network, container_id, ifname, port, mac)?;
+    add_pod(&pod, &format!("add MAC spoof check for container {container_id}"))
+}
+
+/// Remove the spoof check of an attachment; absent is success.
+pub fn del_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
+    let base = MACSPOOF.base(network, container_id, ifname);
+    del_pod(&MACSPOOF, &base, &format!("delete MAC spoof check of container {container_id}"))
+}
+
+/// The spoof check of an attachment exists with its rule, and its bridge port leads to it.
+pub fn check_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
+    let chain = MACSPOOF.base(network, container_id, ifname);
+    let what = format!("MAC spoof check of container {container_id}");
+    let info = list_chain(&MACSPOOF, &chain)?;
+    let keys = match &info {
+        Some(info) if info.comments.len() == 1 && !info.legacy() => info.keys().0,
+        _ => return Err(check_failed(format!("{what}: chain {chain} missing or changed"))),
+    };
+    check_elements(&MACSPOOF, &[chain], &keys, &what)
 }
 
 impl Firewall for NftablesBackend {
@@ -450,59 +1065,37 @@ impl Firewall for NftablesBackend {
     }
 
     fn add_masquerade(&self, m: &Masquerade) -> Result<()> {
-        apply(&masq_add_batch(m), &format!("add masquerade for container {}", m.container_id))
+        add_pod(&masq_pod(m), &format!("add masquerade for container {}", m.container_id))
     }
 
     fn del_masquerade(&self, network: &str, container_id: &str, ifname: &str) -> Result<()> {
-        apply(&masq_del_batch(network, container_id, ifname), &format!("delete masquerade of container {container_id}"))
+        let base = MASQ.base(network, container_id, ifname);
+        del_pod(&MASQ, &base, &format!("delete masquerade of container {container_id}"))
     }
 
     fn check_masquerade(&self, m: &Masquerade) -> Result<()> {
-        let chain = chain_base(MASQ_PREFIX, &m.network, &m.container_id, &m.ifname);
-        let what = format!("masquerade of container {}", m.container_id);
-        check_chains(MASQ_TABLE, &[(chain, masq_rules(m).len())], &what)
+        check_pod(&masq_pod(m), &format!("masquerade of container {}", m.container_id))
     }
 
     fn gc_masquerade(&self, network: &str, keep: &[Attachment]) -> Result<()> {
-        let stale = stale_bases(MASQ_TABLE, MASQ_PREFIX, network, keep)?;
-        if stale.is_empty() {
-            return Ok(());
-        }
-        let mut batch = String::new();
-        remove_chains(&mut batch, MASQ_TABLE, &stale.into_iter().collect::<Vec<_>>());
-        apply(&batch, &format!("garbage-collect masquerade chains of network {network}"))
+        gc(&MASQ, network, keep, &format!("garbage-collect masquerade chains of network {network}"))
     }
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
-        apply(&portmap_add_batch(p), &format!("add port mappings for container {}", p.container_id))
+        add_pod(&portmap_pod(p), &format!("add port mappings for container {}", p.container_id))
     }
 
     fn del_portmap(&self, network: &str, container_id: &str, ifname: &str) -> Result<()> {
-        apply(
-            &portmap_del_batch(network, container_id, ifname),
-            &format!("delete port mappings of container {container_id}"),
-        )
+        let base = PORTMAP.base(network, container_id, ifname);
+        del_pod(&PORTMAP, &base, &format!("delete port mappings of container {container_id}"))
     }
 
     fn check_portmap(&self, p: &PortMap) -> Result<()> {
-        let base = chain_base(PORTMAP_PREFIX, &p.network, &p.container_id, &p.ifname);
-        let expected: Vec<(String, usize)> = portmap_rules(p, &base)
-            .into_iter()
-            .map(|(suffix, rules)| (format!("{base}-{suffix}"), rules.len()))
-            .collect();
-        check_chains(PORTMAP_TABLE, &expected, &format!("port mappings of container {}", p.container_id))
+        check_pod(&portmap_pod(p), &format!("port mappings of container {}", p.container_id))
     }
 
     fn gc_portmap(&self, network: &str, keep: &[Attachment]) -> Result<()> {
-        let stale = stale_bases(PORTMAP_TABLE, PORTMAP_PREFIX, network, keep)?;
-        if stale.is_empty() {
-            return Ok(());
-        }
-        let chains: Vec<String> =
-            stale.iter().flat_map(|b| PORTMAP_SUFFIXES.iter().map(move |s| format!("{b}-{s}"))).collect();
-        let mut batch = String::new();
-        remove_chains(&mut batch, PORTMAP_TABLE, &chains);
-        apply(&batch, &format!("garbage-collect port-mapping chains of network {network}"))
+        gc(&PORTMAP, network, keep, &format!("garbage-collect port-mapping chains of network {network}"))
     }
 
     fn status(&self) -> Result<()> {
@@ -518,7 +1111,7 @@ impl Firewall for NftablesBackend {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
-    use super::super::{PortMapping, Protocol};
+    use super::super::PortMapping;
     use super::*;
 
     fn pm() -> PortMap {
@@ -546,61 +1139,160 @@ mod tests {
         }
     }
 
+    fn text(steps: &[Step]) -> String {
+        render(&PORTMAP, steps).0
+    }
+
     #[test]
     fn names_are_stable_and_scoped_by_network() {
-        let a = chain_base("pm", "net1", "c1", "eth0");
+        let a = PORTMAP.base("net1", "c1", "eth0");
         assert_eq!(a.len(), "pm-".len() + 8 + 1 + 16);
-        assert_eq!(a, chain_base("pm", "net1", "c1", "eth0"));
-        assert_ne!(a, chain_base("pm", "net1", "c1", "eth1"));
-        assert_ne!(a[3..11], chain_base("pm", "net2", "c1", "eth0")[3..11]);
+        assert_eq!(a, PORTMAP.base("net1", "c1", "eth0"));
+        assert_ne!(a, PORTMAP.base("net1", "c1", "eth1"));
+        assert_ne!(a[3..11], PORTMAP.base("net2", "c1", "eth0")[3..11]);
+        assert!(MASQ.base("n", "c", "eth0").starts_with("mq-"));
+        assert!(MACSPOOF.base("n", "c", "eth0").starts_with("ms-"));
     }
 
     #[test]
-    fn portmap_batch() {
-        let b = portmap_add_batch(&pm());
-        let base = chain_base("pm", "net1", "c1", "eth0");
-        assert!(b.starts_with("add table inet cni_rs_portmap\n"));
-        // ADD empties the chains instead of deleting them: a deletion costs an RCU grace period.
-        assert!(!b.contains("delete"), "{b}");
-        assert!(b.contains(&format!("flush chain inet cni_rs_portmap {base}-dnat\n")));
+    fn setup_has_a_constant_set_of_base_chains() {
+        let s = PORTMAP.setup().join("\n");
+        assert_eq!(s.matches(" hook ").count(), 3, "{s}");
+        assert!(s.contains("add rule inet cni_rs_portmap prerouting fib daddr type local jump dispatch"));
+        assert!(s.contains("add rule inet cni_rs_portmap dispatch ip daddr . meta l4proto . th dport vmap @hostports4"));
+        // The dispatch chain is created before the base chains that jump to it.
+        assert!(s.find("add chain inet cni_rs_portmap dispatch").unwrap() < s.find("prerouting").unwrap());
+        assert_eq!(MASQ.setup().join("\n").matches(" hook ").count(), 1);
+        let ms = MACSPOOF.setup().join("\n");
+        assert!(ms.contains("add map bridge cni_rs_macspoof ports { type ifname : verdict; }"), "{ms}");
+        assert!(ms.contains("add rule bridge cni_rs_macspoof prerouting iifname vmap @ports"), "{ms}");
+    }
+
+    #[test]
+    fn portmap_add_batch() {
+        let pod = portmap_pod(&pm());
+        let b = text(&fast_plan(&pod));
+        let base = PORTMAP.base("net1", "c1", "eth0");
+        let t = "inet cni_rs_portmap";
+        // The first ADD adds only: a deletion costs an RCU grace period. No base chain of its own.
+        assert!(!b.contains("delete") && !b.contains("flush") && !b.contains("hook"), "{b}");
+        assert!(b.starts_with(&format!("create chain {t} {base}-dnat {{ comment \"cni-rs portmap net=net1 id=c1 if=eth0\"; }}\ncreate chain {t} {base}-post\n")), "{b}");
         assert!(b.contains(&format!(
-            "add rule inet cni_rs_portmap {base}-pre meta nfproto ipv4 ip saddr != 10.0.0.0/8 fib daddr type local jump {base}-dnat\n"
-        )));
-        assert!(
-            b.contains(&format!("add rule inet cni_rs_portmap {base}-dnat tcp dport 8080 dnat ip to 10.22.0.5:80\n"))
-        );
+            "add rule {t} {base}-dnat meta nfproto ipv4 ip saddr != 10.0.0.0/8 tcp dport 8080 dnat ip to 10.22.0.5:80 comment \"anyports4=tcp . 8080;snat4=10.22.0.5\"\n"
+        )), "{b}");
         assert!(b.contains(&format!(
-            "add rule inet cni_rs_portmap {base}-dnat ip daddr 192.168.1.1 udp dport 5353 dnat ip to 10.22.0.5:53\n"
-        )));
+            "add rule {t} {base}-dnat meta nfproto ipv4 ip saddr != 10.0.0.0/8 ip daddr 192.168.1.1 udp dport 5353 dnat ip to 10.22.0.5:53 comment \"hostports4=192.168.1.1 . udp . 5353;snat4=10.22.0.5\"\n"
+        )), "{b}");
         assert!(b.contains(&format!(
-            "add rule inet cni_rs_portmap {base}-dnat tcp dport 8080 dnat ip6 to [fd00:22::5]:80\n"
-        )));
+            "add rule {t} {base}-dnat meta nfproto ipv6 tcp dport 8080 dnat ip6 to [fd00:22::5]:80 comment \"anyports6=tcp . 8080;snat6=fd00:22::5\"\n"
+        )), "{b}");
         // The UDP mapping is bound to an IPv4 host address: no IPv6 rule for it.
         assert!(!b.contains("dnat ip6 to [fd00:22::5]:53"));
-        assert!(b.contains(
-            "ct status dnat ip daddr 10.22.0.5 ip saddr { 10.22.0.0/16, 127.0.0.1 } meta l4proto udp ct original proto-dst 5353 ct original ip daddr 192.168.1.1 masquerade"
-        ));
+        for source in ["10.22.0.0/16", "127.0.0.1"] {
+            assert!(b.contains(&format!(
+                "ct status dnat ip daddr 10.22.0.5 ip saddr {source} meta l4proto udp ct original proto-dst 5353 ct original ip daddr 192.168.1.1 masquerade"
+            )), "{b}");
+        }
+        // No anonymous sets: nft would fetch each one's elements before every element command.
+        assert!(!b.contains("saddr {"), "{b}");
         assert!(b.contains("ct status dnat ip6 daddr fd00:22::5 ip6 saddr fd00:22::/64 meta l4proto tcp"));
-        let rules = portmap_rules(&pm(), &base);
-        assert_eq!(rules["dnat"].len(), 3);
-        assert_eq!(rules["pre"].len(), 2);
-        assert_eq!(rules["post"].len(), 3);
+        for e in [
+            format!("add element {t} anyports4 {{ tcp . 8080 : jump {base}-dnat }}"),
+            format!("add element {t} hostports4 {{ 192.168.1.1 . udp . 5353 : jump {base}-dnat }}"),
+            format!("add element {t} anyports6 {{ tcp . 8080 : jump {base}-dnat }}"),
+            format!("add element {t} snat4 {{ 10.22.0.5 : jump {base}-post }}"),
+            format!("add element {t} snat6 {{ fd00:22::5 : jump {base}-post }}"),
+        ] {
+            assert_eq!(b.matches(&e).count(), 1, "{e} in\n{b}");
+        }
+        assert_eq!(pod.rule_count(0), 3);
+        assert_eq!(pod.rule_count(1), 5);
+        assert_eq!(pod.keys().len(), 5);
+        // Elements come after the rules of the chains they lead to.
+        assert!(b.rfind("add rule").unwrap() < b.find("add element").unwrap());
 
-        let no_snat = PortMap { snat: false, ..pm() };
-        assert!(!portmap_add_batch(&no_snat).contains(&format!("add rule inet cni_rs_portmap {base}-post")));
-        let all = PortMap { masq_all: true, ..pm() };
-        assert!(!portmap_add_batch(&all).contains("ip saddr {"));
+        let no_snat = portmap_pod(&PortMap { snat: false, ..pm() });
+        assert_eq!(no_snat.rule_count(1), 0);
+        assert!(!text(&fast_plan(&no_snat)).contains("snat4"));
+        let all = portmap_pod(&PortMap { masq_all: true, ..pm() });
+        assert_eq!(all.rule_count(1), 3);
+        assert!(!text(&fast_plan(&all)).contains("saddr 127.0.0.1"));
     }
 
     #[test]
-    fn delete_is_by_name_only() {
-        let d = portmap_del_batch("net1", "c1", "eth0");
-        let base = chain_base("pm", "net1", "c1", "eth0");
-        assert_eq!(d.lines().count(), 1 + 4 * 3);
-        assert!(d.contains(&format!("flush chain inet cni_rs_portmap {base}-pre\n")));
-        let flushes = d.find("flush").unwrap();
-        let deletes = d.find("delete").unwrap();
-        assert!(flushes < deletes);
+    fn repeated_add_replaces_the_old_elements() {
+        let pod = portmap_pod(&pm());
+        let base = PORTMAP.base("net1", "c1", "eth0");
+        let old = vec![
+            Key::AnyPort { v6: false, proto: Protocol::Tcp, port: 8080 },
+            Key::AnyPort { v6: false, proto: Protocol::Tcp, port: 9999 },
+        ];
+        let b = text(&replace_plan(&pod, &old));
+        assert!(b.contains(&format!(
+            "add element inet cni_rs_portmap anyports4 {{ tcp . 9999 : jump {base}-dnat }}\ndelete element inet cni_rs_portmap anyports4 {{ tcp . 9999 }}\n"
+        )), "{b}");
+        // Still wanted: neither deleted nor added twice.
+        assert!(!b.contains("delete element inet cni_rs_portmap anyports4 { tcp . 8080 }"), "{b}");
+        assert_eq!(b.matches("anyports4 { tcp . 8080 :").count(), 1, "{b}");
+        assert!(b.find("flush chain").unwrap() < b.find("add rule").unwrap());
+        assert!(!b.contains("create"), "{b}");
+    }
+
+    #[test]
+    fn delete_batch_removes_elements_then_chains() {
+        let base = PORTMAP.base("net1", "c1", "eth0");
+        let pod = portmap_pod(&pm());
+        let comments = pod.rules.iter().filter(|r| r.chain == 0).map(|r| Some(keys_comment(&r.keys))).collect();
+        let info = ChainInfo { hook: false, comments };
+        assert!(!info.legacy());
+        let d = doomed_from(&PORTMAP, &base, &info);
+        assert_eq!(d.keys.len(), 5);
+        assert_eq!(d.chains, vec![format!("{base}-dnat"), format!("{base}-post")]);
+        let b = text(&removal_plan(&PORTMAP, &[d]));
+        assert!(b.starts_with("add table inet cni_rs_portmap\n"), "{b}");
+        assert!(b.contains(&format!(
+            "add element inet cni_rs_portmap snat6 {{ fd00:22::5 : jump {base}-post }}\ndelete element inet cni_rs_portmap snat6 {{ fd00:22::5 }}\n"
+        )), "{b}");
+        let last_elem = b.rfind("delete element").unwrap();
+        assert!(last_elem < b.find("flush chain").unwrap());
+        assert!(b.rfind("flush chain").unwrap() < b.find("delete chain").unwrap());
+        assert!(b.ends_with(&format!("delete chain inet cni_rs_portmap {base}-post\n")), "{b}");
+
+        // A chain of the earlier layout (no key comments): its base chains go too.
+        let legacy = ChainInfo { hook: false, comments: vec![None] };
+        let d = doomed_from(&PORTMAP, &base, &legacy);
+        assert!(d.keys.is_empty());
+        assert_eq!(d.chains.len(), 4);
+        let legacy_masq = ChainInfo { hook: true, comments: vec![None] };
+        assert!(legacy_masq.legacy());
+    }
+
+    #[test]
+    fn keys_round_trip_through_comments() {
+        let keys = vec![
+            Key::HostPort { ip: "fd00::1".parse().unwrap(), proto: Protocol::Sctp, port: 65535 },
+            Key::AnyPort { v6: true, proto: Protocol::Udp, port: 1 },
+            Key::Snat("10.0.0.1".parse().unwrap()),
+            Key::Masq("fd00::5".parse().unwrap()),
+            Key::BridgePort("veth0a1b2c3d".into()),
+        ];
+        let c = keys_comment(&keys);
+        assert!(c.len() < 256);
+        assert_eq!(keys_of_comment(&c).unwrap(), keys);
+        assert_eq!(Key::BridgePort("veth1".into()).literal(), "\"veth1\"");
+        for bad in [
+            "hostports4=fd00::1 . tcp . 1",
+            "anyports4=tcp . 70000",
+            "snat4=10.0.0.01",
+            "masq4=10.0.0.1; add table x",
+            "ports=a\"b",
+            "nosuchmap=1",
+            "cni-rs portmap net=x",
+        ] {
+            assert!(keys_of_comment(bad).is_none(), "{bad}");
+        }
+        assert!(Key::AnyPort { v6: false, proto: Protocol::Tcp, port: 1 }.exclusive());
+        assert!(!Key::Masq("10.0.0.1".parse().unwrap()).exclusive());
     }
 
     #[test]
@@ -611,21 +1303,38 @@ mod tests {
             ifname: "eth\"0".into(),
             addresses: vec!["10.1.2.3/24".parse().unwrap(), "fd00::3/64".parse().unwrap()],
         };
-        let b = masq_add_batch(&m);
-        assert!(b.contains("ip saddr 10.1.2.3 ip daddr != 10.1.2.0/24 ip daddr != 224.0.0.0/4 masquerade"));
+        let pod = masq_pod(&m);
+        let chain = MASQ.base("n", "c", "eth\"0");
+        let b = render(&MASQ, &fast_plan(&pod)).0;
+        assert!(b.contains(&format!("add rule inet cni_rs_masq {chain} ip saddr 10.1.2.3 ip daddr != 10.1.2.0/24 ip daddr != 224.0.0.0/4 masquerade comment \"masq4=10.1.2.3\"")), "{b}");
         assert!(b.contains("ip6 saddr fd00::3 ip6 daddr != fd00::/64 ip6 daddr != ff00::/8 masquerade"));
+        assert!(b.contains(&format!("add element inet cni_rs_masq masq6 {{ fd00::3 : jump {chain} }}")), "{b}");
         assert!(b.contains("if=eth_0"));
-        assert!(!b.contains("delete"), "{b}");
+        assert!(!b.contains("delete") && !b.contains("hook"), "{b}");
     }
 
     #[test]
     fn macspoof_batch() {
-        let b = macspoof_add_batch("n", "c", "eth0", "veth1234abcd", "0a:58:0a:00:00:02");
-        assert!(b.contains("type filter hook prerouting priority -300;"), "{b}");
-        assert!(b.contains("iifname \"veth1234abcd\" ether saddr != 0a:58:0a:00:00:02 drop"), "{b}");
-        assert!(!b.contains("delete"), "{b}");
-        let d = macspoof_del_batch("n", "c", "eth0");
-        assert!(d.ends_with(&format!("delete chain bridge cni_rs_macspoof {}\n", chain_base("ms", "n", "c", "eth0"))));
+        let pod = macspoof_pod("n", "c", "eth0", "veth1234abcd", "0a:58:0a:00:00:02").unwrap();
+        let chain = MACSPOOF.base("n", "c", "eth0");
+        let b = render(&MACSPOOF, &fast_plan(&pod)).0;
+        assert!(
+            b.contains("iifname \"veth1234abcd\" ether saddr != 0a:58:0a:00:00:02 drop comment \"ports=veth1234abcd\""),
+            "{b}"
+        );
+        assert!(b.contains(&format!("add element bridge cni_rs_macspoof ports {{ \"veth1234abcd\" : jump {chain} }}")));
+        assert!(!b.contains("delete") && !b.contains("hook"), "{b}");
+        assert!(macspoof_pod("n", "c", "eth0", "veth\"x", "0a:58:0a:00:00:02").is_err());
+    }
+
+    #[test]
+    fn nft_errors_name_their_line() {
+        let stderr = "/dev/stdin:3:34-43: Error: Could not process rule: File exists\n\
+                      add element inet t ports4 { tcp . 8080 : jump c }\n\
+                                                  ^^^^^^^^^^\n\
+                      /dev/stdin:2:25-29: Error: No such file or directory; did you mean map 'x'?\n\
+                      /dev/stdin:7:1-5: Error: Could not process rule: Device or resource busy\n";
+        assert_eq!(parse_errors(stderr), vec![(3, ErrKind::Exists), (2, ErrKind::Missing), (7, ErrKind::Other)]);
     }
 
     #[test]
@@ -639,10 +1348,13 @@ mod tests {
 
     #[test]
     fn listing() {
-        let json = r#"{"nftables":[{"metainfo":{}},{"table":{"name":"t"}},{"chain":{"name":"a"}},{"chain":{"name":"b"}},
-            {"rule":{"chain":"a","expr":[]}},{"rule":{"chain":"a","expr":[]}}]}"#;
-        let m = parse_table_listing(json).unwrap();
-        assert_eq!(m["a"], 2);
-        assert_eq!(m["b"], 0);
+        let json = r#"{"nftables":[{"metainfo":{}},{"table":{"name":"t"}},{"chain":{"name":"a"}},
+            {"chain":{"name":"b","type":"nat","hook":"postrouting"}},
+            {"rule":{"chain":"a","comment":"masq4=10.0.0.1","expr":[]}},{"rule":{"chain":"a","expr":[]}}]}"#;
+        let m = parse_listing(json).unwrap();
+        assert_eq!(m["a"].comments, vec![Some("masq4=10.0.0.1".to_string()), None]);
+        assert!(!m["a"].hook && m["b"].hook);
+        assert!(m["b"].comments.is_empty());
+        assert_eq!(m["a"].keys(), (vec![Key::Masq("10.0.0.1".parse().unwrap())], false));
     }
 }

@@ -1,0 +1,324 @@
+//! The nftables backend at scale and on its edge cases, through the firewall API.
+//!
+//! Each test works in a network namespace of its own (nftables state is per namespace), so the
+//! host's tables are never touched; a guard also garbage-collects the test network's chains and
+//! elements before the namespace goes, even when an assertion fails. Needs root and nft.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{privileged, suffix, TestNs};
+use libcni::conf::Attachment;
+use netkit::firewall::{self, BackendKind, Firewall, Masquerade, PortMap, PortMapping, Protocol};
+use netkit::NetNs;
+use serde_json::Value;
+use std::process::Command;
+use std::time::Instant;
+
+/// More than the kernel's 1024 hooks per hook point: with a base chain per pod, ADD failed here.
+const ATTACHMENTS: usize = 1100;
+const THREADS: usize = 4;
+
+fn fw() -> Box<dyn Firewall> {
+    firewall::open(BackendKind::Nftables)
+}
+
+fn masq(network: &str, i: usize) -> Masquerade {
+    Masquerade {
+        network: network.into(),
+        container_id: format!("scale-{i}"),
+        ifname: "eth0".into(),
+        addresses: vec![format!("10.230.{}.{}/16", i / 250, i % 250 + 2).parse().unwrap()],
+    }
+}
+
+fn portmap(network: &str, id: &str, ip: &str, mappings: Vec<PortMapping>) -> PortMap {
+    PortMap {
+        network: network.into(),
+        container_id: id.into(),
+        ifname: "eth0".into(),
+        mappings,
+        ipv4: Some(format!("{ip}/16").parse().unwrap()),
+        ipv6: None,
+        snat: true,
+        masq_all: false,
+        mark_masq_bit: 13,
+        external_set_mark_chain: None,
+        conditions_v4: vec![],
+        conditions_v6: vec![],
+    }
+}
+
+fn tcp(port: u16) -> PortMapping {
+    PortMapping { host_port: port, container_port: 80, protocol: Protocol::Tcp, host_ip: None }
+}
+
+fn scale_portmap(network: &str, i: usize) -> PortMap {
+    let m = masq(network, i);
+    portmap(network, &m.container_id, &m.addresses[0].ip().to_string(), vec![tcp(20000 + i as u16)])
+}
+
+/// `nft -j <args>` inside the namespace, parsed; Null when nft fails (an absent object).
+fn nft_json(ns: &TestNs, args: &[&str]) -> Value {
+    let out = Command::new("ip").args(["netns", "exec", &ns.name, "nft", "-j"]).args(args).output().unwrap();
+    if !out.status.success() {
+        return Value::Null;
+    }
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn items<'a>(v: &'a Value, kind: &str) -> Vec<&'a Value> {
+    v["nftables"].as_array().map(|a| a.iter().filter_map(|i| i.get(kind)).collect()).unwrap_or_default()
+}
+
+/// (base chains, chains whose name starts with `prefix`) of a table.
+fn chains(ns: &TestNs, family: &str, table: &str, prefix: &str) -> (usize, usize) {
+    let v = nft_json(ns, &["list", "table", family, table]);
+    let chains = items(&v, "chain");
+    let base = chains.iter().filter(|c| c.get("hook").is_some()).count();
+    let ours = chains.iter().filter(|c| c["name"].as_str().is_some_and(|n| n.starts_with(prefix))).count();
+    (base, ours)
+}
+
+fn elements(ns: &TestNs, family: &str, table: &str, map: &str) -> usize {
+    let v = nft_json(ns, &["list", "map", family, table, map]);
+    items(&v, "map").first().and_then(|m| m["elem"].as_array()).map_or(0, Vec::len)
+}
+
+fn rules(ns: &TestNs, table: &str, chain: &str) -> usize {
+    items(&nft_json(ns, &["list", "chain", "inet", table, chain]), "rule").len()
+}
+
+/// Removes everything of `network` in the namespace on drop (GC with nothing to keep).
+struct Cleanup<'a> {
+    ns: &'a TestNs,
+    network: String,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if let Ok(ns) = NetNs::open(&self.ns.path) {
+            let _ = ns.run(|| {
+                let _ = fw().gc_masquerade(&self.network, &[]);
+                let _ = fw().gc_portmap(&self.network, &[]);
+            });
+        }
+    }
+}
+
+/// Runs `f(i)` for i in 0..n on THREADS threads inside the namespace; the errors, with their i.
+fn each(ns: &TestNs, n: usize, f: impl Fn(usize) -> libcni::Result<()> + Sync) -> Vec<String> {
+    let f = &f;
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                s.spawn(move || {
+                    let netns = NetNs::open(&ns.path).unwrap();
+                    let _inside = netns.enter().unwrap();
+                    (t..n).step_by(THREADS).filter_map(|i| f(i).err().map(|e| format!("{i}: {e}"))).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn more_pods_than_hooks() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    let network = format!("scale-{}", suffix());
+    let _cleanup = Cleanup { ns: &ns, network: network.clone() };
+
+    let started = Instant::now();
+    let errors = each(&ns, ATTACHMENTS, |i| {
+        fw().add_masquerade(&masq(&network, i))?;
+        fw().add_portmap(&scale_portmap(&network, i))
+    });
+    let added = started.elapsed();
+    assert!(errors.is_empty(), "{} ADDs failed, first: {:?}", errors.len(), errors.first());
+
+    // The base chains stay as they are however many pods there are; each pod has regular chains.
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 2 * ATTACHMENTS));
+    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, ATTACHMENTS));
+    assert_eq!(rules(&ns, "cni_rs_portmap", "dispatch"), 4);
+    assert_eq!(rules(&ns, "cni_rs_portmap", "postrouting"), 2);
+    assert_eq!(rules(&ns, "cni_rs_masq", "postrouting"), 2);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), ATTACHMENTS);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "snat4"), ATTACHMENTS);
+    assert_eq!(elements(&ns, "inet", "cni_rs_masq", "masq4"), ATTACHMENTS);
+    let netns = NetNs::open(&ns.path).unwrap();
+    netns.run(|| fw().check_portmap(&scale_portmap(&network, ATTACHMENTS - 1))).unwrap().unwrap();
+    netns.run(|| fw().check_masquerade(&masq(&network, 0))).unwrap().unwrap();
+
+    // Every DEL waits out an RCU grace period under the nf_tables mutex (~15-25 ms each, one at a
+    // time): masquerade is deleted attachment by attachment, port mappings for a sample, and the
+    // rest by one GC.
+    let started = Instant::now();
+    let errors = each(&ns, ATTACHMENTS, |i| {
+        let id = format!("scale-{i}");
+        fw().del_masquerade(&network, &id, "eth0")?;
+        if i % 10 == 0 {
+            fw().del_portmap(&network, &id, "eth0")?;
+        }
+        Ok(())
+    });
+    let deleted = started.elapsed();
+    assert!(errors.is_empty(), "{} DELs failed, first: {:?}", errors.len(), errors.first());
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 2 * (ATTACHMENTS - ATTACHMENTS.div_ceil(10))));
+    let started = Instant::now();
+    netns.run(|| fw().gc_portmap(&network, &[])).unwrap().unwrap();
+    let collected = started.elapsed();
+    eprintln!(
+        "{ATTACHMENTS} attachments on {THREADS} threads: ADD (masquerade + portmap) {added:?}, \
+         DEL (masquerade + a tenth of portmap) {deleted:?}, GC of the other port mappings {collected:?}"
+    );
+
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
+    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
+    for map in ["anyports4", "snat4"] {
+        assert_eq!(elements(&ns, "inet", "cni_rs_portmap", map), 0, "{map}");
+    }
+    assert_eq!(elements(&ns, "inet", "cni_rs_masq", "masq4"), 0);
+}
+
+#[test]
+fn port_conflicts_repeated_add_and_parallel_del() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    let network = format!("edge-{}", suffix());
+    let _cleanup = Cleanup { ns: &ns, network: network.clone() };
+    let netns = NetNs::open(&ns.path).unwrap();
+    let inside = |f: &dyn Fn() -> libcni::Result<()>| netns.run(f).unwrap();
+
+    let a = portmap(&network, "a", "10.231.0.2", vec![tcp(8080)]);
+    inside(&|| fw().add_portmap(&a)).unwrap();
+    inside(&|| fw().check_portmap(&a)).unwrap();
+
+    // A second container on the same port fails, names the port, and adds nothing.
+    let b = portmap(&network, "b", "10.231.0.3", vec![tcp(9000), tcp(8080)]);
+    let err = inside(&|| fw().add_portmap(&b)).unwrap_err();
+    assert_eq!(err.code, 100, "{err}");
+    assert!(err.msg.contains("8080/tcp") && !err.msg.contains("9000"), "{err}");
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 2), "the failed ADD left chains");
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 1);
+    assert_eq!(inside(&|| fw().check_portmap(&b)).unwrap_err().code, 103);
+    // The same port bound to one host address is more specific, and allowed.
+    let mut bound = tcp(8080);
+    bound.host_ip = Some("198.51.100.7".parse().unwrap());
+    let c = portmap(&network, "c", "10.231.0.4", vec![bound]);
+    inside(&|| fw().add_portmap(&c)).unwrap();
+    inside(&|| fw().check_portmap(&c)).unwrap();
+
+    // ADD again with other mappings replaces the old ones: 8080 is free for b afterwards.
+    let a2 = portmap(&network, "a", "10.231.0.2", vec![tcp(8081), tcp(8082)]);
+    inside(&|| fw().add_portmap(&a2)).unwrap();
+    inside(&|| fw().check_portmap(&a2)).unwrap();
+    assert_eq!(inside(&|| fw().check_portmap(&a)).unwrap_err().code, 103);
+    inside(&|| fw().add_portmap(&a2)).unwrap();
+    inside(&|| fw().add_portmap(&b)).unwrap();
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 4);
+
+    // Parallel DELs of one container all succeed, and leave the others alone.
+    let errors = each(&ns, 8, |_| fw().del_portmap(&network, "a", "eth0"));
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(inside(&|| fw().check_portmap(&a2)).unwrap_err().code, 103);
+    inside(&|| fw().check_portmap(&b)).unwrap();
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 2);
+
+    // GC keeps only c; then nothing of the network is left.
+    let keep = [Attachment { container_id: "c".into(), ifname: "eth0".into() }];
+    inside(&|| fw().gc_portmap(&network, &keep)).unwrap();
+    inside(&|| fw().check_portmap(&c)).unwrap();
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 2));
+    inside(&|| fw().del_portmap(&network, "c", "eth0")).unwrap();
+    inside(&|| fw().del_portmap(&network, "c", "eth0")).unwrap();
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
+    for map in ["anyports4", "hostports4", "snat4"] {
+        assert_eq!(elements(&ns, "inet", "cni_rs_portmap", map), 0, "{map}");
+    }
+}
+
+#[test]
+fn reused_address_and_earlier_layout() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    let network = format!("reuse-{}", suffix());
+    let _cleanup = Cleanup { ns: &ns, network: network.clone() };
+    let netns = NetNs::open(&ns.path).unwrap();
+    let inside = |f: &dyn Fn() -> libcni::Result<()>| netns.run(f).unwrap();
+
+    // A stale container still holds the address a new one got: the new one takes it over, and the
+    // stale one's DEL leaves the new one's element alone.
+    let stale = Masquerade {
+        network: network.clone(),
+        container_id: "stale".into(),
+        ifname: "eth0".into(),
+        addresses: vec!["10.232.0.5/24".parse().unwrap()],
+    };
+    let fresh = Masquerade { container_id: "fresh".into(), ..stale.clone() };
+    inside(&|| fw().add_masquerade(&stale)).unwrap();
+    inside(&|| fw().add_masquerade(&fresh)).unwrap();
+    inside(&|| fw().check_masquerade(&fresh)).unwrap();
+    assert_eq!(inside(&|| fw().check_masquerade(&stale)).unwrap_err().code, 103);
+    inside(&|| fw().del_masquerade(&network, "stale", "eth0")).unwrap();
+    inside(&|| fw().check_masquerade(&fresh)).unwrap();
+    inside(&|| fw().del_masquerade(&network, "fresh", "eth0")).unwrap();
+    assert_eq!(elements(&ns, "inet", "cni_rs_masq", "masq4"), 0);
+    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
+
+    // A container set up by the earlier layout (a base chain of its own) is removed by DEL, and
+    // replaced by a repeated ADD.
+    let legacy = |name: &str| {
+        let batch = format!(
+            "add chain inet cni_rs_masq {name} {{ type nat hook postrouting priority 100; policy accept; }}\n\
+             add rule inet cni_rs_masq {name} ip saddr 10.232.0.5 ip daddr != 10.232.0.0/24 masquerade\n"
+        );
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), batch.as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success());
+    };
+    let mq_chains = || -> Vec<String> {
+        let v = nft_json(&ns, &["list", "table", "inet", "cni_rs_masq"]);
+        items(&v, "chain")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .filter(|n| n.starts_with("mq-"))
+            .map(String::from)
+            .collect()
+    };
+    let name_of = |id: &str| {
+        // Learn the chain name the way an operator would: ADD, look, DEL.
+        let before = mq_chains();
+        let m = Masquerade { container_id: id.into(), ..fresh.clone() };
+        inside(&|| fw().add_masquerade(&m)).unwrap();
+        let name = mq_chains().into_iter().find(|n| !before.contains(n)).unwrap();
+        inside(&|| fw().del_masquerade(&network, id, "eth0")).unwrap();
+        name
+    };
+    let old = name_of("old");
+    legacy(&old);
+    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (2, 1));
+    inside(&|| fw().del_masquerade(&network, "old", "eth0")).unwrap();
+    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
+    legacy(&old);
+    let readd = Masquerade { container_id: "old".into(), ..fresh.clone() };
+    inside(&|| fw().add_masquerade(&readd)).unwrap();
+    inside(&|| fw().check_masquerade(&readd)).unwrap();
+    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 1));
+    inside(&|| fw().del_masquerade(&network, "old", "eth0")).unwrap();
+    legacy(&name_of("gc-me"));
+    inside(&|| fw().gc_masquerade(&network, &[])).unwrap();
+    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
+    assert_eq!(elements(&ns, "inet", "cni_rs_masq", "masq4"), 0);
+}
