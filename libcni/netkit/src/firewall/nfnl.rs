@@ -69,6 +69,7 @@ const NFTA_HOOK_PRIORITY: u16 = 2;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
+const NFTA_RULE_USERDATA: u16 = 7;
 const NFTA_SET_TABLE: u16 = 1;
 const NFTA_SET_NAME: u16 = 2;
 const NFTA_SET_FLAGS: u16 = 3;
@@ -94,8 +95,8 @@ const NFTA_VERDICT_CODE: u16 = 1;
 const NFTA_VERDICT_CHAIN: u16 = 2;
 const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
-/// NFTNL_UDATA_CHAIN_COMMENT: the TLV nft keeps a chain's comment in.
-const UDATA_CHAIN_COMMENT: u8 = 0;
+/// NFTNL_UDATA_CHAIN_COMMENT / NFTNL_UDATA_RULE_COMMENT: the TLV nft keeps a comment in.
+const UDATA_COMMENT: u8 = 0;
 /// NFT_USERDATA_MAXLEN is 256 bytes for the whole user data (2 bytes of TLV header, a NUL).
 const COMMENT_MAX: usize = 253;
 
@@ -864,6 +865,8 @@ struct Attrs {
     buf: Vec<u8>,
     /// An attribute came out longer than its 16-bit length field can say.
     too_long: bool,
+    /// Something the message cannot carry, reported by [`Batch::send`].
+    invalid: Option<String>,
 }
 
 impl Attrs {
@@ -910,6 +913,7 @@ struct Msg {
     family: Family,
     attrs: Vec<u8>,
     too_long: bool,
+    invalid: Option<String>,
     /// The operation in nft syntax, for errors.
     what: String,
 }
@@ -940,7 +944,7 @@ impl Batch {
     fn push(&mut self, ty: u16, flags: u16, family: Family, what: String, f: impl FnOnce(&mut Attrs)) {
         let mut a = Attrs::default();
         f(&mut a);
-        self.msgs.push(Msg { ty, flags, family, attrs: a.buf, too_long: a.too_long, what });
+        self.msgs.push(Msg { ty, flags, family, attrs: a.buf, too_long: a.too_long, invalid: a.invalid, what });
     }
 
     /// `add table <family> <name>` (no error if it exists).
@@ -975,8 +979,31 @@ impl Batch {
         base: Option<BaseChain>,
         comment: Option<&str>,
     ) {
-        let what = format!("add chain {} {table} {name}", family.name());
-        self.push(NFT_MSG_NEWCHAIN, NLM_F_CREATE, family, what, |a| {
+        self.chain(false, (family, table, name), base, comment);
+    }
+
+    /// `create chain ...`: like [`Batch::add_chain`], but EEXIST if the chain exists.
+    pub(crate) fn create_chain(
+        &mut self,
+        family: Family,
+        table: &str,
+        name: &str,
+        base: Option<BaseChain>,
+        comment: Option<&str>,
+    ) {
+        self.chain(true, (family, table, name), base, comment);
+    }
+
+    fn chain(
+        &mut self,
+        excl: bool,
+        (family, table, name): (Family, &str, &str),
+        base: Option<BaseChain>,
+        comment: Option<&str>,
+    ) {
+        let (verb, flags) = if excl { ("create", NLM_F_CREATE | NLM_F_EXCL) } else { ("add", NLM_F_CREATE) };
+        let what = format!("{verb} chain {} {table} {name}", family.name());
+        self.push(NFT_MSG_NEWCHAIN, flags, family, what, |a| {
             a.str(NFTA_CHAIN_TABLE, table);
             a.str(NFTA_CHAIN_NAME, name);
             if let Some(b) = base {
@@ -992,11 +1019,7 @@ impl Batch {
                 while !c.is_char_boundary(cut) {
                     cut -= 1;
                 }
-                let text = &c.as_bytes()[..cut];
-                let mut udata = vec![UDATA_CHAIN_COMMENT, (text.len() + 1) as u8];
-                udata.extend_from_slice(text);
-                udata.push(0);
-                a.bytes(NFTA_CHAIN_USERDATA, &udata);
+                a.bytes(NFTA_CHAIN_USERDATA, &comment_udata(&c[..cut]));
             }
         });
     }
@@ -1119,6 +1142,19 @@ impl Batch {
 
     /// `add rule <family> <table> <chain> ...` (appended).
     pub(crate) fn add_rule(&mut self, family: Family, table: &str, chain: &str, exprs: impl Into<Vec<Expr>>) {
+        self.add_rule_with_comment(family, table, chain, exprs, None);
+    }
+
+    /// `add rule <family> <table> <chain> ... comment "text"`. A comment the kernel cannot hold
+    /// (over 253 bytes) fails the batch rather than being cut: a rule's comment may carry data.
+    pub(crate) fn add_rule_with_comment(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+        exprs: impl Into<Vec<Expr>>,
+        comment: Option<&str>,
+    ) {
         let exprs: Vec<Expr> = exprs.into();
         let what = format!("add rule {} {table} {chain}", family.name());
         self.push(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, family, what, |a| {
@@ -1129,6 +1165,12 @@ impl Batch {
                     e.put(a);
                 }
             });
+            if let Some(c) = comment {
+                if c.len() > COMMENT_MAX {
+                    a.invalid = Some(format!("comment of {} bytes (at most {COMMENT_MAX})", c.len()));
+                }
+                a.bytes(NFTA_RULE_USERDATA, &comment_udata(c));
+            }
         });
     }
 
@@ -1140,6 +1182,9 @@ impl Batch {
         for (i, m) in self.msgs.iter().enumerate() {
             if m.too_long || m.attrs.len() > u32::MAX as usize / 2 {
                 return Err(Error::network(format!("nft {}: message too long for netlink", m.what)));
+            }
+            if let Some(why) = &m.invalid {
+                return Err(Error::network(format!("nft {}: {why}", m.what)));
             }
             let ty = (NFNL_SUBSYS_NFTABLES << 8) | m.ty;
             let flags = NLM_F_REQUEST | NLM_F_ACK | m.flags;
@@ -1244,6 +1289,14 @@ impl Batch {
             self.msgs[0].what
         ))
     }
+}
+
+/// A comment as nft stores it in a chain's or rule's user data: one TLV, NUL-terminated.
+fn comment_udata(text: &str) -> Vec<u8> {
+    let mut udata = vec![UDATA_COMMENT, (text.len() + 1).min(255) as u8];
+    udata.extend_from_slice(text.as_bytes());
+    udata.push(0);
+    udata
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {

@@ -394,6 +394,80 @@ add rule ip6 {T} forward_c ip6 saddr fd00::/8 udp dport 53 accept
     });
 }
 
+const SHARED: &str = r#"
+add table inet {T}
+add map inet {T} anyports4 { type inet_proto . inet_service : verdict; }
+add map inet {T} anyports6 { type inet_proto . inet_service : verdict; }
+add map inet {T} hostports6 { type ipv6_addr . inet_proto . inet_service : verdict; }
+add chain inet {T} dispatch
+add chain inet {T} prerouting { type nat hook prerouting priority -100; policy accept; }
+flush chain inet {T} dispatch
+add rule inet {T} dispatch meta nfproto ipv4 meta l4proto . th dport vmap @anyports4
+add rule inet {T} dispatch meta nfproto ipv6 meta l4proto . th dport vmap @anyports6
+add rule inet {T} dispatch ip6 daddr . meta l4proto . th dport vmap @hostports6
+add rule inet {T} prerouting fib daddr type local jump dispatch
+create chain inet {T} pm-1-dnat { comment "cni-rs portmap net=n id=c if=eth0"; }
+create chain inet {T} pm-1-post
+add rule inet {T} pm-1-dnat meta nfproto ipv4 tcp dport 8080 dnat ip to 10.22.0.5:80 comment "anyports4=tcp . 8080;snat4=10.22.0.5"
+add rule inet {T} pm-1-dnat meta nfproto ipv6 ip6 daddr fd00::1 udp dport 53 dnat ip6 to [fd00:22::5]:5353 comment "hostports6=fd00::1 . udp . 53"
+add element inet {T} anyports4 { tcp . 8080 : jump pm-1-dnat }
+add element inet {T} hostports6 { fd00::1 . udp . 53 : jump pm-1-dnat }
+"#;
+
+fn build_shared(b: &mut Batch, t: &str) {
+    let f = Family::Inet;
+    let (proto, port) = (KeyType::InetProto, KeyType::InetService);
+    b.add_table(f, t);
+    b.add_map(f, t, "anyports4", &[proto, port]);
+    b.add_map(f, t, "anyports6", &[proto, port]);
+    b.add_map(f, t, "hostports6", &[KeyType::Ipv6Addr, proto, port]);
+    b.add_chain(f, t, "dispatch", None, None);
+    b.add_chain(f, t, "prerouting", nat(Hook::Prerouting, -100), None);
+    b.flush_chain(f, t, "dispatch");
+    let r = || Rule::new(f);
+    b.add_rule(f, t, "dispatch", r().meta_nfproto(false).vmap(&[Field::L4proto, Field::ThDport], "anyports4"));
+    b.add_rule(f, t, "dispatch", r().meta_nfproto(true).vmap(&[Field::L4proto, Field::ThDport], "anyports6"));
+    b.add_rule(f, t, "dispatch", r().vmap(&[Field::Ip6Daddr, Field::L4proto, Field::ThDport], "hostports6"));
+    b.add_rule(f, t, "prerouting", r().fib_daddr_local().verdict(jump("dispatch")));
+    b.create_chain(f, t, "pm-1-dnat", None, Some("cni-rs portmap net=n id=c if=eth0"));
+    b.create_chain(f, t, "pm-1-post", None, None);
+    let dnat4 = r().meta_nfproto(false).dport(TCP, 8080).dnat(ip("10.22.0.5"), 80);
+    b.add_rule_with_comment(f, t, "pm-1-dnat", dnat4, Some("anyports4=tcp . 8080;snat4=10.22.0.5"));
+    let dnat6 = r().meta_nfproto(true).daddr(ip("fd00::1")).dport(UDP, 53).dnat(ip("fd00:22::5"), 5353);
+    b.add_rule_with_comment(f, t, "pm-1-dnat", dnat6, Some("hostports6=fd00::1 . udp . 53"));
+    use KeyPart::{Addr, Port, Proto};
+    b.add_elements(f, t, "anyports4", &[(vec![Proto(TCP), Port(8080)], jump("pm-1-dnat"))]);
+    b.add_elements(f, t, "hostports6", &[(vec![Addr(ip("fd00::1")), Proto(UDP), Port(53)], jump("pm-1-dnat"))]);
+}
+
+/// The shapes of the shared-chain layout: explicit `meta nfproto` before a concatenation,
+/// `create chain`, rule comments.
+#[test]
+fn shared_chain_shapes_match_nft() {
+    if !privileged() {
+        return;
+    }
+    in_netns(|| same_as_nft(Family::Inet, SHARED, build_shared));
+    in_netns(|| {
+        // create chain: EEXIST the second time; a comment too long for the kernel fails the batch.
+        let f = Family::Inet;
+        let t = format!("cnirs_nl_{}", suffix());
+        let _cleanup = Cleanup(vec![(f, t.clone())]);
+        let mut b = Batch::new();
+        build_shared(&mut b, &t);
+        b.send().unwrap();
+        let mut again = Batch::new();
+        again.create_chain(f, &t, "pm-1-post", None, None);
+        let e = again.send().unwrap_err();
+        assert!(crate::is_exists(&e), "{e:?}");
+        assert_eq!(e.msg, format!("nft create chain inet {t} pm-1-post: File exists (os error 17)"));
+        let mut long = Batch::new();
+        long.add_rule_with_comment(f, &t, "pm-1-post", Rule::new(f).masquerade(), Some(&"x".repeat(300)));
+        let e = long.send().unwrap_err();
+        assert!(e.msg.contains("comment of 300 bytes"), "{e:?}");
+    });
+}
+
 #[test]
 fn flush_and_delete_match_nft() {
     if !privileged() {
