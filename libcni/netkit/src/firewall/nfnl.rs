@@ -918,6 +918,16 @@ struct Msg {
     what: String,
 }
 
+/// A message of a batch the kernel refused.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    /// The message's index in the batch.
+    pub index: usize,
+    pub errno: i32,
+    /// What [`Batch::send`] would return for it alone.
+    pub error: Error,
+}
+
 /// The most elements one message carries (each is ~50-60 bytes; an attribute holds 64 KiB).
 const ELEMENTS_PER_MSG: usize = 256;
 
@@ -1200,8 +1210,27 @@ impl Batch {
     /// failed, ending with its OS error (`... : File exists (os error 17)`). An empty batch sends
     /// nothing.
     pub(crate) fn send(&self) -> Result<()> {
+        let failures = self.send_each()?;
+        match failures.first() {
+            None => Ok(()),
+            Some(first) => {
+                let err = first.error.clone();
+                if failures.len() > 1 {
+                    let others: Vec<&str> = failures[1..].iter().map(|f| f.error.msg.as_str()).collect();
+                    return Err(err.with_details(format!("also failed (nothing was applied): {}", others.join("; "))));
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Like [`Batch::send`], but tells every message that failed (index in the batch, as
+    /// [`Batch::len`] counted before adding it), first message first, so a caller can drop those
+    /// and send the rest again. Ok(empty): applied. Ok(failures): nothing was applied. Err: the
+    /// batch could not be sent or answered, or the commit itself failed.
+    pub(crate) fn send_each(&self) -> Result<Vec<Failure>> {
         if self.msgs.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         const SEQ: u32 = 1;
         let buf = self.encode(SEQ)?;
@@ -1210,7 +1239,7 @@ impl Batch {
         self.read_answers(&sock, SEQ)
     }
 
-    fn read_answers(&self, sock: &Socket, seq: u32) -> Result<()> {
+    fn read_answers(&self, sock: &Socket, seq: u32) -> Result<Vec<Failure>> {
         let n = self.msgs.len();
         let mut answered = vec![false; n];
         let mut pending = n;
@@ -1249,23 +1278,11 @@ impl Batch {
                 }
             }
         }
-        match failures.iter().min_by_key(|f| f.0) {
-            None => Ok(()),
-            Some((idx, errno, text)) => {
-                let err = self.failed(Some(*idx), *errno, text.clone());
-                if failures.len() > 1 {
-                    let others: Vec<String> = failures
-                        .iter()
-                        .filter(|f| f.0 != *idx)
-                        .map(|(i, e, _)| {
-                            format!("nft {}: {}", self.msgs[*i].what, std::io::Error::from_raw_os_error(*e))
-                        })
-                        .collect();
-                    return Err(err.with_details(format!("also failed (nothing was applied): {}", others.join("; "))));
-                }
-                Err(err)
-            }
-        }
+        failures.sort_by_key(|f| f.0);
+        Ok(failures
+            .into_iter()
+            .map(|(index, errno, text)| Failure { index, errno, error: self.failed(Some(index), errno, text) })
+            .collect())
     }
 
     fn failed(&self, idx: Option<usize>, errno: i32, text: Option<String>) -> Error {

@@ -512,6 +512,12 @@ fn a_failed_batch_applies_nothing() {
         );
         assert!(crate::is_not_found(&e));
         assert!(!table_exists(Family::Inet, &t), "a failed batch left its table behind");
+        // send_each tells which message failed: the rule after the masquerade batch.
+        let failures = b.send_each().unwrap();
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert_eq!((failures[0].index, failures[0].errno), (b.len() - 2, libc::ENOENT));
+        assert_eq!(failures[0].error.msg, e.msg);
+        assert!(!table_exists(Family::Inet, &t));
 
         // The same batch without the bad rule applies whole.
         let mut b = Batch::new();
