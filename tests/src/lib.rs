@@ -129,3 +129,26 @@ impl Drop for TempDir {
 pub fn pings(ns: &Netns, addr: &str) -> bool {
     ns.exec("busybox", &["ping", "-c", "1", "-W", "2", addr]).status.success()
 }
+
+/// A small deterministic xorshift generator, so randomized tests replay exactly from their seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
+    }
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}

@@ -147,7 +147,10 @@ fn masquerade_reaches_a_host_with_no_route_back() {
     let host_routes = sh("ip", &["route"]);
     assert!(!host_routes.contains("203.0.113."), "this host already routes 203.0.113.0/24; the test needs it free");
     for backend in ["nftables", "iptables"] {
-        let net = network(json!({ "isGateway": true, "isDefaultGateway": true, "ipMasq": true, "ipMasqBackend": backend }), Some("10.201.7.0/24"));
+        let net = network(
+            json!({ "isGateway": true, "isDefaultGateway": true, "ipMasq": true, "ipMasqBackend": backend }),
+            Some("10.201.7.0/24"),
+        );
         let pod = Netns::new("cnbm");
         // A "remote host" in its own namespace, linked to the host by a veth on 203.0.113.0/24; it has no
         // route to the pod subnet, so only masqueraded packets can be answered.

@@ -48,12 +48,7 @@ fn network(version: &str, n: u8, v4_prefix: u8, extra_ranges: bool) -> Net {
 }
 
 fn rt(ns: &Netns) -> RuntimeConf {
-    RuntimeConf {
-        container_id: unique("ctr"),
-        netns: ns.path.clone(),
-        ifname: "eth0".into(),
-        ..Default::default()
-    }
+    RuntimeConf { container_id: unique("ctr"), netns: ns.path.clone(), ifname: "eth0".into(), ..Default::default() }
 }
 
 /// Reservation files of a network (addresses), as host-local writes them.
@@ -83,8 +78,10 @@ fn attach_detach(version: &str, n: u8) {
 
     let r1 = net.cni.add_network_list(&net.list, &rt1).unwrap_or_else(|e| panic!("{version}: ADD: {e}"));
     let r2 = net.cni.add_network_list(&net.list, &rt2).unwrap_or_else(|e| panic!("{version}: ADD pod2: {e}"));
-    let v4 = |r: &libcni::CniResult| r.ips.iter().find(|ip| ip.address.is_ipv4()).map(|ip| ip.address.ip()).expect("v4");
-    let v6 = |r: &libcni::CniResult| r.ips.iter().find(|ip| ip.address.is_ipv6()).map(|ip| ip.address.ip()).expect("v6");
+    let v4 =
+        |r: &libcni::CniResult| r.ips.iter().find(|ip| ip.address.is_ipv4()).map(|ip| ip.address.ip()).expect("v4");
+    let v6 =
+        |r: &libcni::CniResult| r.ips.iter().find(|ip| ip.address.is_ipv6()).map(|ip| ip.address.ip()).expect("v6");
     let (a1, a2) = (v4(&r1), v4(&r2));
     assert_ne!(a1, a2, "{version}: two pods got one address");
     let gw4 = format!("10.200.{n}.1");

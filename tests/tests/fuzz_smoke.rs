@@ -7,30 +7,10 @@
 #[path = "../../fuzz/src/lib.rs"]
 mod checks;
 
+use cni_tests::Rng;
 use serde_json::{json, Value};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 const TOKENS: [&str; 16] =
     ["\"", "{", "}", "[", "]", ",", ":", "null", "-1", "1e400", "\\u0000", "\\ud800", "/", "..", "\"\":", "0.0.0.0/0"];

@@ -4,7 +4,7 @@
 //! with no rule of any pod. Privileged; subnet 10.212.0.0/24.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cni_tests::{bin_dir, require_root, run, unique, LinkGuard, Netns, TempDir};
+use cni_tests::{bin_dir, require_root, run, unique, LinkGuard, Netns, Rng, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use serde_json::json;
@@ -16,20 +16,6 @@ use std::time::{Duration, Instant};
 const PODS: usize = 100;
 const WORKERS: usize = 8;
 const BUDGET: Duration = Duration::from_secs(90);
-
-struct Xorshift(u64);
-
-impl Xorshift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 struct Shared {
     list: NetworkConfigList,
@@ -107,7 +93,7 @@ fn hundred_pods_add_and_del_interleaved() {
         let shared = Arc::clone(&shared);
         let done = done_tx.clone();
         std::thread::spawn(move || {
-            let mut rng = Xorshift(0x2545_f491_4f6c_dd1d ^ (w as u64 + 1));
+            let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (w as u64 + 1));
             let mut waiting = mine;
             let mut live: Vec<RuntimeConf> = Vec::new();
             // At each turn, ADD a new pod or DEL a live one at random, until all are added and gone.
