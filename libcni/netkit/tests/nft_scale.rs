@@ -322,3 +322,60 @@ fn reused_address_and_earlier_layout() {
     assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
     assert_eq!(elements(&ns, "inet", "cni_rs_masq", "masq4"), 0);
 }
+
+/// conditionsV4/V6 are nft syntax the backend does not compile: such a pod goes through `nft`
+/// text, and lives alongside the pods added over netlink (conflicts, DEL, GC alike).
+#[test]
+fn conditions_go_through_nft() {
+    if !privileged() {
+        return;
+    }
+    let ns = TestNs::new();
+    let network = format!("cond-{}", suffix());
+    let _cleanup = Cleanup { ns: &ns, network: network.clone() };
+    let netns = NetNs::open(&ns.path).unwrap();
+    let inside = |f: &dyn Fn() -> libcni::Result<()>| netns.run(f).unwrap();
+
+    let mut a = portmap(&network, "a", "10.233.0.2", vec![tcp(8080), tcp(8081)]);
+    a.conditions_v4 = vec!["ip saddr != 10.0.0.0/8".into(), "meta mark != 0x10".into()];
+    // The first ADD on the node, through nft: the shared setup is added too.
+    inside(&|| fw().add_portmap(&a)).unwrap();
+    inside(&|| fw().check_portmap(&a)).unwrap();
+    let dnat: Vec<String> = {
+        let v = nft_json(&ns, &["list", "table", "inet", "cni_rs_portmap"]);
+        items(&v, "rule")
+            .iter()
+            .filter(|r| r["chain"].as_str().is_some_and(|c| c.starts_with("pm-") && c.ends_with("-dnat")))
+            .map(|r| r.to_string())
+            .collect()
+    };
+    assert_eq!(dnat.len(), 2, "{dnat:?}");
+    assert!(dnat.iter().all(|r| r.contains("10.0.0.0") && r.contains("mark")), "{dnat:?}");
+
+    // A netlink pod on a port the nft one holds: the same conflict.
+    let b = portmap(&network, "b", "10.233.0.3", vec![tcp(8081)]);
+    let err = inside(&|| fw().add_portmap(&b)).unwrap_err();
+    assert!(err.msg.contains("8081/tcp"), "{err}");
+    // And the other way round.
+    let c = portmap(&network, "c", "10.233.0.4", vec![tcp(9090)]);
+    inside(&|| fw().add_portmap(&c)).unwrap();
+    let mut d = portmap(&network, "d", "10.233.0.5", vec![tcp(9090)]);
+    d.conditions_v4 = a.conditions_v4.clone();
+    let err = inside(&|| fw().add_portmap(&d)).unwrap_err();
+    assert_eq!(err.code, 100, "{err}");
+    assert!(err.msg.contains("9090/tcp"), "{err}");
+
+    // Repeated ADD with other mappings, through nft, then DEL (twice) over netlink.
+    a.mappings = vec![tcp(8082)];
+    inside(&|| fw().add_portmap(&a)).unwrap();
+    inside(&|| fw().check_portmap(&a)).unwrap();
+    inside(&|| fw().add_portmap(&b)).unwrap();
+    inside(&|| fw().del_portmap(&network, "a", "eth0")).unwrap();
+    inside(&|| fw().del_portmap(&network, "a", "eth0")).unwrap();
+    assert_eq!(inside(&|| fw().check_portmap(&a)).unwrap_err().code, 103);
+    inside(&|| fw().check_portmap(&b)).unwrap();
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 2);
+    inside(&|| fw().gc_portmap(&network, &[])).unwrap();
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 0);
+}

@@ -51,8 +51,13 @@
 //! flushes and deletes the chains. Element deletion is by key only, so each one is written
 //! `add element K : jump <ours>; delete element K`: the add is a no-op when the element is ours,
 //! recreates it when a parallel DEL got there first, and fails when another container owns the key,
-//! in which case that element is left out and the batch rerun. nft names the failing line of a batch,
-//! which is how a failure is traced to its element.
+//! in which case that element is left out and the batch rerun. The kernel answers every message of
+//! a batch, so a failure is traced to its element by the message's index ([`nfnl::Batch::send_each`]).
+//!
+//! Batches are sent in process over netlink ([`nfnl`]), built from the same plan as their nft text
+//! and listing exactly like it, so pods added either way are handled alike. Only a pod with
+//! `conditionsV4`/`conditionsV6` (free nft syntax) has its batches run by `nft -f -`, whose error
+//! line numbers play the part of the message indexes. Listings (DEL, CHECK, GC) still run `nft`.
 //!
 //! ADD is one batch of additions only (`create chain`, rules, `add element`) — a transaction that
 //! deletes nothing skips the kernel's wait for an RCU grace period (about 10 ms here). `create chain`
@@ -65,6 +70,7 @@
 //! up by DEL and GC like ours.
 
 use super::exec::{self, one_line, run};
+use super::nfnl::{self, BaseChain, Batch, ChainType, Family, Field, Hook, KeyPart, KeyType, Verdict};
 use super::{check_failed, sha512_hex, BackendKind, Firewall, Masquerade, PortMap, Protocol};
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
@@ -84,13 +90,32 @@ struct SharedChain {
     name: &'static str,
     /// The base chain's hook, priority and policy; None for a regular chain.
     spec: Option<&'static str>,
-    rules: &'static [&'static str],
+    /// The same for netlink.
+    base: Option<BaseChain>,
+    /// Each rule as nft text and as the netlink rule that lists the same.
+    rules: &'static [SharedRule],
 }
+
+/// A shared chain's rule: nft text, and the netlink rule that lists the same.
+type SharedRule = (&'static str, fn() -> nfnl::Rule);
+
+const fn base_chain(hook: Hook, priority: i32, kind: ChainType) -> Option<BaseChain> {
+    Some(BaseChain { hook, priority, kind, policy_accept: true })
+}
+
+fn inet() -> nfnl::Rule {
+    nfnl::Rule::new(Family::Inet)
+}
+
+const ADDR_PROTO_PORT4: &[Field] = &[Field::IpDaddr, Field::L4proto, Field::ThDport];
+const ADDR_PROTO_PORT6: &[Field] = &[Field::Ip6Daddr, Field::L4proto, Field::ThDport];
+const PROTO_PORT: &[Field] = &[Field::L4proto, Field::ThDport];
 
 /// One of our tables: its shared maps and chains, and how a container's chains are named.
 #[derive(Debug)]
 pub(crate) struct Table {
     family: &'static str,
+    fam: Family,
     name: &'static str,
     /// `pm`, `mq`, `ms`: the first part of a container's chain names.
     prefix: &'static str,
@@ -99,64 +124,93 @@ pub(crate) struct Table {
     suffixes: &'static [&'static str],
     /// Chains of the earlier layout that DEL of a container created by it removes too.
     legacy_suffixes: &'static [&'static str],
-    maps: &'static [(&'static str, &'static str)],
+    /// Name, type in nft syntax, key type for netlink.
+    maps: &'static [(&'static str, &'static str, &'static [KeyType])],
     shared: &'static [SharedChain],
+}
+
+const V4: KeyType = KeyType::Ipv4Addr;
+const V6: KeyType = KeyType::Ipv6Addr;
+const PROTO: KeyType = KeyType::InetProto;
+const PORT: KeyType = KeyType::InetService;
+
+fn jump_dispatch() -> nfnl::Rule {
+    inet().fib_daddr_local().verdict(Verdict::Jump("dispatch".into()))
 }
 
 pub(crate) static PORTMAP: Table = Table {
     family: "inet",
+    fam: Family::Inet,
     name: PORTMAP_TABLE,
     prefix: "pm",
     suffixes: &["-dnat", "-post"],
     legacy_suffixes: &["-pre", "-out"],
     maps: &[
-        ("hostports4", "ipv4_addr . inet_proto . inet_service : verdict"),
-        ("hostports6", "ipv6_addr . inet_proto . inet_service : verdict"),
-        ("anyports4", "inet_proto . inet_service : verdict"),
-        ("anyports6", "inet_proto . inet_service : verdict"),
-        ("snat4", "ipv4_addr : verdict"),
-        ("snat6", "ipv6_addr : verdict"),
+        ("hostports4", "ipv4_addr . inet_proto . inet_service : verdict", &[V4, PROTO, PORT]),
+        ("hostports6", "ipv6_addr . inet_proto . inet_service : verdict", &[V6, PROTO, PORT]),
+        ("anyports4", "inet_proto . inet_service : verdict", &[PROTO, PORT]),
+        ("anyports6", "inet_proto . inet_service : verdict", &[PROTO, PORT]),
+        ("snat4", "ipv4_addr : verdict", &[V4]),
+        ("snat6", "ipv6_addr : verdict", &[V6]),
     ],
     shared: &[
         SharedChain {
             name: "dispatch",
             spec: None,
+            base: None,
             rules: &[
-                "ip daddr . meta l4proto . th dport vmap @hostports4",
-                "ip6 daddr . meta l4proto . th dport vmap @hostports6",
-                "meta nfproto ipv4 meta l4proto . th dport vmap @anyports4",
-                "meta nfproto ipv6 meta l4proto . th dport vmap @anyports6",
+                ("ip daddr . meta l4proto . th dport vmap @hostports4", || inet().vmap(ADDR_PROTO_PORT4, "hostports4")),
+                ("ip6 daddr . meta l4proto . th dport vmap @hostports6", || {
+                    inet().vmap(ADDR_PROTO_PORT6, "hostports6")
+                }),
+                ("meta nfproto ipv4 meta l4proto . th dport vmap @anyports4", || {
+                    inet().meta_nfproto(false).vmap(PROTO_PORT, "anyports4")
+                }),
+                ("meta nfproto ipv6 meta l4proto . th dport vmap @anyports6", || {
+                    inet().meta_nfproto(true).vmap(PROTO_PORT, "anyports6")
+                }),
             ],
         },
         SharedChain {
             name: "prerouting",
             spec: Some("type nat hook prerouting priority -100; policy accept;"),
-            rules: &["fib daddr type local jump dispatch"],
+            base: base_chain(Hook::Prerouting, -100, ChainType::Nat),
+            rules: &[("fib daddr type local jump dispatch", jump_dispatch)],
         },
         SharedChain {
             name: "output",
             spec: Some("type nat hook output priority -100; policy accept;"),
-            rules: &["fib daddr type local jump dispatch"],
+            base: base_chain(Hook::Output, -100, ChainType::Nat),
+            rules: &[("fib daddr type local jump dispatch", jump_dispatch)],
         },
         SharedChain {
             name: "postrouting",
             spec: Some("type nat hook postrouting priority 100; policy accept;"),
-            rules: &["ct status dnat ip daddr vmap @snat4", "ct status dnat ip6 daddr vmap @snat6"],
+            base: base_chain(Hook::Postrouting, 100, ChainType::Nat),
+            rules: &[
+                ("ct status dnat ip daddr vmap @snat4", || inet().ct_status_dnat().vmap(&[Field::IpDaddr], "snat4")),
+                ("ct status dnat ip6 daddr vmap @snat6", || inet().ct_status_dnat().vmap(&[Field::Ip6Daddr], "snat6")),
+            ],
         },
     ],
 };
 
 pub(crate) static MASQ: Table = Table {
     family: "inet",
+    fam: Family::Inet,
     name: MASQ_TABLE,
     prefix: "mq",
     suffixes: &[""],
     legacy_suffixes: &[],
-    maps: &[("masq4", "ipv4_addr : verdict"), ("masq6", "ipv6_addr : verdict")],
+    maps: &[("masq4", "ipv4_addr : verdict", &[V4]), ("masq6", "ipv6_addr : verdict", &[V6])],
     shared: &[SharedChain {
         name: "postrouting",
         spec: Some("type nat hook postrouting priority 100; policy accept;"),
-        rules: &["ip saddr vmap @masq4", "ip6 saddr vmap @masq6"],
+        base: base_chain(Hook::Postrouting, 100, ChainType::Nat),
+        rules: &[
+            ("ip saddr vmap @masq4", || inet().vmap(&[Field::IpSaddr], "masq4")),
+            ("ip6 saddr vmap @masq6", || inet().vmap(&[Field::Ip6Saddr], "masq6")),
+        ],
     }],
 };
 
@@ -164,15 +218,17 @@ pub(crate) static MASQ: Table = Table {
 /// nftables only, as in the reference.
 pub(crate) static MACSPOOF: Table = Table {
     family: "bridge",
+    fam: Family::Bridge,
     name: MACSPOOF_TABLE,
     prefix: "ms",
     suffixes: &[""],
     legacy_suffixes: &[],
-    maps: &[("ports", "ifname : verdict")],
+    maps: &[("ports", "ifname : verdict", &[KeyType::Ifname])],
     shared: &[SharedChain {
         name: "prerouting",
         spec: Some("type filter hook prerouting priority -300; policy accept;"),
-        rules: &["iifname vmap @ports"],
+        base: base_chain(Hook::Prerouting, -300, ChainType::Filter),
+        rules: &[("iifname vmap @ports", || nfnl::Rule::new(Family::Bridge).vmap(&[Field::Iifname], "ports"))],
     }],
 };
 
@@ -192,21 +248,24 @@ impl Table {
         self.suffixes.iter().map(|s| format!("{base}{s}")).collect()
     }
 
-    /// Lines creating the maps and shared chains, or refilling the shared chains if they exist.
-    fn setup(&self) -> Vec<String> {
+    /// Steps creating the maps and shared chains, or refilling the shared chains if they exist.
+    fn setup(&self) -> Vec<Step> {
         let t = self.t();
-        let mut out = vec![format!("add table {t}")];
-        for (name, ty) in self.maps {
-            out.push(format!("add map {t} {name} {{ type {ty}; }}"));
+        let mut out = vec![Step::Line(format!("add table {t}"), Some(Nl::Table))];
+        for (name, ty, key) in self.maps {
+            out.push(Step::Line(format!("add map {t} {name} {{ type {ty}; }}"), Some(Nl::Map(name, key))));
         }
         for c in self.shared {
-            match c.spec {
-                Some(spec) => out.push(format!("add chain {t} {} {{ {spec} }}", c.name)),
-                None => out.push(format!("add chain {t} {}", c.name)),
-            }
-            out.push(format!("flush chain {t} {}", c.name));
-            for r in c.rules {
-                out.push(format!("add rule {t} {} {r}", c.name));
+            let text = match c.spec {
+                Some(spec) => format!("add chain {t} {} {{ {spec} }}", c.name),
+                None => format!("add chain {t} {}", c.name),
+            };
+            let nl = Nl::Chain { name: c.name.to_string(), base: c.base, comment: None };
+            out.push(Step::Line(text, Some(nl)));
+            out.push(flush_step(self, c.name));
+            for (text, rule) in c.rules {
+                let nl = Nl::Rule { chain: c.name.to_string(), exprs: rule().build(), comment: None };
+                out.push(Step::Line(format!("add rule {t} {} {text}", c.name), Some(nl)));
             }
         }
         out
@@ -275,6 +334,18 @@ impl Key {
         }
     }
 
+    /// The key for netlink, field by field.
+    fn parts(&self) -> Vec<KeyPart> {
+        match self {
+            Key::HostPort { ip, proto, port } => {
+                vec![KeyPart::Addr(*ip), KeyPart::Proto(nfnl::proto_number(*proto)), KeyPart::Port(*port)]
+            }
+            Key::AnyPort { proto, port, .. } => vec![KeyPart::Proto(nfnl::proto_number(*proto)), KeyPart::Port(*port)],
+            Key::Snat(ip) | Key::Masq(ip) => vec![KeyPart::Addr(*ip)],
+            Key::BridgePort(name) => vec![KeyPart::Ifname(name.clone())],
+        }
+    }
+
     /// Which of the container's chains (index into the table's suffixes) the element jumps to.
     fn chain_index(&self) -> usize {
         match self {
@@ -338,6 +409,8 @@ pub(crate) struct Rule {
     /// Index into the table's suffixes.
     chain: usize,
     text: String,
+    /// The same rule for netlink; None when it holds text only nft can compile (conditions).
+    nl: Option<nfnl::Rule>,
     /// The elements that lead here (written into the rule's comment).
     keys: Vec<Key>,
 }
@@ -410,16 +483,23 @@ pub(crate) fn portmap_pod(p: &PortMap) -> Pod {
         let (ipx, nfproto) = family_words(&addr);
         let conditions = if v6 { &p.conditions_v6 } else { &p.conditions_v4 };
         let mut entry = format!("meta nfproto {nfproto}");
+        let mut free_text = false;
         for c in conditions.iter().filter(|c| !c.trim().is_empty()) {
             entry.push(' ');
             entry.push_str(c.trim());
+            free_text = true;
         }
+        // Conditions are nft syntax we do not compile: those rules go through nft.
+        let compiled = |r: nfnl::Rule| (!free_text).then_some(r);
         let pod_ip = addr.ip();
+        let proto_of = |m: &super::PortMapping| nfnl::proto_number(m.protocol);
         for m in p.mappings.iter().filter(|m| m.applies_to(v6)) {
             let mut r = entry.clone();
+            let mut nl = inet().meta_nfproto(v6);
             let port_key = match m.bound_ip() {
                 Some(h) => {
                     let _ = write!(r, " {ipx} daddr {h}");
+                    nl = nl.daddr(h);
                     Key::HostPort { ip: h, proto: m.protocol, port: m.host_port }
                 }
                 None => Key::AnyPort { v6, proto: m.protocol, port: m.host_port },
@@ -427,11 +507,12 @@ pub(crate) fn portmap_pod(p: &PortMap) -> Pod {
             let to =
                 if v6 { format!("[{pod_ip}]:{}", m.container_port) } else { format!("{pod_ip}:{}", m.container_port) };
             let _ = write!(r, " {} dport {} dnat {ipx} to {to}", m.protocol, m.host_port);
+            let nl = nl.dport(proto_of(m), m.host_port).dnat(pod_ip, m.container_port);
             let mut keys = vec![port_key];
             if p.snat {
                 keys.push(Key::Snat(pod_ip));
             }
-            pod.rules.push(Rule { chain: 0, text: r, keys });
+            pod.rules.push(Rule { chain: 0, text: r, nl: compiled(nl), keys });
             if p.snat {
                 // Hairpin (a pod of the subnet reaching the mapped port) and IPv4 localhost need
                 // masquerading, or the reply would bypass the DNAT. Only connections this
@@ -439,22 +520,34 @@ pub(crate) fn portmap_pod(p: &PortMap) -> Pod {
                 // One rule per source rather than an anonymous set `{ subnet, 127.0.0.1 }`: nft
                 // fetches the elements of every set in the ruleset, one request per set, before
                 // any element command, so a set per pod would make every ADD and DEL O(pods).
-                let sources: Vec<Option<String>> = match (p.masq_all, v6) {
+                let localhost = IpNetwork::from(IpAddr::from([127, 0, 0, 1]));
+                let sources: Vec<Option<IpNetwork>> = match (p.masq_all, v6) {
                     (true, _) => vec![None],
-                    (false, true) => vec![Some(subnet(&addr))],
-                    (false, false) => vec![Some(subnet(&addr)), Some("127.0.0.1".to_string())],
+                    (false, true) => vec![Some(addr)],
+                    (false, false) => vec![Some(addr), Some(localhost)],
                 };
                 for source in sources {
                     let mut r = format!("ct status dnat {ipx} daddr {pod_ip}");
+                    let mut nl = inet().ct_status_dnat().daddr(pod_ip);
                     if let Some(source) = source {
-                        let _ = write!(r, " {ipx} saddr {source}");
+                        if source == localhost {
+                            let _ = write!(r, " {ipx} saddr 127.0.0.1");
+                            nl = nl.saddr(source.ip());
+                        } else {
+                            let _ = write!(r, " {ipx} saddr {}", subnet(&source));
+                            nl = nl.saddr_in(source);
+                        }
                     }
                     let _ = write!(r, " meta l4proto {} ct original proto-dst {}", m.protocol, m.host_port);
+                    nl = nl.ct_original_proto_dst(proto_of(m), m.host_port);
                     if let Some(h) = m.bound_ip() {
                         let _ = write!(r, " ct original {ipx} daddr {h}");
+                        nl = nl.ct_original_daddr(h);
                     }
                     r.push_str(" masquerade");
-                    pod.rules.push(Rule { chain: 1, text: r, keys: Vec::new() });
+                    // A /0 subnet is spelled differently by nft; leave that to nft.
+                    let nl = (addr.prefix() > 0).then(|| nl.masquerade());
+                    pod.rules.push(Rule { chain: 1, text: r, nl: nl.and_then(compiled), keys: Vec::new() });
                 }
             }
         }
@@ -469,7 +562,13 @@ pub(crate) fn masq_pod(m: &Masquerade) -> Pod {
         let multicast = if a.is_ipv6() { "ff00::/8" } else { "224.0.0.0/4" };
         // The source match stays: with two addresses of a family, each rule must see only its own.
         let text = format!("{ipx} saddr {} {ipx} daddr != {} {ipx} daddr != {multicast} masquerade", a.ip(), subnet(a));
-        pod.rules.push(Rule { chain: 0, text, keys: vec![Key::Masq(a.ip())] });
+        let multicast: Option<IpNetwork> = multicast.parse().ok();
+        let nl = match multicast {
+            // A /0 subnet is spelled differently by nft; leave that to nft.
+            Some(mc) if a.prefix() > 0 => Some(inet().saddr(a.ip()).daddr_not_in(*a).daddr_not_in(mc).masquerade()),
+            _ => None,
+        };
+        pod.rules.push(Rule { chain: 0, text, nl, keys: vec![Key::Masq(a.ip())] });
     }
     pod
 }
@@ -484,11 +583,13 @@ pub(crate) fn macspoof_pod(network: &str, container_id: &str, ifname: &str, port
     }
     let mut pod = Pod::new(&MACSPOOF, "macspoofchk", network, container_id, ifname);
     let text = format!("iifname \"{port}\" ether saddr != {} drop", nft_string(mac));
-    pod.rules.push(Rule { chain: 0, text, keys: vec![Key::BridgePort(port.to_string())] });
+    let nl = crate::parse_mac(mac)
+        .map(|m| nfnl::Rule::new(Family::Bridge).iifname(port).ether_saddr_neq(m).verdict(Verdict::Drop));
+    pod.rules.push(Rule { chain: 0, text, nl, keys: vec![Key::BridgePort(port.to_string())] });
     Ok(pod)
 }
 
-/// The nftables backend (stateless; every call runs `nft` a few times at most).
+/// The nftables backend (stateless; batches go over netlink, listings run `nft`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NftablesBackend;
 
@@ -574,11 +675,23 @@ enum Op {
     Replace,
 }
 
+/// A step of a batch for netlink (what its nft text says).
+#[derive(Debug, Clone)]
+enum Nl {
+    Table,
+    Map(&'static str, &'static [KeyType]),
+    Chain { name: String, base: Option<BaseChain>, comment: Option<String> },
+    Flush(String),
+    Delete(String),
+    Rule { chain: String, exprs: Vec<nfnl::Expr>, comment: Option<String> },
+}
+
+/// A step of a batch: nft text, and the same for netlink unless it can only be nft text.
 #[derive(Debug, Clone)]
 enum Step {
-    Line(String),
+    Line(String, Option<Nl>),
     /// `create chain`: fails with EEXIST when the container's chain exists (a repeated ADD).
-    Create(String),
+    Create(String, Option<Nl>),
     Elem {
         key: Key,
         chain: String,
@@ -600,7 +713,7 @@ fn render(t: &Table, steps: &[Step]) -> (String, Vec<(usize, usize)>) {
     let mut owner = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         let lines: Vec<String> = match step {
-            Step::Line(l) | Step::Create(l) => vec![l.clone()],
+            Step::Line(l, _) | Step::Create(l, _) => vec![l.clone()],
             Step::Elem { key, chain, op } => {
                 let (map, k) = (key.map(), key.literal());
                 let add = format!("add element {tn} {map} {{ {k} : jump {chain} }}");
@@ -619,6 +732,55 @@ fn render(t: &Table, steps: &[Step]) -> (String, Vec<(usize, usize)>) {
         }
     }
     (out, owner)
+}
+
+/// The batch for netlink, and per message its step and which of the step's messages it is; None
+/// when a step is nft text only.
+fn to_batch(t: &Table, steps: &[Step]) -> Option<(Batch, Vec<(usize, usize)>)> {
+    let (f, tn) = (t.fam, t.name);
+    let mut b = Batch::new();
+    let mut owner = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let before = b.len();
+        match step {
+            Step::Line(_, nl) | Step::Create(_, nl) => match nl.as_ref()? {
+                Nl::Table => b.add_table(f, tn),
+                Nl::Map(name, key) => b.add_map(f, tn, name, key),
+                Nl::Chain { name, base, comment } if matches!(step, Step::Create(..)) => {
+                    b.create_chain(f, tn, name, *base, comment.as_deref())
+                }
+                Nl::Chain { name, base, comment } => b.add_chain(f, tn, name, *base, comment.as_deref()),
+                Nl::Flush(c) => b.flush_chain(f, tn, c),
+                Nl::Delete(c) => b.delete_chain(f, tn, c),
+                Nl::Rule { chain, exprs, comment } => {
+                    b.add_rule_with_comment(f, tn, chain, exprs.clone(), comment.as_deref())
+                }
+            },
+            Step::Elem { key, chain, op } => {
+                let (map, parts) = (key.map(), key.parts());
+                let elem = [(parts.clone(), Verdict::Jump(chain.clone()))];
+                let add = |b: &mut Batch| b.add_elements(f, tn, &map, &elem);
+                let del = |b: &mut Batch| b.delete_elements(f, tn, &map, std::slice::from_ref(&parts));
+                match op {
+                    Op::Ensure => add(&mut b),
+                    Op::Remove => {
+                        add(&mut b);
+                        del(&mut b)
+                    }
+                    Op::Replace => {
+                        del(&mut b);
+                        add(&mut b)
+                    }
+                }
+            }
+        }
+        owner.extend((0..b.len() - before).map(|part| (i, part)));
+    }
+    Some((b, owner))
+}
+
+fn flush_step(t: &Table, chain: &str) -> Step {
+    Step::Line(format!("flush chain {} {chain}", t.t()), Some(Nl::Flush(chain.to_string())))
 }
 
 /// The errors nft reported for lines of a batch read from stdin: (1-based line, kind).
@@ -666,15 +828,38 @@ enum Outcome {
 fn run_plan(t: &Table, steps: &mut Vec<Step>) -> Result<Outcome> {
     let rounds = steps.len() + 2;
     for _ in 0..rounds {
-        let (text, owner) = render(t, steps);
-        let out = run("nft", &["-f", "-"], Some(&text))?;
-        if out.success {
-            return Ok(Outcome::Done);
-        }
-        let errors: Vec<(usize, usize, ErrKind)> = parse_errors(&out.stderr)
-            .into_iter()
-            .filter_map(|(line, kind)| owner.get(line.checked_sub(1)?).map(|&(step, part)| (step, part, kind)))
-            .collect();
+        let (errors, message) = match to_batch(t, steps) {
+            Some((batch, owner)) => {
+                let failures = batch.send_each()?;
+                if failures.is_empty() {
+                    return Ok(Outcome::Done);
+                }
+                let kind = |errno| match errno {
+                    libc::EEXIST => ErrKind::Exists,
+                    libc::ENOENT => ErrKind::Missing,
+                    _ => ErrKind::Other,
+                };
+                let errors: Vec<(usize, usize, ErrKind)> = failures
+                    .iter()
+                    .filter_map(|f| owner.get(f.index).map(|&(step, part)| (step, part, kind(f.errno))))
+                    .collect();
+                let message = failures.iter().map(|f| f.error.msg.as_str()).collect::<Vec<_>>().join(" | ");
+                (errors, message)
+            }
+            // nft text (conditions): nft names the failing lines.
+            None => {
+                let (text, owner) = render(t, steps);
+                let out = run("nft", &["-f", "-"], Some(&text))?;
+                if out.success {
+                    return Ok(Outcome::Done);
+                }
+                let errors: Vec<(usize, usize, ErrKind)> = parse_errors(&out.stderr)
+                    .into_iter()
+                    .filter_map(|(line, kind)| owner.get(line.checked_sub(1)?).map(|&(step, part)| (step, part, kind)))
+                    .collect();
+                (errors, format!("nft failed: {}", one_line(&out.stderr)))
+            }
+        };
         let mut conflicts = Vec::new();
         let mut drop = BTreeSet::new();
         let mut changed = false;
@@ -702,7 +887,7 @@ fn run_plan(t: &Table, steps: &mut Vec<Step>) -> Result<Outcome> {
         }
         if !changed {
             let errors = errors.iter().map(|&(i, _, k)| (i, k)).collect();
-            return Ok(Outcome::Failed(Failure { errors, message: one_line(&out.stderr) }));
+            return Ok(Outcome::Failed(Failure { errors, message }));
         }
         for i in drop.into_iter().rev() {
             steps.remove(i);
@@ -789,9 +974,12 @@ fn fast_plan(pod: &Pod) -> Vec<Step> {
     let tn = t.t();
     let chains = t.chains(&pod.base);
     let mut steps = Vec::new();
+    let text_only = pod.rules.iter().any(|r| r.nl.is_none());
     for (i, c) in chains.iter().enumerate() {
         let spec = if i == 0 { format!(" {{ comment \"{}\"; }}", pod.note) } else { String::new() };
-        steps.push(Step::Create(format!("create chain {tn} {c}{spec}")));
+        let comment = (i == 0).then(|| pod.note.clone());
+        let nl = (!text_only).then(|| Nl::Chain { name: c.clone(), base: None, comment });
+        steps.push(Step::Create(format!("create chain {tn} {c}{spec}"), nl));
     }
     push_rules_and_elements(pod, &chains, &mut steps);
     steps
@@ -802,10 +990,12 @@ fn push_rules_and_elements(pod: &Pod, chains: &[String], steps: &mut Vec<Step>) 
     for r in &pod.rules {
         let Some(chain) = chains.get(r.chain) else { continue };
         let mut line = format!("add rule {tn} {chain} {}", r.text);
-        if !r.keys.is_empty() {
-            let _ = write!(line, " comment \"{}\"", keys_comment(&r.keys));
+        let comment = (!r.keys.is_empty()).then(|| keys_comment(&r.keys));
+        if let Some(c) = &comment {
+            let _ = write!(line, " comment \"{c}\"");
         }
-        steps.push(Step::Line(line));
+        let nl = r.nl.clone().map(|rule| Nl::Rule { chain: chain.clone(), exprs: rule.build(), comment });
+        steps.push(Step::Line(line, nl));
     }
     for key in pod.keys() {
         if let Some(chain) = chains.get(key.chain_index()) {
@@ -818,16 +1008,15 @@ fn push_rules_and_elements(pod: &Pod, chains: &[String], steps: &mut Vec<Step>) 
 /// emptied and refilled, the wanted elements added (those already there are left as they are).
 fn replace_plan(pod: &Pod, old: &[Key]) -> Vec<Step> {
     let t = pod.table;
-    let tn = t.t();
     let chains = t.chains(&pod.base);
     let wanted: BTreeSet<Key> = pod.keys().into_iter().collect();
-    let mut steps: Vec<Step> = chains.iter().map(|c| Step::Line(format!("add chain {tn} {c}"))).collect();
+    let mut steps: Vec<Step> = chains.iter().map(|c| add_chain_step(t, c)).collect();
     for key in old.iter().filter(|k| !wanted.contains(k)) {
         if let Some(chain) = chains.get(key.chain_index()) {
             steps.push(Step::Elem { key: key.clone(), chain: chain.clone(), op: Op::Remove });
         }
     }
-    steps.extend(chains.iter().map(|c| Step::Line(format!("flush chain {tn} {c}"))));
+    steps.extend(chains.iter().map(|c| flush_step(t, c)));
     push_rules_and_elements(pod, &chains, &mut steps);
     steps
 }
@@ -844,9 +1033,9 @@ struct Doomed {
 /// DEL got there first.
 fn removal_plan(t: &Table, doomed: &[Doomed]) -> Vec<Step> {
     let tn = t.t();
-    let mut steps = vec![Step::Line(format!("add table {tn}"))];
+    let mut steps = vec![Step::Line(format!("add table {tn}"), Some(Nl::Table))];
     for d in doomed {
-        steps.extend(d.chains.iter().map(|c| Step::Line(format!("add chain {tn} {c}"))));
+        steps.extend(d.chains.iter().map(|c| add_chain_step(t, c)));
     }
     for d in doomed {
         for key in &d.keys {
@@ -855,12 +1044,21 @@ fn removal_plan(t: &Table, doomed: &[Doomed]) -> Vec<Step> {
         }
     }
     for d in doomed {
-        steps.extend(d.chains.iter().map(|c| Step::Line(format!("flush chain {tn} {c}"))));
+        steps.extend(d.chains.iter().map(|c| flush_step(t, c)));
     }
     for d in doomed {
-        steps.extend(d.chains.iter().map(|c| Step::Line(format!("delete chain {tn} {c}"))));
+        steps
+            .extend(d.chains.iter().map(|c| Step::Line(format!("delete chain {tn} {c}"), Some(Nl::Delete(c.clone())))));
     }
     steps
+}
+
+/// `add chain` of a regular chain: a no-op when it exists.
+fn add_chain_step(t: &Table, chain: &str) -> Step {
+    Step::Line(
+        format!("add chain {} {chain}", t.t()),
+        Some(Nl::Chain { name: chain.to_string(), base: None, comment: None }),
+    )
 }
 
 /// What to remove of a container whose first chain lists as `first`.
@@ -887,7 +1085,7 @@ fn add_pod(pod: &Pod, what: &str) -> Result<()> {
             Outcome::Failed(f) => f,
         };
         let exists_on_create =
-            failure.errors.iter().any(|&(i, k)| k == ErrKind::Exists && matches!(steps.get(i), Some(Step::Create(_))));
+            failure.errors.iter().any(|&(i, k)| k == ErrKind::Exists && matches!(steps.get(i), Some(Step::Create(..))));
         if failure.any(ErrKind::Missing) && !setup {
             // The maps or shared chains are missing (first ADD on this node, or a flushed ruleset).
             setup = true;
@@ -902,11 +1100,11 @@ fn add_pod(pod: &Pod, what: &str) -> Result<()> {
                 None => steps = fast_plan(pod),
             }
         } else {
-            return Err(Error::network(format!("{what}: nft failed: {}", failure.message)));
+            return Err(Error::network(format!("{what}: {}", failure.message)));
         }
         if setup {
-            let mut with_setup: Vec<Step> = t.setup().into_iter().map(Step::Line).collect();
-            with_setup.extend(steps.into_iter().filter(|s| !matches!(s, Step::Line(l) if l.starts_with("add table"))));
+            let mut with_setup: Vec<Step> = t.setup();
+            with_setup.extend(steps.into_iter().filter(|s| !matches!(s, Step::Line(_, Some(Nl::Table)))));
             steps = with_setup;
         }
     }
@@ -932,7 +1130,7 @@ fn del_pod(t: &Table, base: &str, what: &str) -> Result<()> {
             Outcome::Failed(f) => last = f.message,
         }
     }
-    Err(Error::network(format!("{what}: nft failed: {last}")))
+    Err(Error::network(format!("{what}: {last}")))
 }
 
 /// The container's chains hold the expected number of rules and its elements lead to them.
@@ -1032,7 +1230,7 @@ fn gc(t: &Table, network: &str, keep: &[Attachment], what: &str) -> Result<()> {
             Outcome::Failed(f) => last = f.message,
         }
     }
-    Err(Error::network(format!("{what}: nft failed: {last}")))
+    Err(Error::network(format!("{what}: {last}")))
 }
 
 /// Drop frames entering the bridge from `port` (the pod's host veth) unless their source MAC is `mac`.
@@ -1156,14 +1354,14 @@ mod tests {
 
     #[test]
     fn setup_has_a_constant_set_of_base_chains() {
-        let s = PORTMAP.setup().join("\n");
+        let s = render(&PORTMAP, &PORTMAP.setup()).0;
         assert_eq!(s.matches(" hook ").count(), 3, "{s}");
         assert!(s.contains("add rule inet cni_rs_portmap prerouting fib daddr type local jump dispatch"));
         assert!(s.contains("add rule inet cni_rs_portmap dispatch ip daddr . meta l4proto . th dport vmap @hostports4"));
         // The dispatch chain is created before the base chains that jump to it.
         assert!(s.find("add chain inet cni_rs_portmap dispatch").unwrap() < s.find("prerouting").unwrap());
-        assert_eq!(MASQ.setup().join("\n").matches(" hook ").count(), 1);
-        let ms = MACSPOOF.setup().join("\n");
+        assert_eq!(render(&MASQ, &MASQ.setup()).0.matches(" hook ").count(), 1);
+        let ms = render(&MACSPOOF, &MACSPOOF.setup()).0;
         assert!(ms.contains("add map bridge cni_rs_macspoof ports { type ifname : verdict; }"), "{ms}");
         assert!(ms.contains("add rule bridge cni_rs_macspoof prerouting iifname vmap @ports"), "{ms}");
     }
@@ -1344,6 +1542,150 @@ mod tests {
         if nft_lists {
             assert!(kernel_has_nf_tables());
         }
+    }
+
+    /// Runs `f` on a thread of its own in a fresh network namespace (nft run from it inherits it).
+    fn in_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::spawn(move || {
+            // SAFETY: unshare(2) changes only this thread's network namespace.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
+            f()
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+
+    fn nft_ok(args: &[&str], stdin: Option<&str>) -> String {
+        let out = run("nft", args, stdin).unwrap();
+        assert!(out.success, "nft {args:?}: {}\n{}", out.stderr, stdin.unwrap_or_default());
+        out.stdout
+    }
+
+    /// A table as nft lists it (JSON without handles, and the kernel's expressions), with set
+    /// elements in a fixed order (a hash set lists in the order of its seed).
+    fn table_listing(t: &Table) -> (Value, String) {
+        fn normalize(v: &mut Value) {
+            match v {
+                Value::Object(m) => {
+                    m.remove("handle");
+                    for (k, v) in m.iter_mut() {
+                        normalize(v);
+                        if let (true, Value::Array(a)) = (k == "elem", v) {
+                            a.sort_by_key(|e| e.to_string());
+                        }
+                    }
+                }
+                Value::Array(a) => a.iter_mut().for_each(normalize),
+                _ => {}
+            }
+        }
+        let mut v: Value = serde_json::from_str(&nft_ok(&["-j", "list", "table", t.family, t.name], None)).unwrap();
+        if let Some(items) = v.get_mut("nftables").and_then(Value::as_array_mut) {
+            items.retain(|i| i.get("metainfo").is_none());
+        }
+        normalize(&mut v);
+        let debug = nft_ok(&["--debug=netlink", "list", "table", t.family, t.name], None);
+        let (mut lines, mut run): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+        for l in debug.lines() {
+            if l.starts_with("\telement ") {
+                run.push(l);
+                continue;
+            }
+            run.sort();
+            lines.append(&mut run);
+            lines.push(l);
+        }
+        run.sort();
+        lines.append(&mut run);
+        (v, lines.join("\n"))
+    }
+
+    fn pods() -> Vec<Pod> {
+        let plain = PortMap { conditions_v4: vec![], ..pm() };
+        let bound6 = PortMapping {
+            host_port: 8443,
+            container_port: 443,
+            protocol: Protocol::Sctp,
+            host_ip: Some("fd00::1".parse().unwrap()),
+        };
+        let all = PortMap { container_id: "c2".into(), masq_all: true, mappings: vec![bound6], ..plain.clone() };
+        let masq = Masquerade {
+            network: "n".into(),
+            container_id: "c".into(),
+            ifname: "eth0".into(),
+            addresses: vec!["10.1.2.3/20".parse().unwrap(), "fd00::3/64".parse().unwrap()],
+        };
+        vec![
+            portmap_pod(&plain),
+            portmap_pod(&all),
+            masq_pod(&masq),
+            macspoof_pod("n", "c", "eth0", "veth1234abcd", "0a:58:0a:00:00:02").unwrap(),
+        ]
+    }
+
+    /// What netlink creates lists exactly like what the nft text creates, and either can be added
+    /// to what the other made (mixed old and new state).
+    #[test]
+    fn netlink_batches_list_like_nft_text() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || exec::find("nft").is_none() {
+            eprintln!("SKIP: needs root and nft");
+            return;
+        }
+        for (i, pod) in pods().into_iter().enumerate() {
+            let t = pod.table;
+            let mut steps = t.setup();
+            steps.extend(fast_plan(&pod));
+            let text = render(t, &steps).0;
+            assert!(to_batch(t, &steps).is_some(), "pod {i}: not all netlink");
+            let by_nft = {
+                let text = text.clone();
+                in_netns(move || {
+                    nft_ok(&["-f", "-"], Some(&text));
+                    table_listing(t)
+                })
+            };
+            let by_netlink = {
+                let steps = steps.clone();
+                let pod = pod.clone();
+                in_netns(move || {
+                    to_batch(t, &steps).unwrap().0.send().unwrap();
+                    let listing = table_listing(t);
+                    // The other way round: nft text on netlink's state (setup again, a DEL).
+                    let del = removal_plan(
+                        t,
+                        &[doomed_from(t, &pod.base, &list_chain(t, &t.chains(&pod.base)[0]).unwrap().unwrap())],
+                    );
+                    let mut again = t.setup();
+                    again.extend(del);
+                    nft_ok(&["-f", "-"], Some(&render(t, &again).0));
+                    assert!(list_chain(t, &t.chains(&pod.base)[0]).unwrap().is_none());
+                    listing
+                })
+            };
+            assert_eq!(by_netlink.1, by_nft.1, "pod {i}: expressions differ (left: netlink, right: nft)\n{text}");
+            assert_eq!(by_netlink.0, by_nft.0, "pod {i}: listings differ (left: netlink, right: nft)");
+            // nft's state, then netlink: setup again, list the pod's chain, remove it.
+            in_netns(move || {
+                nft_ok(&["-f", "-"], Some(&text));
+                let first = t.chains(&pod.base)[0].clone();
+                let info = list_chain(t, &first).unwrap().unwrap();
+                assert_eq!(info.keys(), (pod.keys().into_iter().collect::<BTreeSet<_>>().into_iter().collect(), true));
+                let mut again = t.setup();
+                again.extend(removal_plan(t, &[doomed_from(t, &pod.base, &info)]));
+                to_batch(t, &again).unwrap().0.send().unwrap();
+                assert!(list_chain(t, &first).unwrap().is_none());
+            });
+        }
+    }
+
+    #[test]
+    fn conditions_are_nft_text() {
+        // pm() has conditionsV4: its rules, and so its batches, go through nft.
+        let pod = portmap_pod(&pm());
+        assert!(pod.rules.iter().any(|r| r.nl.is_none()));
+        assert!(to_batch(&PORTMAP, &fast_plan(&pod)).is_none());
+        assert!(to_batch(&PORTMAP, &fast_plan(&portmap_pod(&PortMap { conditions_v4: vec![], ..pm() }))).is_some());
     }
 
     #[test]
