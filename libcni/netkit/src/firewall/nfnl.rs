@@ -26,9 +26,13 @@ const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
 const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
 const NLMSG_HDRLEN: usize = 16;
 const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_MULTI: u16 = 0x2;
 const NLM_F_ACK: u16 = 0x4;
+const NLM_F_DUMP_INTR: u16 = 0x10;
+const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_EXCL: u16 = 0x200;
 const NLM_F_CREATE: u16 = 0x400;
 const NLM_F_APPEND: u16 = 0x800;
@@ -41,8 +45,10 @@ const NLA_F_NESTED: u16 = 0x8000;
 // enum nf_tables_msg_types
 const NFT_MSG_NEWTABLE: u16 = 0;
 const NFT_MSG_NEWCHAIN: u16 = 3;
+const NFT_MSG_GETCHAIN: u16 = 4;
 const NFT_MSG_DELCHAIN: u16 = 5;
 const NFT_MSG_NEWRULE: u16 = 6;
+const NFT_MSG_GETRULE: u16 = 7;
 const NFT_MSG_DELRULE: u16 = 8;
 const NFT_MSG_NEWSET: u16 = 9;
 const NFT_MSG_NEWSETELEM: u16 = 12;
@@ -1265,6 +1271,172 @@ impl Batch {
             self.msgs[0].what
         ))
     }
+}
+
+/// One chain as the kernel lists it: whether it is a base chain, and each rule's comment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ChainListing {
+    pub base: bool,
+    pub comments: Vec<Option<String>>,
+}
+
+/// Lists one chain: NFT_MSG_GETCHAIN (is it there, does it have a hook), then a dump of its
+/// rules (NFT_MSG_GETRULE with the table and chain, NLM_F_DUMP), reading each rule's comment
+/// from its user data as nft writes it. None when the chain or its table does not exist. Costs
+/// two round trips on one socket, whatever else the table holds.
+pub(crate) fn list_chain(family: Family, table: &str, chain: &str) -> Result<Option<ChainListing>> {
+    let what = format!("list chain {} {table} {chain}", family.name());
+    let sock = Socket::open(1, 0)?;
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_CHAIN_TABLE, table);
+    attrs.str(NFTA_CHAIN_NAME, chain);
+    let mut req = Vec::new();
+    nlmsg(
+        &mut req,
+        (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETCHAIN,
+        NLM_F_REQUEST,
+        1,
+        [family.nfproto(), 0, 0, 0],
+        &attrs.buf,
+    );
+    sock.send(&req)?;
+    let mut base = None;
+    read_replies(&sock, &what, |ty, payload| {
+        if ty == NFT_MSG_NEWCHAIN {
+            base = Some(attr_iter(payload).any(|(t, _)| t == NFTA_CHAIN_HOOK));
+        }
+    })
+    .or_else(|e| if e.errno == libc::ENOENT { Ok(true) } else { Err(e) })
+    .map_err(|e| e.into_error(&what))?;
+    let Some(base) = base else { return Ok(None) };
+    // A dump that a concurrent change interrupted (NLM_F_DUMP_INTR) is read again.
+    for attempt in 0..5u32 {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_RULE_TABLE, table);
+        attrs.str(NFTA_RULE_CHAIN, chain);
+        let mut req = Vec::new();
+        let flags = NLM_F_REQUEST | NLM_F_DUMP;
+        let seq = 2 + attempt;
+        nlmsg(
+            &mut req,
+            (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE,
+            flags,
+            seq,
+            [family.nfproto(), 0, 0, 0],
+            &attrs.buf,
+        );
+        sock.send(&req)?;
+        let mut comments = Vec::new();
+        let complete = read_replies(&sock, &what, |ty, payload| {
+            if ty == NFT_MSG_NEWRULE {
+                let udata = attr_iter(payload).find(|(t, _)| *t == NFTA_RULE_USERDATA).map(|(_, v)| v);
+                comments.push(udata.and_then(udata_comment));
+            }
+        });
+        match complete {
+            Ok(true) => return Ok(Some(ChainListing { base, comments })),
+            Ok(false) => continue,
+            // Gone since it was looked up (a parallel DEL).
+            Err(e) if e.errno == libc::ENOENT => return Ok(None),
+            Err(e) => return Err(e.into_error(&what)),
+        }
+    }
+    Err(Error::network(format!("nft {what}: the chain kept changing while it was listed")))
+}
+
+/// An error answer to a request, with its errno.
+struct Refused {
+    errno: i32,
+    text: Option<String>,
+}
+
+impl Refused {
+    fn into_error(self, what: &str) -> Error {
+        let kernel = self.text.map(|t| format!(" ({t})")).unwrap_or_default();
+        Error::network(format!("nft {what}{kernel}: {}", std::io::Error::from_raw_os_error(self.errno)))
+    }
+}
+
+/// Reads the answers to one request, handing each nf_tables message (its type and the
+/// attributes after the nfgenmsg header) to `each`, until the request is done: a single answer,
+/// NLMSG_DONE of a dump, or an error. Ok(false) when a dump was interrupted (NLM_F_DUMP_INTR).
+fn read_replies(sock: &Socket, what: &str, mut each: impl FnMut(u16, &[u8])) -> std::result::Result<bool, Refused> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut intr = false;
+    loop {
+        let len = sock.recv(&mut buf).map_err(|e| Refused {
+            errno: e.raw_os_error().unwrap_or(libc::EIO),
+            text: Some(format!("reading the kernel's answer to {what}")),
+        })?;
+        let mut rest = &buf[..len];
+        let mut multi = false;
+        while rest.len() >= NLMSG_HDRLEN {
+            let msg_len = u32_at(rest, 0) as usize;
+            if msg_len < NLMSG_HDRLEN || msg_len > rest.len() {
+                break;
+            }
+            let msg = &rest[..msg_len];
+            rest = &rest[msg_len.next_multiple_of(4).min(rest.len())..];
+            let ty = u16::from_ne_bytes([msg[4], msg[5]]);
+            let flags = u16::from_ne_bytes([msg[6], msg[7]]);
+            intr |= flags & NLM_F_DUMP_INTR != 0;
+            match ty {
+                NLMSG_DONE => return Ok(!intr),
+                NLMSG_ERROR => {
+                    let errno = -i32::from_ne_bytes([
+                        msg.get(16).copied().unwrap_or(0),
+                        msg.get(17).copied().unwrap_or(0),
+                        msg.get(18).copied().unwrap_or(0),
+                        msg.get(19).copied().unwrap_or(0),
+                    ]);
+                    if errno == 0 {
+                        return Ok(!intr);
+                    }
+                    let text = if msg.len() >= NLMSG_HDRLEN + 4 + NLMSG_HDRLEN { extack_msg(msg) } else { None };
+                    return Err(Refused { errno, text });
+                }
+                _ if ty >> 8 == NFNL_SUBSYS_NFTABLES => {
+                    multi |= flags & NLM_F_MULTI != 0;
+                    each(ty & 0xff, msg.get(NLMSG_HDRLEN + 4..).unwrap_or_default());
+                    if !multi {
+                        return Ok(true);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The (type, value) of each netlink attribute in `b`.
+fn attr_iter(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if b.len() < 4 {
+            return None;
+        }
+        let len = usize::from(u16::from_ne_bytes([b[0], b[1]]));
+        let ty = u16::from_ne_bytes([b[2], b[3]]) & !NLA_F_NESTED;
+        if len < 4 || len > b.len() {
+            return None;
+        }
+        let value = &b[4..len];
+        b = &b[len.next_multiple_of(4).min(b.len())..];
+        Some((ty, value))
+    })
+}
+
+/// The comment TLV of a rule's user data (NFTNL_UDATA_RULE_COMMENT), without its NUL.
+fn udata_comment(mut udata: &[u8]) -> Option<String> {
+    while udata.len() >= 2 {
+        let (ty, len) = (udata[0], usize::from(udata[1]));
+        let value = udata.get(2..2 + len)?;
+        if ty == UDATA_COMMENT {
+            let text = value.split(|&c| c == 0).next().unwrap_or_default();
+            return Some(String::from_utf8_lossy(text).into_owned());
+        }
+        udata = &udata[2 + len..];
+    }
+    None
 }
 
 /// A comment as nft stores it in a chain's or rule's user data: one TLV, NUL-terminated.

@@ -47,8 +47,9 @@
 //!
 //! Each rule of a container's first chain names, in its comment, the map elements that lead to the
 //! container's chains. That is what lets DEL work from the container id alone (no IPs, no mappings):
-//! it lists that one chain (small, whatever the pod count), then one batch deletes the elements and
-//! flushes and deletes the chains. Element deletion is by key only, so each one is written
+//! it lists that one chain over netlink (a rule dump of that chain, small whatever the pod count;
+//! absent means nothing to do), then one batch deletes the elements and flushes and deletes the
+//! chains. Element deletion is by key only, so each one is written
 //! `add element K : jump <ours>; delete element K`: the add is a no-op when the element is ours,
 //! recreates it when a parallel DEL got there first, and fails when another container owns the key,
 //! in which case that element is left out and the batch rerun. The kernel answers every message of
@@ -57,7 +58,8 @@
 //! Batches are sent in process over netlink ([`nfnl`]), built from the same plan as their nft text
 //! and listing exactly like it, so pods added either way are handled alike. Only a pod with
 //! `conditionsV4`/`conditionsV6` (free nft syntax) has its batches run by `nft -f -`, whose error
-//! line numbers play the part of the message indexes. Listings (DEL, CHECK, GC) still run `nft`.
+//! line numbers play the part of the message indexes. CHECK (its element probe) and GC (a listing
+//! of the whole table) still run `nft`; neither is on the pod's path.
 //!
 //! ADD is one batch of additions only (`create chain`, rules, `add element`) — a transaction that
 //! deletes nothing skips the kernel's wait for an RCU grace period (about 10 ms here). `create chain`
@@ -589,7 +591,7 @@ pub(crate) fn macspoof_pod(network: &str, container_id: &str, ifname: &str, port
     Ok(pod)
 }
 
-/// The nftables backend (stateless; batches go over netlink, listings run `nft`).
+/// The nftables backend (stateless; ADD and DEL talk netlink, CHECK and GC run `nft`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NftablesBackend;
 
@@ -963,9 +965,9 @@ fn list(t: &Table, what: &str, name: &str) -> Result<Option<BTreeMap<String, Cha
         .map_err(|e| Error::network(format!("list {what} {} {name}: unreadable nft JSON: {e}", t.t())))
 }
 
-/// One chain of ours, listed alone (the cost does not grow with the number of pods).
+/// One chain of ours, listed alone over netlink (the cost does not grow with the number of pods).
 fn list_chain(t: &Table, chain: &str) -> Result<Option<ChainInfo>> {
-    Ok(list(t, "chain", chain)?.and_then(|mut m| m.remove(chain)))
+    Ok(nfnl::list_chain(t.fam, t.name, chain)?.map(|l| ChainInfo { hook: l.base, comments: l.comments }))
 }
 
 /// The batch of a first ADD: additions only.
@@ -1297,11 +1299,17 @@ impl Firewall for NftablesBackend {
     }
 
     fn status(&self) -> Result<()> {
-        let out = run("nft", &["list", "tables"], None)?;
-        if out.success {
+        // CHECK and GC (and conditions) still run nft; everything else is netlink.
+        if exec::find("nft").is_none() {
+            return Err(Error::new(code::NOT_AVAILABLE, "nftables is not usable here: nft not found"));
+        }
+        if kernel_has_nf_tables() {
             Ok(())
         } else {
-            Err(Error::new(code::NOT_AVAILABLE, format!("nftables is not usable here: {}", one_line(&out.stderr))))
+            Err(Error::new(
+                code::NOT_AVAILABLE,
+                "nftables is not usable here: the kernel does not answer nf_tables requests",
+            ))
         }
     }
 }

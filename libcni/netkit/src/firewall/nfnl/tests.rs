@@ -864,3 +864,51 @@ fn registers_and_keys() {
 fn an_empty_batch_sends_nothing() {
     assert!(Batch::new().send().is_ok());
 }
+
+/// list_chain reads what nft lists: each rule's comment (or none), base chain or not, and None
+/// for an absent chain or table.
+#[test]
+fn list_chain_reads_rule_comments() {
+    if !privileged() {
+        return;
+    }
+    in_netns(|| {
+        let f = Family::Inet;
+        let t = format!("cnirs_nl_{}", suffix());
+        let _cleanup = Cleanup(vec![(f, t.clone())]);
+        assert_eq!(list_chain(f, &t, "c").unwrap(), None);
+        let text = r#"
+add table inet {T}
+add chain inet {T} base { type nat hook postrouting priority 100; policy accept; }
+add chain inet {T} c { comment "cni-rs masquerade"; }
+add chain inet {T} empty
+add rule inet {T} c ip saddr 10.0.0.1 masquerade comment "masq4=10.0.0.1"
+add rule inet {T} c ip saddr 10.0.0.2 masquerade
+add rule inet {T} c meta nfproto ipv4 tcp dport 8080 dnat ip to 10.0.0.3:80 comment "anyports4=tcp . 8080;snat4=10.0.0.3"
+add rule inet {T} base ip saddr 10.0.0.1 masquerade comment "x"
+"#;
+        nft(&["-f", "-"], Some(&text.replace("{T}", &t)));
+        let c = list_chain(f, &t, "c").unwrap().unwrap();
+        assert!(!c.base);
+        assert_eq!(
+            c.comments,
+            vec![Some("masq4=10.0.0.1".to_string()), None, Some("anyports4=tcp . 8080;snat4=10.0.0.3".to_string())]
+        );
+        assert_eq!(list_chain(f, &t, "empty").unwrap(), Some(ChainListing { base: false, comments: vec![] }));
+        let base = list_chain(f, &t, "base").unwrap().unwrap();
+        assert!(base.base);
+        assert_eq!(base.comments, vec![Some("x".to_string())]);
+        assert_eq!(list_chain(f, &t, "nosuch").unwrap(), None);
+        assert_eq!(list_chain(Family::Bridge, &t, "c").unwrap(), None);
+        // A comment written by a batch reads back the same; many rules take several messages.
+        let mut b = Batch::new();
+        for i in 0..300u32 {
+            let rule = Rule::new(f).saddr(IpAddr::V4(i.into())).masquerade();
+            b.add_rule_with_comment(f, &t, "empty", rule, Some(&format!("masq4={}", std::net::Ipv4Addr::from(i))));
+        }
+        b.send().unwrap();
+        let many = list_chain(f, &t, "empty").unwrap().unwrap();
+        assert_eq!(many.comments.len(), 300);
+        assert_eq!(many.comments[299].as_deref(), Some("masq4=0.0.1.43"));
+    });
+}
