@@ -6,9 +6,10 @@
 //! - nftables: tables `inet cni_rs_portmap`, `inet cni_rs_masq` and `bridge cni_rs_macspoof`, each
 //!   with a fixed set of shared base chains that dispatch through verdict maps (keyed on host port,
 //!   pod address or bridge port) to per-container regular chains named from a hash of (network,
-//!   container id, ifname). ADD is one `nft -f -` batch of additions; DEL lists that container's
-//!   chain (whose rule comments name its map elements) and removes everything in one batch, so it
-//!   needs neither the container's IPs nor its mappings.
+//!   container id, ifname). ADD is one nf_tables netlink batch of additions, sent in process
+//!   (`nft -f -` only for `conditionsV4`/`V6`); DEL lists that container's chain over netlink (its
+//!   rule comments name its map elements) and removes everything in one batch, so it needs neither
+//!   the container's IPs nor its mappings.
 //! - iptables: the reference plugins' chain names, marks and comments (`CNI-HOSTPORT-DNAT`,
 //!   `CNI-DN-<hash>`, `CNI-HOSTPORT-SETMARK`, `CNI-HOSTPORT-MASQ`, `CNI-<hash>`), so pods set up by
 //!   the Go plugins are torn down by ours. One `iptables-save -t nat` and one
