@@ -443,29 +443,35 @@ fn configure_container(
 
 /// Ensure the bridge holds `gw`; true when this call added it.
 fn ensure_bridge_addr(host: &Netlink, conf: &BridgeConf, br: u32, gw: IpNetwork) -> Result<bool> {
-    for existing in host.addresses(br)? {
-        if is_v4(&existing) != is_v4(&gw) {
-            continue;
-        }
-        if existing.ip() == gw.ip() && existing.prefix() == gw.prefix() {
-            return Ok(false);
-        }
-        let overlaps = existing.contains(gw.ip()) || gw.contains(existing.ip());
-        if overlaps {
-            if conf.force_address {
-                host.del_address(br, existing)?;
-            } else {
-                return Err(Error::config(format!(
-                    "bridge {} already has address {existing}, different from the gateway {gw}: set forceAddress to replace it",
-                    conf.bridge
-                )));
-            }
-        }
+    // Every pod but the first finds the gateway in place: try the add first, so the common case
+    // costs one request instead of a dump of every address on the node (which grows with pods).
+    match host.add_address(br, gw, !is_v4(&gw)) {
+        Ok(()) => {}
+        Err(e) if netkit::is_exists(&e) => return Ok(false),
+        Err(e) => return Err(e.context(format_args!("add gateway {gw} to bridge {}", conf.bridge))),
     }
+    // Newly added: settle any other address of the bridge in the same subnet.
+    let conflicts: Vec<IpNetwork> = host
+        .addresses(br)?
+        .into_iter()
+        .filter(|a| is_v4(a) == is_v4(&gw) && !(a.ip() == gw.ip() && a.prefix() == gw.prefix()))
+        .filter(|a| a.contains(gw.ip()) || gw.contains(a.ip()))
+        .collect();
+    let Some(first) = conflicts.first() else { return Ok(true) };
+    if !conf.force_address {
+        let _ = host.del_address(br, gw);
+        return Err(Error::config(format!(
+            "bridge {} already has address {first}, different from the gateway {gw}: set forceAddress to replace it",
+            conf.bridge
+        )));
+    }
+    for existing in &conflicts {
+        host.del_address(br, *existing)?;
+    }
+    // Removing a primary IPv4 address takes its secondaries (ours) with it: put the gateway back.
     match host.add_address(br, gw, !is_v4(&gw)) {
         Ok(()) => Ok(true),
-        // Another ADD on this bridge won the race.
-        Err(e) if netkit::is_exists(&e) => Ok(false),
+        Err(e) if netkit::is_exists(&e) => Ok(true),
         Err(e) => Err(e.context(format_args!("add gateway {gw} to bridge {}", conf.bridge))),
     }
 }
