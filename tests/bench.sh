@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for the benchmark of cni-rs against the reference Go plugins (docs/bench/README.md):
-# builds the release plugins and the benchmark, installs the reference plugins if missing, and runs
+# builds the release plugins, the static multi-call binary and the benchmark, installs the reference
+# plugins if missing, and runs
 # target/release/cni-bench as root, which writes docs/bench/{results.csv,latency.svg,scaling.svg}
 # and the results block of docs/bench/README.md.
 #
@@ -16,7 +17,15 @@ if [ ! -x /usr/lib/cni/bridge ]; then
     apt-get install -y containernetworking-plugins >&2
 fi
 target="${CARGO_TARGET_DIR:-$repo/target}"
+# Ours as a node gets it from install/: the multi-call cni-rs built with static glibc, one hard link
+# per plugin name (cni-bench lays the links out from this directory).
+triple=x86_64-unknown-linux-gnu
+RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --target "$triple" -p cni-rs
+ours="$target/bench-ours"
+rm -rf "$ours" && mkdir -p "$ours"
+cp "$target/$triple/release/cni-rs" "$ours/cni-rs"
+for p in bridge host-local loopback portmap; do ln "$ours/cni-rs" "$ours/$p"; done
 if [ "$(id -u)" -ne 0 ]; then
-    exec sudo "$target/release/cni-bench" "$@"
+    exec sudo env CNI_BENCH_OURS="$ours" "$target/release/cni-bench" "$@"
 fi
-exec "$target/release/cni-bench" "$@"
+CNI_BENCH_OURS="$ours" exec "$target/release/cni-bench" "$@"
