@@ -206,7 +206,13 @@ fn del_links_and_ipam(req: &Request, conf: &BridgeConf) -> Errors {
 fn del_firewall(req: &Request, conf: &BridgeConf) -> Vec<Error> {
     let mut errs = Vec::new();
     if conf.ip_masq {
-        let r = firewall_of(conf).and_then(|fw| fw.del_masquerade(&conf.network, &req.container_id, &req.ifname));
+        let r = firewall_of(conf).and_then(|fw| {
+            fw.del_masquerade(&conf.network, &req.container_id, &req.ifname)?;
+            if conf.ip_masq_backend.is_none() && fw.kind() == firewall::BackendKind::Nftables {
+                firewall::del_reference_leftovers(&conf.network, &req.container_id, &req.ifname, false)?;
+            }
+            Ok(())
+        });
         errs.extend(r.err());
     }
     if conf.macspoofchk {

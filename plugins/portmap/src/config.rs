@@ -42,6 +42,9 @@ struct RawMapping {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub backend: BackendKind,
+    /// The backend was detected, not configured: DEL then also removes what the reference plugin
+    /// left in iptables for this container (a node switched from the reference keeps working).
+    pub backend_detected: bool,
     pub snat: bool,
     pub masq_all: bool,
     pub mark_masq_bit: u8,
@@ -138,6 +141,7 @@ pub fn parse(
     };
     Ok(Config {
         backend,
+        backend_detected: r.backend.is_none() && wants.is_empty(),
         snat,
         masq_all,
         mark_masq_bit,

@@ -11,7 +11,7 @@ use ipnetwork::IpNetwork;
 use libcni::skel::{Plugin, Request};
 use libcni::types::CniResult;
 use libcni::{Error, Errors, Result};
-use netkit::firewall::{self, Protocol};
+use netkit::firewall::{self, BackendKind, Protocol};
 use std::net::Ipv4Addr;
 
 /// The plugin.
@@ -146,6 +146,9 @@ impl Plugin for PortMap {
     fn del(&self, req: &Request) -> Result<()> {
         let conf = Config::parse(req)?;
         firewall::open(conf.backend).del_portmap(&req.conf.name, &req.container_id, &req.ifname)?;
+        if conf.backend_detected && conf.backend == BackendKind::Nftables {
+            firewall::del_reference_leftovers(&req.conf.name, &req.container_id, &req.ifname, true)?;
+        }
         flush_udp(&conf, true, true);
         Ok(())
     }

@@ -74,6 +74,27 @@ pub fn choose(requested: Option<&str>) -> Result<BackendKind> {
     }
 }
 
+/// A node that switched from the reference plugins (iptables) to ours on nftables still has the
+/// reference's iptables chains for the pods the reference attached. When the backend was detected
+/// rather than configured, DEL calls this: it asks the kernel for the container's reference chain
+/// (`CNI-DN-<hash>` for port mappings, `CNI-<hash>` for masquerade) in the `ip`/`ip6 nat` tables where
+/// iptables-nft keeps them — one netlink request per family, no process — and only if one is there
+/// removes the container's rules with the iptables backend. iptables-legacy rules are not looked for.
+pub fn del_reference_leftovers(network: &str, container_id: &str, ifname: &str, portmap: bool) -> Result<()> {
+    let chain = iptables::chain_name(network, container_id, if portmap { "DN-" } else { "" });
+    let present = [nfnl::Family::Ip, nfnl::Family::Ip6]
+        .into_iter()
+        .any(|family| matches!(nfnl::list_chain(family, "nat", &chain), Ok(Some(_))));
+    if !present {
+        return Ok(());
+    }
+    if portmap {
+        IptablesBackend.del_portmap(network, container_id, ifname)
+    } else {
+        IptablesBackend.del_masquerade(network, container_id, ifname)
+    }
+}
+
 /// The backend of that kind.
 pub fn open(kind: BackendKind) -> Box<dyn Firewall> {
     match kind {
