@@ -165,7 +165,7 @@ fn mutate(rng: &mut Rng, raw: &[Vec<u8>], seeds: &[Value]) -> Vec<u8> {
                 let end = (from + rng.below(64)).min(other.len());
                 data.splice(at..at, other[from..end].iter().copied()).for_each(drop);
             }
-            _ => data.insert(at, rng.next() as u8),
+            _ => data.insert(at, rng.next_u64() as u8),
         }
     }
     data
