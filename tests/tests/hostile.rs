@@ -132,6 +132,10 @@ impl Fixture {
         assert_eq!(beside, ["data"], "{what}: files written beside the dataDir");
         let inside = list_tree(&self.scratch.path().join("data"));
         assert!(inside.iter().all(|f| !is_reservation(f)), "{what}: reservation left in the dataDir: {inside:?}");
+        // Our chains carry the network name in their comments (bridge's masquerade, portmap).
+        let rules = run("nft", &["list", "ruleset"]);
+        let rules = String::from_utf8_lossy(&rules.stdout);
+        assert!(!rules.contains(&format!("net={}", self.network)), "{what}: firewall rules left:\n{rules}");
     }
 }
 
