@@ -11,12 +11,16 @@ bin="$PWD/target/release"
 pod="cnirs-demo-$$"
 nspath="/run/netns/$pod"
 httpd_pid=""
+bridge_was_there=$(ip link show cnirs-demo0 >/dev/null 2>&1 && echo yes || echo no)
 cleanup() {
     [ -n "$httpd_pid" ] && kill "$httpd_pid" 2>/dev/null || true
     if [ -e "$nspath" ]; then
         NETCONFPATH="$PWD/conf" CNI_PATH="$bin" "$bin/cnitool" del cni-rs-demo "$nspath" 2>/dev/null || true
         ip netns del "$pod" 2>/dev/null || true
     fi
+    # The bridge plugin keeps a bridge for the next pod, as the reference does; the demo leaves none.
+    [ "$bridge_was_there" = no ] && ip link del cnirs-demo0 2>/dev/null || true
+    rm -rf /run/cni-rs-demo/www
 }
 trap cleanup EXIT
 
