@@ -215,3 +215,33 @@ fn host_veth_name_collision_never_touches_the_other_link() {
     net.cni.del_network_list(&net.list, &r).expect("DEL after the namespace is gone");
     assert!(run("ip", &["link", "show", &taken]).status.success(), "DEL deleted another pod's link");
 }
+
+#[test]
+fn gc_removes_masquerade_and_spoof_checks_of_attachments_not_kept() {
+    let net = network(json!({ "isGateway": true, "ipMasq": true, "macspoofchk": true }), Some("10.201.10.0/24"));
+    let (a, b) = (Netns::new("cnbg"), Netns::new("cnbh"));
+    let (ra, rb) = (rt(&a), rt(&b));
+    // Whatever the assertions say, both attachments are deleted at the end (DEL works without cache).
+    struct DelOnDrop<'a>(&'a Net, [&'a RuntimeConf; 2]);
+    impl Drop for DelOnDrop<'_> {
+        fn drop(&mut self) {
+            for r in self.1 {
+                let _ = self.0.cni.del_network_list(&self.0.list, r);
+            }
+        }
+    }
+    let _cleanup = DelOnDrop(&net, [&ra, &rb]);
+    net.cni.add_network_list(&net.list, &ra).expect("ADD a");
+    net.cni.add_network_list(&net.list, &rb).expect("ADD b");
+    // Lose the runtime's cache of b, so only the plugin's own GC can find b's rules.
+    let cache = net.cni.cache_dir.join("results").join(format!("{}-{}-eth0", net.list.name, rb.container_id));
+    std::fs::remove_file(&cache).expect("remove cache file");
+    let keep = [libcni::conf::Attachment { container_id: ra.container_id.clone(), ifname: "eth0".into() }];
+    net.cni.gc_network_list(&net.list, Some(&keep)).expect("GC");
+    let rules = String::from_utf8_lossy(&run("nft", &["list", "ruleset"]).stdout).into_owned();
+    assert!(!rules.contains(&format!("id={}", rb.container_id)), "GC left b's rules:\n{rules}");
+    assert!(rules.contains(&format!("id={}", ra.container_id)), "GC removed a's rules:\n{rules}");
+    net.cni.check_network_list(&net.list, &ra).expect("CHECK a after GC");
+    net.cni.del_network_list(&net.list, &ra).expect("DEL a");
+    net.cni.del_network_list(&net.list, &rb).expect("DEL b without cache");
+}

@@ -174,9 +174,14 @@ impl Plugin for Bridge {
         if let Some(ipam) = &conf.ipam_type {
             errs.record(invoke::delegate_gc(ipam, req));
         }
+        // Without the list of valid attachments, garbage cannot be told from live pods (as host-local
+        // and portmap decide too).
+        let Some(keep) = req.conf.valid_attachments.as_deref() else { return errs.finish() };
         if conf.ip_masq {
-            let r = firewall_of(&conf).and_then(|fw| fw.gc_masquerade(&conf.network, req.valid_attachments()));
-            errs.record(r);
+            errs.record(firewall_of(&conf).and_then(|fw| fw.gc_masquerade(&conf.network, keep)));
+        }
+        if conf.macspoofchk {
+            errs.record(firewall::gc_macspoof(&conf.network, keep));
         }
         errs.finish()
     }

@@ -28,7 +28,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 pub use iptables::IptablesBackend;
-pub use nftables::{add_macspoof, check_macspoof, del_macspoof, NftablesBackend};
+pub use nftables::{add_macspoof, check_macspoof, del_macspoof, gc_macspoof, NftablesBackend};
 
 /// The firewall implementations we can drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1247,6 +1247,11 @@ pub fn del_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<(
     del_pod(&MACSPOOF, &base, &format!("delete MAC spoof check of container {container_id}"))
 }
 
+/// Remove the spoof checks of every attachment of `network` that is not in `keep`.
+pub fn gc_macspoof(network: &str, keep: &[Attachment]) -> Result<()> {
+    gc(&MACSPOOF, network, keep, &format!("garbage-collect MAC spoof checks of network {network}"))
+}
+
 /// The spoof check of an attachment exists with its rule, and its bridge port leads to it.
 pub fn check_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
     let chain = MACSPOOF.base(network, container_id, ifname);
