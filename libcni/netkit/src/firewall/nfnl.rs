@@ -1590,4 +1590,4 @@ impl Socket {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

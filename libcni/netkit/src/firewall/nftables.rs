@@ -1598,19 +1598,7 @@ mod tests {
         }
         normalize(&mut v);
         let debug = nft_ok(&["--debug=netlink", "list", "table", t.family, t.name], None);
-        let (mut lines, mut run): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
-        for l in debug.lines() {
-            if l.starts_with("\telement ") {
-                run.push(l);
-                continue;
-            }
-            run.sort();
-            lines.append(&mut run);
-            lines.push(l);
-        }
-        run.sort();
-        lines.append(&mut run);
-        (v, lines.join("\n"))
+        (v, super::super::nfnl::tests::sort_element_runs(&debug))
     }
 
     fn pods() -> Vec<Pod> {

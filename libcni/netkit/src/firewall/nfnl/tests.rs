@@ -94,7 +94,12 @@ fn listing(family: Family, table: &str) -> (Value, String) {
     normalize_json(&mut v, table);
     let debug = nft(&["--debug=netlink", "list", "table", family.name(), table], None);
     // Runs of element lines (one set's elements) are sorted: see normalize_json.
-    let debug = debug.replace(table, "T");
+    (v, sort_element_runs(&debug.replace(table, "T")))
+}
+
+/// `nft --debug=netlink` output with each run of set-element lines sorted: the kernel lists a
+/// set's elements in hash order, which differs between two tables holding the same elements.
+pub(crate) fn sort_element_runs(debug: &str) -> String {
     let mut lines: Vec<&str> = Vec::new();
     let mut run: Vec<&str> = Vec::new();
     for l in debug.lines() {
@@ -108,7 +113,7 @@ fn listing(family: Family, table: &str) -> (Value, String) {
     }
     run.sort();
     lines.append(&mut run);
-    (v, lines.join("\n"))
+    lines.join("\n")
 }
 
 /// Builds `text` (nft syntax, `{T}` for the table) with nft and `build` with a batch, and checks
