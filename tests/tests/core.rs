@@ -70,8 +70,30 @@ fn bridge_host_local_loopback_on_every_version() {
     }
 }
 
+/// The multi-call binary as a node gets it (install/, tests/bench.sh): one `cni-rs` with a hard
+/// link per plugin name. bridge then runs its IPAM call in process, host-local being the same file
+/// as itself (libcni's unit tests show that path is the one taken); everything must work as it does
+/// with the separate binaries.
+#[test]
+fn multi_call_binary_with_hard_links() {
+    // Hard links need the file system of the build: the directory goes next to the binaries.
+    let links = TempDir(bin_dir().join(unique("multicall")));
+    std::fs::create_dir_all(links.path()).expect("link dir");
+    for name in ["bridge", "host-local", "loopback"] {
+        std::fs::hard_link(bin_dir().join("cni-rs"), links.path().join(name)).expect("hard link to cni-rs");
+    }
+    attach_detach_with(SUPPORTED[SUPPORTED.len() - 1], 30, Some(links.path()));
+}
+
 fn attach_detach(version: &str, n: u8) {
-    let net = network(version, n, 24, true);
+    attach_detach_with(version, n, None)
+}
+
+fn attach_detach_with(version: &str, n: u8, plugins: Option<&Path>) {
+    let mut net = network(version, n, 24, true);
+    if let Some(dir) = plugins {
+        net.cni = CniConfig::with_cache_dir(vec![dir.to_path_buf()], net._cache.path().to_path_buf());
+    }
     let pod1 = Netns::new("cntp");
     let mut pod2 = Netns::new("cntq");
     let (rt1, rt2) = (rt(&pod1), rt(&pod2));
