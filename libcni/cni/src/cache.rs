@@ -108,8 +108,10 @@ pub fn write(cache_dir: &Path, entry: &CacheEntry) -> Result<PathBuf> {
     ));
     let written = (|| {
         let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        // Not synced (as upstream): the cache is only read back by this node's runtime, a crash
+        // that loses it also killed the containers it describes, and a file cut short by one is
+        // handled where it is read (DEL drops an unreadable entry, GC skips it).
         f.write_all(&data)?;
-        f.sync_all()?;
         std::fs::rename(&tmp, &path)
     })();
     if let Err(e) = written {
