@@ -56,6 +56,9 @@ fn mac_mtu_hairpin_isolation() {
     let link = pod.sh("ip", &["-o", "link", "show", "eth0"]);
     assert!(link.contains("0a:58:0a:c9:01:63"), "runtimeConfig.mac not applied: {link}");
     assert!(link.contains("mtu 1400"), "mtu not applied in the pod: {link}");
+    // Set over netlink (IFLA_INET_CONF), read back through the sysctl file.
+    let arp_notify = pod.sh("cat", &["/proc/sys/net/ipv4/conf/eth0/arp_notify"]);
+    assert_eq!(arp_notify.trim(), "1", "arp_notify not set on the pod's interface");
     assert_eq!(result.interfaces[2].mac.as_deref(), Some("0a:58:0a:c9:01:63"));
     assert_eq!(result.interfaces[2].sandbox.as_deref(), Some(pod.path.as_str()));
     assert_eq!(result.ips[0].interface, Some(2));

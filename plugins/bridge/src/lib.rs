@@ -413,7 +413,6 @@ fn configure_container(
     let has_v6 = result.ips.iter().any(|ip| !is_v4(&ip.address));
     {
         let _inside = ns.enter()?;
-        let _ = sysctl::set_if(&req.ifname, Family::V4, "arp_notify", "1");
         if has_v6 {
             if conf.enable_dad {
                 sysctl::set_if(&req.ifname, Family::V6, "enhanced_dad", "1").ok();
@@ -423,6 +422,10 @@ fn configure_container(
                 sysctl::set_if(&req.ifname, Family::V6, "accept_dad", "0")?;
             }
         }
+    }
+    if result.ips.iter().any(|ip| is_v4(&ip.address)) {
+        // Gratuitous ARP when the link comes up, as the reference sets it (best effort, as there).
+        let _ = cont.set_arp_notify(index);
     }
     for ip in &result.ips {
         cont.add_address(index, ip.address, !is_v4(&ip.address) && !conf.enable_dad)

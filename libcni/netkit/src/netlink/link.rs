@@ -5,7 +5,7 @@ use crate::netns::NetNs;
 use libcni::{Error, Result};
 use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use rtnetlink::packet_route::link::{
-    AfSpecBridge, BridgeFlag, BridgeVlanInfo, BridgeVlanInfoFlags, InfoBridge, InfoBridgePort, InfoData, InfoKind,
+    AfSpecBridge, AfSpecInet, AfSpecUnspec, InetDevConf, BridgeFlag, BridgeVlanInfo, BridgeVlanInfoFlags, InfoBridge, InfoBridgePort, InfoData, InfoKind,
     InfoPortData, InfoPortKind, InfoVeth, LinkAttribute, LinkExtentMask, LinkFlags, LinkInfo, LinkMessage, State,
 };
 use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
@@ -319,6 +319,18 @@ impl Netlink {
 
     pub fn set_promisc(&self, index: u32, on: bool) -> Result<()> {
         self.set_flag(index, LinkFlags::Promisc, on, "set promisc on link")
+    }
+
+    /// Sets `arp_notify` on a link (as `net/ipv4/conf/<link>/arp_notify = 1`) with RTM_SETLINK
+    /// (IFLA_AF_SPEC / AF_INET / IFLA_INET_CONF). Writing the sysctl file instead costs a path
+    /// lookup through /proc/sys, where the `eth0` directories of every namespace on the node share
+    /// one dentry hash chain: ~1 ms per write with 1000 pods.
+    pub fn set_arp_notify(&self, index: u32) -> Result<()> {
+        let mut msg = by_index(index);
+        let mut conf = InetDevConf::default();
+        conf.arp_notify = 1;
+        msg.attributes.push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet(vec![AfSpecInet::DevConfRequest(conf)])]));
+        self.change(msg, "set arp_notify on link")
     }
 
     /// Makes `index` a port of `master_index` (`ip link set X master B`).
