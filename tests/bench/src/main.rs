@@ -46,6 +46,8 @@ fn check_stop() -> Res<()> {
 #[derive(Debug, Clone)]
 pub struct Opts {
     pub quick: bool,
+    /// `--probe`: cni-rs only, latency and scaling printed to stderr, no files written (for profiling).
+    pub probe: bool,
     pub samples: usize,
     pub levels: Vec<usize>,
     pub scale_samples: usize,
@@ -63,6 +65,7 @@ fn parse_opts() -> Res<Opts> {
     let repo = exe_dir.ancestors().find(|d| d.join("Cargo.lock").exists()).map(Path::to_path_buf);
     let mut o = Opts {
         quick: false,
+        probe: false,
         samples: 40,
         levels: vec![10, 100, 500, 1000],
         scale_samples: 20,
@@ -86,6 +89,7 @@ fn parse_opts() -> Res<Opts> {
     while i < args.len() {
         match args[i].as_str() {
             "--quick" => o.quick = true,
+            "--probe" => o.probe = true,
             "--samples" => o.samples = num(val(&mut i)?)?,
             "--levels" => {
                 let v = val(&mut i)?;
@@ -104,7 +108,7 @@ fn parse_opts() -> Res<Opts> {
             "--reference" => o.reference = PathBuf::from(val(&mut i)?),
             "-h" | "--help" => {
                 println!(
-                    "usage: cni-bench [--quick] [--samples N] [--levels 10,100,500,1000|none] [--scale-samples N]\n\
+                    "usage: cni-bench [--quick] [--probe] [--samples N] [--levels 10,100,500,1000|none] [--scale-samples N]\n\
                      \x20                [--parallel N] [--churn N] [--out DIR] [--ours DIR] [--reference DIR]\n\
                      Needs root. Writes DIR/results.csv, latency.svg, scaling.svg and the results block of DIR/README.md."
                 );
@@ -530,6 +534,17 @@ fn breakdown(side: &Side, n: usize) -> Res<Vec<PluginCost>> {
     Ok(acc)
 }
 
+/// A pause before each timed ADD and DEL of the latency and scaling samples. Removing a network
+/// namespace, deleting links and nf_tables deletions leave work to the kernel's workers (RCU
+/// callbacks, namespace cleanup) that goes on for tens of milliseconds after the command returned;
+/// without a pause that work of one sample (or of the other side, as they alternate) lands in the
+/// next measurement. A node does not ADD and DEL the same pod within a millisecond either.
+const SETTLE: Duration = Duration::from_millis(100);
+
+fn settle() {
+    std::thread::sleep(SETTLE);
+}
+
 /// Per-pod latency, sides interleaved sample by sample so that noise hits both alike.
 fn latency(sides: &[&Side], samples: usize) -> Res<Vec<Latency>> {
     let mut add: Vec<Vec<Duration>> = vec![vec![]; sides.len()];
@@ -537,7 +552,9 @@ fn latency(sides: &[&Side], samples: usize) -> Res<Vec<Latency>> {
     for i in 0..samples + 2 {
         for (k, side) in sides.iter().enumerate() {
             let pod = side.new_pod()?;
+            settle();
             let a = side.add(&pod);
+            settle();
             let d = if a.is_ok() { side.del(&pod) } else { Err(String::new()) };
             side.drop_pod(&pod);
             let (a, d) = (a?, d?);
@@ -585,7 +602,10 @@ fn churn(side: &Side, workers: usize, pods: usize) -> Res<f64> {
 }
 
 /// ADD and DEL of the next pod with `levels` pods attached.
-fn scaling(side: &Side, levels: &[usize], samples: usize, workers: usize) -> Res<(Vec<(usize, Stats, Stats)>, Option<(usize, f64)>)> {
+/// ADD and DEL medians per level, and (pods, seconds) of the final teardown.
+type Scaling = (Vec<(usize, Stats, Stats)>, Option<(usize, f64)>);
+
+fn scaling(side: &Side, levels: &[usize], samples: usize, workers: usize) -> Res<Scaling> {
     let attached: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let mut out = Vec::new();
     let mut levels = levels.to_vec();
@@ -602,10 +622,20 @@ fn scaling(side: &Side, levels: &[usize], samples: usize, workers: usize) -> Res
                 Ok(())
             })?;
             eprintln!("  {}: {level} pods attached (+{} in {:.1} s)", side.key, todo.len(), t.elapsed().as_secs_f64());
+            if let Some(hold) = std::env::var_os("CNI_BENCH_HOLD") {
+                std::fs::write(&hold, format!("{level}\n")).map_err(|e| e.to_string())?;
+                eprintln!("  holding until {} is removed", Path::new(&hold).display());
+                while Path::new(&hold).exists() {
+                    check_stop()?;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
             let (mut a, mut d) = (vec![], vec![]);
             for _ in 0..samples {
                 let pod = side.new_pod()?;
+                settle();
                 let ta = side.add(&pod);
+                settle();
                 let td = if ta.is_ok() { side.del(&pod) } else { Err(String::new()) };
                 side.drop_pod(&pod);
                 a.push(ta?);
@@ -664,7 +694,7 @@ fn floor(bin: &Path, samples: usize) -> Res<Floor> {
                 Ok(t.elapsed())
             };
             let ns = netns_path(&pod);
-            let ta = run(&[&"add".to_string(), &ns, IFNAME, &host, &bridge, &addr, "10.232.0.1", nft].map(|s| s.as_ref()));
+            let ta = run(&["add", &ns, IFNAME, &host, &bridge, &addr, "10.232.0.1", nft]);
             let td = if ta.is_ok() { run(&["del", &ns, IFNAME, &host, nft]) } else { Err(String::new()) };
             netns_del(&pod);
             if i >= 2 {
@@ -779,6 +809,15 @@ fn main() {
         s.cleanup();
     }
     floor_cleanup();
+    if opts.probe {
+        let r = probe(&opts, &ours);
+        drop(guard);
+        if let Err(e) = r {
+            eprintln!("cni-bench: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     match run_all(&opts, &ours, &reference, &floor_bin) {
         Ok((o, r, f)) => {
             drop(guard);
@@ -839,4 +878,21 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
         }
     }
     Ok((o, r, fl))
+}
+
+/// `--probe`: cni-rs alone, for profiling between full runs. With CNI_BENCH_HOLD=FILE set, each
+/// scaling level waits (pods attached) until FILE is removed, so a single ADD can be traced by hand.
+fn probe(opts: &Opts, ours: &Side) -> Res<()> {
+    let lat = latency(&[ours], opts.samples)?;
+    eprintln!(
+        "probe: ADD median {:.2} p99 {:.2} ms; DEL median {:.2} p99 {:.2} ms ({} samples)",
+        lat[0].add.median, lat[0].add.p99, lat[0].del.median, lat[0].del.p99, opts.samples
+    );
+    if !opts.levels.is_empty() {
+        let (levels, _) = scaling(ours, &opts.levels, opts.scale_samples, opts.parallel)?;
+        for (n, a, d) in levels {
+            eprintln!("probe: {n} attached: ADD {:.2} / {:.2} ms, DEL {:.2} / {:.2} ms", a.median, a.p99, d.median, d.p99);
+        }
+    }
+    Ok(())
 }

@@ -50,7 +50,7 @@ impl Msg {
     }
     fn raw(&mut self, data: &[u8]) -> &mut Self {
         self.0.extend_from_slice(data);
-        while self.0.len() % 4 != 0 {
+        while !self.0.len().is_multiple_of(4) {
             self.0.push(0);
         }
         self
