@@ -5,8 +5,9 @@ use crate::netns::NetNs;
 use libcni::{Error, Result};
 use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use rtnetlink::packet_route::link::{
-    AfSpecBridge, AfSpecInet, AfSpecUnspec, InetDevConf, BridgeFlag, BridgeVlanInfo, BridgeVlanInfoFlags, InfoBridge, InfoBridgePort, InfoData, InfoKind,
-    InfoPortData, InfoPortKind, InfoVeth, LinkAttribute, LinkExtentMask, LinkFlags, LinkInfo, LinkMessage, State,
+    AfSpecBridge, AfSpecInet, AfSpecUnspec, BridgeFlag, BridgeVlanInfo, BridgeVlanInfoFlags, InetDevConf, InfoBridge,
+    InfoBridgePort, InfoData, InfoKind, InfoPortData, InfoPortKind, InfoVeth, LinkAttribute, LinkExtentMask, LinkFlags,
+    LinkInfo, LinkMessage, State,
 };
 use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use std::os::fd::AsRawFd;
@@ -329,7 +330,8 @@ impl Netlink {
         let mut msg = by_index(index);
         let mut conf = InetDevConf::default();
         conf.arp_notify = 1;
-        msg.attributes.push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet(vec![AfSpecInet::DevConfRequest(conf)])]));
+        msg.attributes
+            .push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet(vec![AfSpecInet::DevConfRequest(conf)])]));
         self.change(msg, "set arp_notify on link")
     }
 
