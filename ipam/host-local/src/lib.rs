@@ -17,7 +17,7 @@ use libcni::{code, CniResult, Command, Error, Errors, Plugin, Request, Result};
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::path::Path;
-use store::{Locked, Owner, Reservations, Store};
+use store::{Locked, Owner, Store};
 
 pub struct HostLocal;
 
@@ -61,17 +61,19 @@ fn set_error(index: usize, set: &RangeSet, code: u32, why: impl std::fmt::Displa
 }
 
 /// Picks (or re-finds) one address per set for an attachment. On failure, releases what it reserved.
-struct Allocation<'a> {
-    locked: &'a Locked<'a>,
-    reservations: Reservations,
+struct Allocation<'a, 's> {
+    locked: &'a mut Locked<'s>,
+    /// What the attachment held before this ADD (confirmed), found once: a reservation made for one set must
+    /// not hide the old-format files that count only when the attachment has no file of its own.
+    held: Vec<IpAddr>,
     container_id: &'a str,
     ifname: &'a str,
     newly_reserved: Vec<IpAddr>,
 }
 
-impl Allocation<'_> {
+impl Allocation<'_, '_> {
     fn set(&mut self, index: usize, set: &RangeSet, requested: Option<IpAddr>) -> Result<IpConfig> {
-        let held = self.reservations.held_by(self.container_id, self.ifname).into_iter().find(|ip| set.contains(*ip));
+        let held = self.held.iter().copied().find(|ip| set.contains(*ip));
         let ip = match (held, requested) {
             (Some(held), Some(req)) if held != req => {
                 return Err(set_error(
@@ -103,7 +105,7 @@ impl Allocation<'_> {
                 return Err(set_error(index, set, code::INVALID_CONFIG, format!("requested IP {ip} {why}")))
             }
         }
-        if self.reservations.is_taken(ip) || !self.locked.reserve(ip, self.container_id, self.ifname)? {
+        if self.locked.reservations().is_taken(ip) || !self.locked.reserve(ip, self.container_id, self.ifname)? {
             return Err(set_error(
                 index,
                 set,
@@ -122,9 +124,9 @@ impl Allocation<'_> {
         // Addresses found taken only at link time (someone ignoring the lock) are skipped on the next pass.
         let mut raced: HashSet<IpAddr> = HashSet::new();
         loop {
-            let candidate = set.next_free(last, |ip| {
-                self.reservations.is_taken(ip) || self.newly_reserved.contains(&ip) || raced.contains(&ip)
-            });
+            // This ADD's own reservations are in the view already.
+            let reservations = self.locked.reservations();
+            let candidate = set.next_free(last, |ip| reservations.is_taken(ip) || raced.contains(&ip));
             let Some(ip) = candidate else {
                 return Err(set_error(index, set, code::RANGE_EXHAUSTED, "no IP addresses available"));
             };
@@ -139,10 +141,10 @@ impl Allocation<'_> {
     }
 
     /// Undo this ADD's reservations (never ones an earlier ADD made).
-    fn roll_back(&self) {
-        for ip in &self.newly_reserved {
+    fn roll_back(&mut self) {
+        for ip in std::mem::take(&mut self.newly_reserved) {
             // Best effort: the error being returned is the one that matters.
-            let _ = self.locked.release(*ip);
+            let _ = self.locked.release(ip);
         }
     }
 }
@@ -151,9 +153,9 @@ impl HostLocal {
     fn allocate(&self, cfg: &IpamConfig, container_id: &str, ifname: &str) -> Result<Vec<IpConfig>> {
         let requested = cfg.requested_per_set()?;
         let store = Store::create(&cfg.data_dir, &cfg.network)?;
-        let locked = store.lock()?;
-        let reservations = locked.scan()?;
-        let mut alloc = Allocation { locked: &locked, reservations, container_id, ifname, newly_reserved: Vec::new() };
+        let mut locked = store.lock()?;
+        let held = locked.held_by(container_id, ifname);
+        let mut alloc = Allocation { locked: &mut locked, held, container_id, ifname, newly_reserved: Vec::new() };
         let mut ips = Vec::with_capacity(cfg.range_sets.len());
         for (index, (set, req)) in cfg.range_sets.iter().zip(requested).enumerate() {
             match alloc.set(index, set, req) {
@@ -187,10 +189,9 @@ impl Plugin for HostLocal {
     fn del(&self, req: &Request) -> Result<()> {
         let (network, data_dir) = config::store_location(&req.conf)?;
         let Some(store) = Store::existing(&data_dir, &network)? else { return Ok(()) };
-        let locked = store.lock()?;
-        let reservations = locked.scan()?;
+        let mut locked = store.lock()?;
         let mut errors = Errors::new();
-        for ip in reservations.held_by(&req.container_id, &req.ifname) {
+        for ip in locked.held_by(&req.container_id, &req.ifname) {
             errors.record(locked.release(ip));
         }
         errors.finish()
@@ -208,7 +209,7 @@ impl Plugin for HostLocal {
             )
         };
         let store = Store::existing(&cfg.data_dir, &cfg.network)?.ok_or_else(missing)?;
-        let held = store.scan()?.held_by(&req.container_id, &req.ifname);
+        let held = store.scan()?.held_by(&store, &req.container_id, &req.ifname);
         if held.is_empty() {
             return Err(missing());
         }
@@ -240,22 +241,24 @@ impl Plugin for HostLocal {
     fn gc(&self, req: &Request) -> Result<()> {
         let (network, data_dir) = config::store_location(&req.conf)?;
         let Some(store) = Store::existing(&data_dir, &network)? else { return Ok(()) };
-        let locked = store.lock()?;
-        let mut errors = Errors::new();
-        errors.record(locked.remove_stale_temp_files());
+        // Taking the lock removes temporary files left by a crash.
+        let mut locked = store.lock()?;
         // Without the list the runtime has told us nothing; releasing everything would be a disaster.
-        let Some(valid) = req.conf.valid_attachments.as_deref() else { return errors.finish() };
+        let Some(valid) = req.conf.valid_attachments.as_deref() else { return Ok(()) };
         let keep_exact: HashSet<(&str, &str)> =
             valid.iter().map(|a| (a.container_id.as_str(), a.ifname.as_str())).collect();
         let keep_container: HashSet<&str> = valid.iter().map(|a| a.container_id.as_str()).collect();
-        let reservations = locked.scan()?;
-        for (ip, owner) in &reservations.by_ip {
-            let keep = match owner {
-                Owner::Attachment { container_id, ifname } => keep_exact.contains(&(container_id, ifname)),
-                Owner::Legacy { container_id } => keep_container.contains(container_id.as_str()),
-            };
-            if !keep {
-                errors.record(locked.release(*ip));
+        let keep = |owner: &Owner| match owner {
+            Owner::Attachment { container_id, ifname } => keep_exact.contains(&(container_id, ifname)),
+            Owner::Legacy { container_id } => keep_container.contains(container_id.as_str()),
+        };
+        let unwanted: Vec<IpAddr> =
+            locked.reservations().owners().into_iter().filter(|(_, owner)| !keep(owner)).map(|(ip, _)| ip).collect();
+        let mut errors = Errors::new();
+        for ip in unwanted {
+            // The owner above may come from the scan cache: release only what the file itself says.
+            if locked.confirmed_owner(ip).is_some_and(|owner| !keep(&owner)) {
+                errors.record(locked.release(ip));
             }
         }
         errors.finish()
@@ -280,6 +283,115 @@ impl Plugin for HostLocal {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+    use crate::store::tests::TempDir;
+    use serde_json::json;
+    use std::fs;
+
+    fn request(command: Command, cid: &str, ifname: &str, conf: &serde_json::Value) -> Request {
+        let stdin = conf.to_string().into_bytes();
+        let (conf, raw) = libcni::conf::parse_netconf(&stdin).unwrap();
+        Request {
+            command,
+            container_id: cid.into(),
+            netns: None,
+            ifname: ifname.into(),
+            args: libcni::args::CniArgs::default(),
+            cni_path: Vec::new(),
+            conf,
+            raw,
+            stdin,
+        }
+    }
+
+    fn conf(t: &TempDir) -> serde_json::Value {
+        json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "ipam": {"type": "host-local",
+            "dataDir": t.0, "ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}})
+    }
+
+    fn add(conf: &serde_json::Value, cid: &str, ifname: &str) -> Vec<String> {
+        let result = HostLocal.add(&request(Command::Add, cid, ifname, conf)).unwrap();
+        result.ips.iter().map(|c| c.address.ip().to_string()).collect()
+    }
+
+    /// (file name, content) of every reservation.
+    fn files(t: &TempDir) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = fs::read_dir(t.0.join("n"))
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_str().unwrap().parse::<IpAddr>().is_ok())
+            .map(|e| (e.file_name().into_string().unwrap(), fs::read_to_string(e.path()).unwrap()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    /// Replace a file's content keeping its inode: a re-created file that got its old inode number back.
+    fn rewrite_in_place(path: &Path, content: &str) {
+        use std::os::unix::fs::MetadataExt;
+        let before = fs::metadata(path).unwrap().ino();
+        fs::write(path, content).unwrap();
+        assert_eq!(fs::metadata(path).unwrap().ino(), before);
+    }
+
+    #[test]
+    fn del_releases_exactly_the_attachments_files() {
+        let t = TempDir::new("del-exact");
+        let conf = conf(&t);
+        assert_eq!(add(&conf, "a", "eth0"), ["10.0.0.2", "fd00::2"]);
+        assert_eq!(add(&conf, "a", "eth1"), ["10.0.0.3", "fd00::3"]);
+        assert_eq!(add(&conf, "b", "eth0"), ["10.0.0.4", "fd00::4"]);
+        fs::write(t.0.join("n/10.0.0.9"), "a").unwrap();
+        // Every reservation is in the index now (the next locked scan reads nothing).
+        HostLocal.del(&request(Command::Del, "nobody", "eth0", &conf)).unwrap();
+
+        HostLocal.del(&request(Command::Del, "a", "eth0", &conf)).unwrap();
+        let left = pairs(&[
+            ("10.0.0.3", "a\r\neth1"),
+            ("10.0.0.4", "b\r\neth0"),
+            ("10.0.0.9", "a"),
+            ("fd00::3", "a\r\neth1"),
+            ("fd00::4", "b\r\neth0"),
+        ]);
+        assert_eq!(files(&t), left);
+        // Now without files of its own, the attachment releases its container's old-format files (the
+        // reference's rule), and then nothing more.
+        let without_old = [&left[..2], &left[3..]].concat();
+        HostLocal.del(&request(Command::Del, "a", "eth0", &conf)).unwrap();
+        assert_eq!(files(&t), without_old);
+        HostLocal.del(&request(Command::Del, "a", "eth0", &conf)).unwrap();
+        assert_eq!(files(&t), without_old);
+    }
+
+    #[test]
+    fn del_add_and_gc_do_not_trust_a_stale_index() {
+        let t = TempDir::new("stale");
+        let conf = conf(&t);
+        assert_eq!(add(&conf, "a", "eth0"), ["10.0.0.2", "fd00::2"]);
+        assert_eq!(add(&conf, "b", "eth0"), ["10.0.0.3", "fd00::3"]);
+        // Behind the index's back, b's v4 address now belongs to c, a's v4 address to d.
+        rewrite_in_place(&t.0.join("n/10.0.0.3"), "c\r\neth0");
+        rewrite_in_place(&t.0.join("n/10.0.0.2"), "d\r\neth0");
+
+        // DEL of b releases only the file that still says b.
+        HostLocal.del(&request(Command::Del, "b", "eth0", &conf)).unwrap();
+        assert!(t.0.join("n/10.0.0.3").exists());
+        assert!(!t.0.join("n/fd00::3").exists());
+        // A repeated ADD of a does not return the address d holds now; it keeps its v6 address.
+        assert_eq!(add(&conf, "a", "eth0"), ["10.0.0.4", "fd00::2"]);
+        assert_eq!(fs::read_to_string(t.0.join("n/10.0.0.2")).unwrap(), "d\r\neth0");
+
+        // GC keeping only c: the index says .4 is a's, the file says it is c's now.
+        rewrite_in_place(&t.0.join("n/10.0.0.4"), "c\r\neth1");
+        let mut gc = conf.clone();
+        gc["cni.dev/valid-attachments"] =
+            json!([{"containerID": "c", "ifname": "eth0"}, {"containerID": "c", "ifname": "eth1"}]);
+        HostLocal.gc(&request(Command::Gc, "", "", &gc)).unwrap();
+        assert_eq!(files(&t), pairs(&[("10.0.0.3", "c\r\neth0"), ("10.0.0.4", "c\r\neth1")]));
+    }
 
     #[test]
     fn resolv_conf_like_reference() {

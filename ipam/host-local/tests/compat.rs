@@ -101,3 +101,27 @@ fn both_plugins_in_parallel_share_the_lock() {
     }
     assert!(reservations(dir.path(), "mixed").is_empty());
 }
+
+#[test]
+fn reference_churn_behind_our_scan_cache() {
+    let Some(reference) = reference() else { return };
+    let dir = TempDir::new("compat-churn");
+    let conf = conf(&dir, "churn");
+    assert_eq!(exec(OURS, "ADD", &conf, "pod-a", "eth0", "").ips(), ["10.60.0.2/29", "fd60::2/125"]);
+    let index = dir.path().join("churn/.cni-rs-index");
+    assert!(index.is_file());
+    // The reference frees a's addresses and hands .2 to b (a file system may give the new file a's inode).
+    exec(reference, "DEL", &conf, "pod-a", "eth0", "").ok();
+    let b = exec(reference, "ADD", &conf, "pod-b", "eth0", "IP=10.60.0.2");
+    assert_eq!(b.first_ip(), "10.60.0.2", "{}", b.stdout);
+    assert!(index.is_file(), "the reference's DEL removed our index");
+    // Ours sees b's reservation: a repeated ADD of a does not get .2 back.
+    let a = exec(OURS, "ADD", &conf, "pod-a", "eth0", "");
+    assert!(!a.ips().contains(&"10.60.0.2/29".to_string()), "{}", a.stdout);
+    exec(OURS, "DEL", &conf, "pod-b", "eth0", "").ok();
+    let left: Vec<String> = reservations(dir.path(), "churn").into_iter().map(|(_, owner)| owner).collect();
+    assert_eq!(left, ["pod-a\r\neth0", "pod-a\r\neth0"]);
+    exec(reference, "DEL", &conf, "pod-a", "eth0", "").ok();
+    assert!(reservations(dir.path(), "churn").is_empty());
+    assert!(index.is_file());
+}
