@@ -351,18 +351,20 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
         libcni::fault_point("masquerade-added")?;
     }
 
+    // The host end is not read again: its MAC is the one read after creation, and the kernel
+    // builds a host-side veth's link message in time that grows with the namespaces on the node
+    // (~0.7 ms with 1000 pods). The bridge's MAC may have moved with its ports unless pinned.
     let br_now = host.link_by_index(br.index)?.unwrap_or(br);
-    let host_now = host.link_by_index(host_link.index)?.unwrap_or(host_link);
     let cont_now = cont.link_by_index(cont_link.index)?.unwrap_or(cont_link);
     if conf.macspoofchk {
         let mac = mac_string(cont_now.mac)
             .ok_or_else(|| Error::network(format!("{} has no MAC address to pin for macspoofchk", req.ifname)))?;
         undo.macspoof = true;
-        firewall::add_macspoof(&conf.network, &req.container_id, &req.ifname, &host_now.name, &mac)?;
+        firewall::add_macspoof(&conf.network, &req.container_id, &req.ifname, &host_name, &mac)?;
     }
     result.interfaces = vec![
         Interface { name: conf.bridge.clone(), mac: mac_string(br_now.mac), ..Default::default() },
-        Interface { name: host_name, mac: mac_string(host_now.mac), ..Default::default() },
+        Interface { name: host_name, mac: mac_string(host_link.mac), ..Default::default() },
         Interface {
             name: req.ifname.clone(),
             mac: mac_string(cont_now.mac),
