@@ -130,15 +130,30 @@ impl Plugin for Bridge {
 
     fn del(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        // Removing firewall rules and deleting a veth each wait out an RCU grace period in the
-        // kernel (~10-20 ms): the rules are removed on a thread of their own, alongside the rest.
+        // Removing firewall rules and deleting a veth each wait out RCU grace periods in the
+        // kernel (~10-20 ms): the rules and the addresses go on a thread of their own, alongside
+        // the veth deletion.
         std::thread::scope(|s| {
-            let firewall = s.spawn(|| del_firewall(req, &conf));
-            let mut errs = del_links_and_ipam(req, &conf);
-            match firewall.join() {
-                Ok(fw_errs) => fw_errs.into_iter().for_each(|e| errs.push(e)),
-                Err(_) => errs.push(Error::new(code::INTERNAL, "removing the firewall rules panicked")),
-            }
+            let others = s.spawn(|| {
+                let mut errs = Errors::new();
+                if let Some(ipam) = &conf.ipam_type {
+                    errs.record(invoke::delegate_del(ipam, req));
+                }
+                (errs, del_firewall(req, &conf))
+            });
+            let link_errs = del_links(req);
+            let mut errs = match others.join() {
+                Ok((mut errs, fw_errs)) => {
+                    fw_errs.into_iter().for_each(|e| errs.push(e));
+                    errs
+                }
+                Err(_) => {
+                    let mut errs = Errors::new();
+                    errs.push(Error::new(code::INTERNAL, "releasing the addresses or removing the rules panicked"));
+                    errs
+                }
+            };
+            link_errs.into_iter().for_each(|e| errs.push(e));
             errs.finish()
         })
     }
@@ -187,18 +202,17 @@ impl Plugin for Bridge {
     }
 }
 
-/// DEL's address release and link removal; the errors, in order.
-fn del_links_and_ipam(req: &Request, conf: &BridgeConf) -> Errors {
-    let mut errs = Errors::new();
-    if let Some(ipam) = &conf.ipam_type {
-        errs.record(invoke::delegate_del(ipam, req));
-    }
+/// DEL's link removal; the errors, in order.
+fn del_links(req: &Request) -> Vec<Error> {
+    let mut errs = Vec::new();
     // Deleting the pod's end removes the pair. When the namespace is gone, the kernel has already
     // removed both ends: a host link with our name then belongs to someone else, so it is left alone.
     if let Some(path) = req.netns.as_deref() {
         match NetNs::open_if_exists(path) {
             Ok(Some(ns)) => {
-                errs.record(Netlink::open_in(&ns).and_then(|nl| nl.delete_link_by_name(&req.ifname)));
+                if let Err(e) = Netlink::open_in(&ns).and_then(|nl| nl.delete_link_by_name(&req.ifname)) {
+                    errs.push(e);
+                }
             }
             Ok(None) => {}
             Err(e) => errs.push(e),
