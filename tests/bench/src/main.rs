@@ -888,6 +888,10 @@ fn probe(opts: &Opts, ours: &Side) -> Res<()> {
         "probe: ADD median {:.2} p99 {:.2} ms; DEL median {:.2} p99 {:.2} ms ({} samples)",
         lat[0].add.median, lat[0].add.p99, lat[0].del.median, lat[0].del.p99, opts.samples
     );
+    for workers in [1, opts.parallel] {
+        let pods = if workers == 1 { opts.churn } else { opts.churn.max(workers * 4) };
+        eprintln!("probe: churn x{workers}: {:.1} pods/s", churn(ours, workers, pods)?);
+    }
     if !opts.levels.is_empty() {
         let (levels, _) = scaling(ours, &opts.levels, opts.scale_samples, opts.parallel)?;
         for (n, a, d) in levels {
