@@ -83,6 +83,20 @@ fn multi_call_binary_with_hard_links() {
         std::fs::hard_link(bin_dir().join("cni-rs"), links.path().join(name)).expect("hard link to cni-rs");
     }
     attach_detach_with(SUPPORTED[SUPPORTED.len() - 1], 30, Some(links.path()));
+
+    // An IPAM failure in process is reported as from a process (host-local's code 101 passed
+    // through), and bridge undoes its veth: a /30 has one address for pods.
+    let mut small = network("1.1.0", 31, 30, false);
+    small.cni = CniConfig::with_cache_dir(vec![links.path().to_path_buf()], small._cache.path().to_path_buf());
+    let (pod1, pod2) = (Netns::new("cntm"), Netns::new("cntn"));
+    let (rt1, rt2) = (rt(&pod1), rt(&pod2));
+    small.cni.add_network_list(&small.list, &rt1).expect("ADD of the only pod that fits");
+    let e = small.cni.add_network_list(&small.list, &rt2).expect_err("the /30 is full");
+    assert_eq!(e.code, libcni::code::RANGE_EXHAUSTED, "{e}");
+    assert!(!pod2.exec("ip", &["link", "show", "eth0"]).status.success(), "eth0 left after the failed ADD");
+    assert_eq!(reservations(small.data.path(), &small.list.name).len(), 1, "the failed ADD kept an address");
+    small.cni.del_network_list(&small.list, &rt1).expect("DEL");
+    assert!(reservations(small.data.path(), &small.list.name).is_empty(), "DEL left the address");
 }
 
 fn attach_detach(version: &str, n: u8) {
