@@ -283,7 +283,7 @@ impl Plugin for HostLocal {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::store::tests::TempDir;
+    use crate::store::tests::{rewrite_in_place, TempDir};
     use serde_json::json;
     use std::fs;
 
@@ -327,14 +327,6 @@ mod tests {
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
-    }
-
-    /// Replace a file's content keeping its inode: a re-created file that got its old inode number back.
-    fn rewrite_in_place(path: &Path, content: &str) {
-        use std::os::unix::fs::MetadataExt;
-        let before = fs::metadata(path).unwrap().ino();
-        fs::write(path, content).unwrap();
-        assert_eq!(fs::metadata(path).unwrap().ino(), before);
     }
 
     #[test]

@@ -805,7 +805,7 @@ pub(crate) mod tests {
 
     /// Replace a file's content keeping its inode, as if the file had been removed and re-created by someone
     /// else and the file system had handed out the same inode number again.
-    fn rewrite_in_place(path: &Path, content: &str) {
+    pub(crate) fn rewrite_in_place(path: &Path, content: &str) {
         let before = inode(path);
         fs::write(path, content).unwrap();
         assert_eq!(inode(path), before);
