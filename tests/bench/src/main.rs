@@ -570,6 +570,15 @@ fn latency(sides: &[&Side], samples: usize) -> Res<Vec<Latency>> {
     Ok(add.iter().zip(&del).map(|(a, d)| Latency { add: Stats::of(a), del: Stats::of(d) }).collect())
 }
 
+/// How many pods a churn measurement with `workers` in flight cycles: at least four per worker.
+fn churn_pods(opts: &Opts, workers: usize) -> usize {
+    if workers == 1 {
+        opts.churn
+    } else {
+        opts.churn.max(workers * 4)
+    }
+}
+
 /// Pods per second of ADD+DEL cycles with `workers` in parallel (namespaces made beforehand).
 fn churn(side: &Side, workers: usize, pods: usize) -> Res<f64> {
     let mut names = Vec::new();
@@ -863,7 +872,7 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
     r.latency = lat[1].clone();
 
     for workers in [1, opts.parallel] {
-        let pods = if workers == 1 { opts.churn } else { opts.churn.max(workers * 4) };
+        let pods = churn_pods(opts, workers);
         for (side, res) in [(ours, &mut o), (reference, &mut r)] {
             let pps = churn(side, workers, pods)?;
             eprintln!("cni-bench: churn {} x{workers}: {pps:.1} pods/s", side.key);
@@ -889,7 +898,7 @@ fn probe(opts: &Opts, ours: &Side) -> Res<()> {
         lat[0].add.median, lat[0].add.p99, lat[0].del.median, lat[0].del.p99, opts.samples
     );
     for workers in [1, opts.parallel] {
-        let pods = if workers == 1 { opts.churn } else { opts.churn.max(workers * 4) };
+        let pods = churn_pods(opts, workers);
         eprintln!("probe: churn x{workers}: {:.1} pods/s", churn(ours, workers, pods)?);
     }
     if !opts.levels.is_empty() {
