@@ -47,6 +47,13 @@ fn network(version: &str, n: u8, v4_prefix: u8, extra_ranges: bool) -> Net {
     Net { list, cni, data, _cache: cache, bridge: LinkGuard(bridge) }
 }
 
+impl Net {
+    /// Run the plugins found in `dir` instead of the build's, with the same cache.
+    fn use_plugins(&mut self, dir: &Path) {
+        self.cni = CniConfig::with_cache_dir(vec![dir.to_path_buf()], self._cache.path().to_path_buf());
+    }
+}
+
 fn rt(ns: &Netns) -> RuntimeConf {
     RuntimeConf { container_id: unique("ctr"), netns: ns.path.clone(), ifname: "eth0".into(), ..Default::default() }
 }
@@ -87,7 +94,7 @@ fn multi_call_binary_with_hard_links() {
     // An IPAM failure in process is reported as from a process (host-local's code 101 passed
     // through), and bridge undoes its veth: a /30 has one address for pods.
     let mut small = network("1.1.0", 31, 30, false);
-    small.cni = CniConfig::with_cache_dir(vec![links.path().to_path_buf()], small._cache.path().to_path_buf());
+    small.use_plugins(links.path());
     let (pod1, pod2) = (Netns::new("cntm"), Netns::new("cntn"));
     let (rt1, rt2) = (rt(&pod1), rt(&pod2));
     small.cni.add_network_list(&small.list, &rt1).expect("ADD of the only pod that fits");
@@ -106,7 +113,7 @@ fn attach_detach(version: &str, n: u8) {
 fn attach_detach_with(version: &str, n: u8, plugins: Option<&Path>) {
     let mut net = network(version, n, 24, true);
     if let Some(dir) = plugins {
-        net.cni = CniConfig::with_cache_dir(vec![dir.to_path_buf()], net._cache.path().to_path_buf());
+        net.use_plugins(dir);
     }
     let pod1 = Netns::new("cntp");
     let mut pod2 = Netns::new("cntq");
