@@ -146,6 +146,19 @@ fn attach_detach_with(version: &str, n: u8, plugins: Option<&Path>) {
     assert!(pings(&pod1, &gw4), "{version}: pod1 cannot ping its gateway {gw4}");
     assert!(pings(&pod1, &a2.to_string()), "{version}: pod1 cannot ping pod2 {a2}");
     assert!(pings(&pod2, &v6(&r1).to_string()), "{version}: pod2 cannot ping pod1 over IPv6");
+    assert!(pings(&pod2, &gw6), "{version}: pod2 cannot ping its IPv6 gateway {gw6}");
+    // The host ends carry the pods' IPv6 at layer 2 and have none of their own: no link-local
+    // address, no routes in the host's table.
+    let ports = sh("ip", &["-o", "link", "show", "master", &net.bridge.0]);
+    let ports: Vec<&str> = ports.lines().filter_map(|l| l.split(": ").nth(1)?.split('@').next()).collect();
+    assert_eq!(ports.len(), 2, "{version}: {ports:?}");
+    for port in ports {
+        let off = std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{port}/disable_ipv6")).expect("sysctl");
+        assert_eq!(off.trim(), "1", "{version}: IPv6 left on for host port {port}");
+        assert!(sh("ip", &["-6", "-o", "addr", "show", "dev", port]).trim().is_empty(), "{version}: {port} has IPv6");
+        let routes = sh("ip", &["-6", "route", "show", "table", "all", "dev", port]);
+        assert!(routes.trim().is_empty(), "{version}: IPv6 routes through {port}: {routes}");
+    }
 
     if at_least(version, "0.4.0") {
         net.cni.check_network_list(&net.list, &rt1).unwrap_or_else(|e| panic!("{version}: CHECK: {e}"));

@@ -303,10 +303,12 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
     if conf.vlan_filtering() {
         configure_vlans(host, conf, host_link.index)?;
     }
-    if !sysctl::ipv6_disabled() {
-        // A host port must not configure itself from router advertisements sent by the pod.
-        let _ = sysctl::set_if(&host_name, Family::V6, "accept_ra", "0");
-    }
+    // The host end is a bridge port: it forwards the pod's IPv6 at layer 2 and needs no IPv6 of its
+    // own. Off before it comes up, it gets no link-local address and none of the four routes that
+    // come with one (the reference only sets accept_ra=0 and keeps them): with N pods the host's
+    // IPv6 table held 4N routes, and the kernel walks that whole table on every link event, so
+    // every ADD and DEL got slower with each pod. No IPv6 in the kernel: nothing to turn off.
+    let _ = sysctl::set_if(&host_name, Family::V6, "disable_ipv6", "1");
     host.set_up(host_link.index)?;
     libcni::fault_point("port-configured")?;
 
