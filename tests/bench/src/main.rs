@@ -350,6 +350,10 @@ pub struct SideResults {
     pub scaling: Vec<(usize, Stats, Stats)>,
     /// Tearing down the largest level, in parallel: (pods, seconds)
     pub teardown: Option<(usize, f64)>,
+    /// Per level: each plugin's share of the next pod (run by hand, as in `plugins`).
+    pub level_plugins: Vec<(usize, Vec<PluginCost>)>,
+    /// Per level, on this side's bridge with its pods attached: the netlink floor.
+    pub level_floor: Vec<(usize, Latency)>,
     pub plugins: Vec<PluginCost>,
     /// bytes on disk of the plugin set (distinct inodes), and of the 4 plugins used
     pub disk_all: (usize, u64),
@@ -485,6 +489,7 @@ fn breakdown_once(side: &Side, pod: &str, acc: &mut [PluginCost]) -> Res<()> {
     let mut prev: Option<Value> = None;
     let list = &side.list;
     let order = [("bridge", 0usize), ("portmap", 1), ("loopback", 2)];
+    settle();
     for (name, idx) in order {
         let stdin = plugin_stdin(list, &list.plugins[idx], prev.clone(), &rt).map_err(|e| e.to_string())?;
         let (out, t, rss) = exec_plugin(side, name, "ADD", pod, &stdin)?;
@@ -508,6 +513,7 @@ fn breakdown_once(side: &Side, pod: &str, acc: &mut [PluginCost]) -> Res<()> {
     c.del_ms += t.as_secs_f64() * 1e3;
     c.del_rss_kb = c.del_rss_kb.max(rss);
 
+    settle();
     for (name, idx) in order.iter().rev() {
         let stdin = plugin_stdin(list, &list.plugins[*idx], prev.clone(), &rt).map_err(|e| e.to_string())?;
         let (_, t, rss) = exec_plugin(side, name, "DEL", pod, &stdin)?;
@@ -610,13 +616,23 @@ fn churn(side: &Side, workers: usize, pods: usize) -> Res<f64> {
     result
 }
 
-/// ADD and DEL of the next pod with `levels` pods attached.
-/// ADD and DEL medians per level, and (pods, seconds) of the final teardown.
-type Scaling = (Vec<(usize, Stats, Stats)>, Option<(usize, f64)>);
+/// What the scaling section gives per side.
+#[derive(Default)]
+struct Scaling {
+    /// (level, ADD, DEL) of the next pod.
+    next: Vec<(usize, Stats, Stats)>,
+    /// (pods, seconds) of the final teardown.
+    teardown: Option<(usize, f64)>,
+    plugins: Vec<(usize, Vec<PluginCost>)>,
+    floor: Vec<(usize, Latency)>,
+}
 
-fn scaling(side: &Side, levels: &[usize], samples: usize, workers: usize) -> Res<Scaling> {
+/// ADD and DEL of the next pod with `levels` pods attached; at each level also each plugin's share
+/// (`breakdown` pods) and, with `floor`, the netlink floor on the same bridge.
+fn scaling(side: &Side, levels: &[usize], samples: usize, workers: usize, breakdown_pods: usize, floor_bin: Option<&Path>) -> Res<Scaling> {
     let attached: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let mut out = Vec::new();
+    let mut res = Scaling::default();
+    let out = &mut res.next;
     let mut levels = levels.to_vec();
     levels.sort_unstable();
     let run = (|| -> Res<()> {
@@ -653,6 +669,14 @@ fn scaling(side: &Side, levels: &[usize], samples: usize, workers: usize) -> Res
             let (sa, sd) = (Stats::of(&a), Stats::of(&d));
             eprintln!("  {}: next pod at {level}: ADD {:.1} ms, DEL {:.1} ms (medians)", side.key, sa.median, sd.median);
             out.push((level, sa, sd));
+            if breakdown_pods > 0 {
+                res.plugins.push((level, breakdown(side, breakdown_pods)?));
+            }
+            if let Some(bin) = floor_bin {
+                let f = floor_run(bin, &side.floor_net(), samples, false)?;
+                eprintln!("  floor at {level} on {}: ADD {:.1} ms, DEL {:.1} ms (medians)", side.bridge, f.add.median, f.del.median);
+                res.floor.push((level, f));
+            }
         }
         Ok(())
     })();
@@ -667,10 +691,37 @@ fn scaling(side: &Side, levels: &[usize], samples: usize, workers: usize) -> Res
     let secs = t.elapsed().as_secs_f64();
     run?;
     teardown?;
-    Ok((out, (!pods.is_empty()).then_some((pods.len(), secs))))
+    res.teardown = (!pods.is_empty()).then_some((pods.len(), secs));
+    Ok(res)
 }
 
-/// The floor: `cni-floor` run on the same kind of pod, without and with the firewall batch.
+/// Where `cni-floor` attaches its pods: a bridge, its gateway, and the address of sample `i`.
+pub struct FloorNet {
+    bridge: String,
+    gateway: String,
+    /// The first two octets (`10.232.`) of every sample's address.
+    first_octets: String,
+    /// The third octet of the first samples' addresses (250 samples per third octet).
+    third: usize,
+}
+
+impl FloorNet {
+    fn addr(&self, i: usize) -> String {
+        format!("{}{}.{}/16", self.first_octets, self.third + i / 250, 2 + i % 250)
+    }
+}
+
+impl Side {
+    /// The floor on this side's bridge, with addresses host-local does not reach at our levels
+    /// (the top of the /16).
+    fn floor_net(&self) -> FloorNet {
+        let octet = if self.tag == 'o' { 230 } else { 231 };
+        FloorNet { bridge: self.bridge.clone(), gateway: format!("10.{octet}.0.1"), first_octets: format!("10.{octet}."), third: 240 }
+    }
+}
+
+/// The floor: `cni-floor` run on the same kind of pod, without and with the firewall batch, on a
+/// bridge of its own.
 fn floor(bin: &Path, samples: usize) -> Res<Floor> {
     let bridge = format!("{PREFIX}f0");
     let setup = [
@@ -684,39 +735,43 @@ fn floor(bin: &Path, samples: usize) -> Res<Floor> {
             return Err(format!("ip {}: failed", args.join(" ")));
         }
     }
-    let mut res = Floor::default();
-    for (with_nft, slot) in [(false, &mut res.netlink), (true, &mut res.with_nft)] {
-        let (mut a, mut d) = (vec![], vec![]);
-        for i in 0..samples + 2 {
-            check_stop()?;
-            let pod = format!("{PREFIX}f-{i}");
-            netns_add(&pod)?;
-            let host = format!("cnibf{i}");
-            let addr = format!("10.232.{}.{}/16", 1 + i / 250, 2 + i % 250);
-            let nft = if with_nft { "nft" } else { "" };
-            let run = |args: &[&str]| -> Res<Duration> {
-                let t = Instant::now();
-                let st = Command::new(bin).args(args).stderr(Stdio::piped()).output().map_err(|e| e.to_string())?;
-                if !st.status.success() {
-                    return Err(format!("cni-floor {}: {}", args.join(" "), String::from_utf8_lossy(&st.stderr)));
-                }
-                Ok(t.elapsed())
-            };
-            let ns = netns_path(&pod);
-            let ta = run(&["add", &ns, IFNAME, &host, &bridge, &addr, "10.232.0.1", nft]);
-            let td = if ta.is_ok() { run(&["del", &ns, IFNAME, &host, nft]) } else { Err(String::new()) };
-            netns_del(&pod);
-            if i >= 2 {
-                a.push(ta?);
-                d.push(td?);
-            } else {
-                ta?;
-                td?;
+    let net = FloorNet { bridge, gateway: "10.232.0.1".into(), first_octets: "10.232.".into(), third: 1 };
+    Ok(Floor { netlink: floor_run(bin, &net, samples, false)?, with_nft: floor_run(bin, &net, samples, true)? })
+}
+
+/// `samples` ADD and DEL of `cni-floor` (two more, untimed, first), each in a fresh namespace.
+fn floor_run(bin: &Path, net: &FloorNet, samples: usize, with_nft: bool) -> Res<Latency> {
+    let (mut a, mut d) = (vec![], vec![]);
+    for i in 0..samples + 2 {
+        check_stop()?;
+        let pod = format!("{PREFIX}f-{i}");
+        netns_add(&pod)?;
+        let host = format!("cnibf{i}");
+        let addr = net.addr(i);
+        let nft = if with_nft { "nft" } else { "" };
+        let run = |args: &[&str]| -> Res<Duration> {
+            let t = Instant::now();
+            let st = Command::new(bin).args(args).stderr(Stdio::piped()).output().map_err(|e| e.to_string())?;
+            if !st.status.success() {
+                return Err(format!("cni-floor {}: {}", args.join(" "), String::from_utf8_lossy(&st.stderr)));
             }
+            Ok(t.elapsed())
+        };
+        let ns = netns_path(&pod);
+        settle();
+        let ta = run(&["add", &ns, IFNAME, &host, &net.bridge, &addr, &net.gateway, nft]);
+        settle();
+        let td = if ta.is_ok() { run(&["del", &ns, IFNAME, &host, nft]) } else { Err(String::new()) };
+        netns_del(&pod);
+        if i >= 2 {
+            a.push(ta?);
+            d.push(td?);
+        } else {
+            ta?;
+            td?;
         }
-        *slot = Latency { add: Stats::of(&a), del: Stats::of(&d) };
     }
-    Ok(res)
+    Ok(Latency { add: Stats::of(&a), del: Stats::of(&d) })
 }
 
 fn floor_cleanup() {
@@ -819,7 +874,7 @@ fn main() {
     }
     floor_cleanup();
     if opts.probe {
-        let r = probe(&opts, &ours);
+        let r = probe(&opts, &ours, &floor_bin);
         drop(guard);
         if let Err(e) = r {
             eprintln!("cni-bench: {e}");
@@ -883,7 +938,10 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
     if !opts.levels.is_empty() {
         for (side, res) in [(ours, &mut o), (reference, &mut r)] {
             eprintln!("cni-bench: scaling {} ({:?})", side.key, opts.levels);
-            (res.scaling, res.teardown) = scaling(side, &opts.levels, opts.scale_samples, opts.parallel)?;
+            // The floor only on ours: the kernel's own growth, to compare ours with.
+            let floor = (side.key == "ours").then_some(floor_bin);
+            let sc = scaling(side, &opts.levels, opts.scale_samples, opts.parallel, opts.breakdown, floor)?;
+            (res.scaling, res.teardown, res.level_plugins, res.level_floor) = (sc.next, sc.teardown, sc.plugins, sc.floor);
         }
     }
     Ok((o, r, fl))
@@ -891,7 +949,7 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
 
 /// `--probe`: cni-rs alone, for profiling between full runs. With CNI_BENCH_HOLD=FILE set, each
 /// scaling level waits (pods attached) until FILE is removed, so a single ADD can be traced by hand.
-fn probe(opts: &Opts, ours: &Side) -> Res<()> {
+fn probe(opts: &Opts, ours: &Side, floor_bin: &Path) -> Res<()> {
     let lat = latency(&[ours], opts.samples)?;
     eprintln!(
         "probe: ADD median {:.2} p99 {:.2} ms; DEL median {:.2} p99 {:.2} ms ({} samples)",
@@ -902,9 +960,13 @@ fn probe(opts: &Opts, ours: &Side) -> Res<()> {
         eprintln!("probe: churn x{workers}: {:.1} pods/s", churn(ours, workers, pods)?);
     }
     if !opts.levels.is_empty() {
-        let (levels, _) = scaling(ours, &opts.levels, opts.scale_samples, opts.parallel)?;
-        for (n, a, d) in levels {
+        let sc = scaling(ours, &opts.levels, opts.scale_samples, opts.parallel, opts.breakdown, Some(floor_bin))?;
+        for (n, a, d) in &sc.next {
             eprintln!("probe: {n} attached: ADD {:.2} / {:.2} ms, DEL {:.2} / {:.2} ms", a.median, a.p99, d.median, d.p99);
+        }
+        for ((n, plugins), (_, f)) in sc.plugins.iter().zip(&sc.floor) {
+            let each: Vec<String> = plugins.iter().map(|c| format!("{} {:.2}/{:.2}", c.plugin, c.add_ms, c.del_ms)).collect();
+            eprintln!("probe: {n} attached: floor ADD {:.2} DEL {:.2} ms; plugins ADD/DEL ms: {}", f.add.median, f.del.median, each.join(", "));
         }
     }
     Ok(())

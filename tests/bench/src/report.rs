@@ -68,6 +68,18 @@ fn csv(run: &Run) -> String {
         if let Some((n, secs)) = r.teardown {
             let _ = writeln!(s, "scaling,{side},teardown_parallel,{n},{secs:.2},s");
         }
+        for (level, f) in &r.level_floor {
+            for (name, st) in [("add", &f.add), ("del", &f.del)] {
+                let _ = writeln!(s, "scaling,floor,{name}_median,{level},{:.3},ms", st.median);
+                let _ = writeln!(s, "scaling,floor,{name}_p99,{level},{:.3},ms", st.p99);
+            }
+        }
+        for (level, plugins) in &r.level_plugins {
+            for c in plugins {
+                let _ = writeln!(s, "scaling_plugin,{side},{}_add_ms,{level},{:.3},ms", c.plugin, c.add_ms);
+                let _ = writeln!(s, "scaling_plugin,{side},{}_del_ms,{level},{:.3},ms", c.plugin, c.del_ms);
+            }
+        }
         let _ = writeln!(s, "footprint,{side},installed_bytes,{},{},bytes", r.disk_all.0, r.disk_all.1);
         let _ = writeln!(s, "footprint,{side},used_plugins_bytes,4,{},bytes", r.disk_used);
         for c in &r.plugins {
@@ -270,6 +282,7 @@ pub fn tables(run: &Run) -> String {
                 ratio(rl.2.median, rf.2.median)
             );
         }
+        growth_table(&mut s, run);
         for (name, res) in [("cni-rs", o), ("reference", r)] {
             if let Some((n, secs)) = res.teardown {
                 let _ = writeln!(s, "Tearing down {n} pods with {} in parallel: {name} {secs:.1} s.  ", run.opts.parallel);
@@ -307,6 +320,46 @@ pub fn summary(run: &Run) -> String {
     let mut s = tables(run);
     s.push('\n');
     s
+}
+
+/// Where the growth from the first to the last level goes: each plugin run by hand, and the
+/// netlink floor on cni-rs's bridge with its pods attached.
+fn growth_table(s: &mut String, run: &Run) {
+    let (o, r) = (&run.ours, &run.reference);
+    let (Some((l0, o0)), Some((l1, o1))) = (o.level_plugins.first(), o.level_plugins.last()) else { return };
+    let (Some((_, r0)), Some((_, r1))) = (r.level_plugins.first(), r.level_plugins.last()) else { return };
+    let _ = writeln!(
+        s,
+        "\nWhere the ADD growth goes, {l0} -> {l1} pods attached: each plugin run by hand ({} pods per level; \
+         bridge includes its host-local call, host-local is also run alone), and the netlink floor \
+         (`cni-floor`, {} samples) on cni-rs's bridge with its pods attached.\n",
+        run.opts.breakdown, run.opts.scale_samples
+    );
+    let _ = writeln!(s, "| ADD | cni-rs at {l0} | cni-rs at {l1} | growth | reference at {l0} | reference at {l1} | growth |");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
+    for (((a0, a1), b0), b1) in o0.iter().zip(o1).zip(r0).zip(r1) {
+        let _ = writeln!(
+            s,
+            "| {} | {:.2} ms | {:.2} ms | {:+.2} ms | {:.2} ms | {:.2} ms | {:+.2} ms |",
+            a0.plugin,
+            a0.add_ms,
+            a1.add_ms,
+            a1.add_ms - a0.add_ms,
+            b0.add_ms,
+            b1.add_ms,
+            b1.add_ms - b0.add_ms
+        );
+    }
+    if let (Some((_, f0)), Some((_, f1))) = (o.level_floor.first(), o.level_floor.last()) {
+        let _ = writeln!(
+            s,
+            "| floor (netlink) | {:.2} ms | {:.2} ms | {:+.2} ms | | | |",
+            f0.add.median,
+            f1.add.median,
+            f1.add.median - f0.add.median
+        );
+    }
+    let _ = writeln!(s);
 }
 
 /// Writes results.csv, latency.svg, scaling.svg and the results block of README.md under the
