@@ -165,17 +165,25 @@ fn svg_head(w: f64, h: f64) -> String {
 /// Next-pod ADD and DEL medians against pods attached, log-log.
 fn scaling_svg(run: &Run) -> String {
     let (w, h) = (760.0, 440.0);
-    let (left, right, top, bottom) = (70.0, 170.0, 70.0, 50.0);
-    let lines: [(&str, &str, &SideResults, bool, &str); 4] = [
-        ("cni-rs ADD", OURS, &run.ours, true, ""),
-        ("cni-rs DEL", OURS, &run.ours, false, "6,4"),
-        ("reference ADD", REF, &run.reference, true, ""),
-        ("reference DEL", REF, &run.reference, false, "6,4"),
+    let (left, right, top, bottom) = (70.0, 190.0, 70.0, 50.0);
+    // (name, colour, dash pattern, (level, median) points)
+    let next = |r: &SideResults, add: bool| -> Vec<(usize, f64)> {
+        r.scaling.iter().map(|(l, a, d)| (*l, if add { a.median } else { d.median })).collect()
+    };
+    let floor = |add: bool| -> Vec<(usize, f64)> {
+        run.ours.level_floor.iter().map(|(l, f)| (*l, if add { f.add.median } else { f.del.median })).collect()
+    };
+    let mut lines: Vec<(&str, &str, &str, Vec<(usize, f64)>)> = vec![
+        ("cni-rs ADD", OURS, "", next(&run.ours, true)),
+        ("cni-rs DEL", OURS, "6,4", next(&run.ours, false)),
+        ("reference ADD", REF, "", next(&run.reference, true)),
+        ("reference DEL", REF, "6,4", next(&run.reference, false)),
     ];
-    let pts: Vec<(usize, f64)> = lines
-        .iter()
-        .flat_map(|(_, _, r, add, _)| r.scaling.iter().map(move |(l, a, d)| (*l, if *add { a.median } else { d.median })))
-        .collect();
+    if !run.ours.level_floor.is_empty() {
+        lines.push(("floor ADD (netlink)", FLOOR, "", floor(true)));
+        lines.push(("floor DEL (netlink)", FLOOR, "6,4", floor(false)));
+    }
+    let pts: Vec<(usize, f64)> = lines.iter().flat_map(|(_, _, _, p)| p.iter().copied()).collect();
     let mut s = svg_head(w, h);
     let _ = writeln!(s, r#"<text x="{left}" y="24" font-size="16" font-weight="bold">Cost of the next pod with N pods already attached (median)</text>"#);
     let _ = writeln!(s, r##"<text x="{left}" y="44" font-size="11" fill="#555">{}</text>"##, esc(&machine_line(run)));
@@ -210,16 +218,11 @@ fn scaling_svg(run: &Run) -> String {
         let _ = writeln!(s, r##"<line x1="{:.1}" x2="{:.1}" y1="{top}" y2="{:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">{l}</text>"##, x(*l as f64), x(*l as f64), top + ph, x(*l as f64), top + ph + 16.0);
     }
     let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="middle">pods attached</text>"#, left + pw / 2.0, h - 12.0);
-    for (i, (name, color, r, add, dash)) in lines.iter().enumerate() {
-        let p: Vec<String> = r
-            .scaling
-            .iter()
-            .map(|(l, a, d)| format!("{:.1},{:.1}", x(*l as f64), y(if *add { a.median } else { d.median })))
-            .collect();
+    for (i, (name, color, dash, points)) in lines.iter().enumerate() {
+        let p: Vec<String> = points.iter().map(|(l, v)| format!("{:.1},{:.1}", x(*l as f64), y(*v))).collect();
         let _ = writeln!(s, r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/>"#, p.join(" "));
-        for (l, a, d) in &r.scaling {
-            let v = if *add { a.median } else { d.median };
-            let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"><title>{name} at {l}: {v:.1} ms</title></circle>"#, x(*l as f64), y(v));
+        for (l, v) in points {
+            let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"><title>{name} at {l}: {v:.1} ms</title></circle>"#, x(*l as f64), y(*v));
         }
         let ly = top + 10.0 + 20.0 * i as f64;
         let _ = writeln!(s, r#"<line x1="{:.1}" x2="{:.1}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{:.1}" y="{:.1}" font-size="12">{name}</text>"#, left + pw + 12.0, left + pw + 40.0, left + pw + 46.0, ly + 4.0);
