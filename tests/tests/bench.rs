@@ -1,0 +1,82 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The benchmark behind the README's numbers keeps working: `cni-bench` at its smallest, against the
+//! installed reference plugins, writes a CSV with measurements of both plugin sets and the floor
+//! (also per scaling level), both plots and the results block, and leaves nothing behind.
+
+use cni_tests::{bin_dir, TempDir};
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+/// (section, side, metric, level) -> value, from results.csv.
+fn read_csv(path: &Path) -> HashMap<(String, String, String, String), f64> {
+    let text = std::fs::read_to_string(path).expect("results.csv");
+    let mut out = HashMap::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() < 6 || f[0] == "machine" {
+            continue;
+        }
+        let v: f64 = f[4].parse().unwrap_or_else(|_| panic!("not a number in {line:?}"));
+        out.insert((f[0].into(), f[1].into(), f[2].into(), f[3].into()), v);
+    }
+    out
+}
+
+#[test]
+fn cni_bench_measures_both_plugin_sets_and_the_floor() {
+    let out = TempDir::new("cnib-out");
+    let bin = bin_dir();
+    let run = Command::new(bin.join("cni-bench"))
+        .env("CNI_BENCH_OURS", &bin)
+        .args(["--quick", "--samples", "2", "--churn", "2", "--levels", "10", "--scale-samples", "2", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("run cni-bench");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "cni-bench failed: {stderr}");
+
+    let csv = read_csv(&out.path().join("results.csv"));
+    let key = |a: &str, b: &str, c: &str, d: &str| (a.to_string(), b.to_string(), c.to_string(), d.to_string());
+    for k in [
+        key("latency", "ours", "add_median", ""),
+        key("latency", "ours", "del_median", ""),
+        key("latency", "reference", "add_median", ""),
+        key("latency", "reference", "del_median", ""),
+        key("latency", "floor", "add_median", ""),
+        key("latency", "floor+nft", "add_median", ""),
+        key("churn", "ours", "pods_per_second", "1"),
+        key("churn", "reference", "pods_per_second", "1"),
+        key("scaling", "ours", "add_median", "10"),
+        key("scaling", "reference", "del_median", "10"),
+        key("scaling", "floor", "add_median", "10"),
+        key("scaling_plugin", "ours", "bridge_add_ms", "10"),
+        key("scaling_plugin", "reference", "portmap_add_ms", "10"),
+        key("plugin", "ours", "host-local_add_ms", ""),
+        key("footprint", "ours", "installed_bytes", "4"),
+        key("footprint", "reference", "installed_bytes", "16"),
+    ] {
+        let v = csv.get(&k).unwrap_or_else(|| panic!("results.csv has no {k:?}"));
+        assert!(*v > 0.0, "{k:?} = {v}");
+    }
+    // A pod's ADD is a real piece of kernel work on both sides: not zero, not a placeholder.
+    let floor = csv[&key("latency", "floor", "add_median", "")];
+    assert!(csv[&key("latency", "ours", "add_median", "")] > floor / 4.0);
+
+    for svg in ["latency.svg", "scaling.svg"] {
+        let s = std::fs::read_to_string(out.path().join(svg)).expect(svg);
+        assert!(s.contains("<svg") && (s.contains("<rect") || s.contains("<polyline")), "{svg} draws nothing");
+    }
+    let readme = std::fs::read_to_string(out.path().join("README.md")).expect("README.md");
+    assert!(readme.contains("cni-bench results: begin") && readme.contains("Where the ADD growth goes"), "{readme}");
+
+    // Nothing left: namespaces, links, state.
+    let netns: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    assert!(!netns.iter().any(|n| n.starts_with("cnib-")), "namespaces left: {netns:?}");
+    let links = Command::new("ip").args(["-o", "link", "show"]).output().expect("ip link");
+    let links = String::from_utf8_lossy(&links.stdout);
+    assert!(!links.contains(": cnib"), "links left: {links}");
+    assert!(!Path::new("/run/cni-bench").exists() && !Path::new("/run/cni-bench-bin").exists(), "state left");
+}
