@@ -163,17 +163,19 @@ fn svg_head(w: f64, h: f64) -> String {
 }
 
 /// Next-pod ADD and DEL medians against pods attached, log-log.
+/// A line of the scaling plot: name, colour, dash pattern, (level, median) points.
+type Series<'a> = (&'a str, &'a str, &'a str, Vec<(usize, f64)>);
+
 fn scaling_svg(run: &Run) -> String {
     let (w, h) = (760.0, 440.0);
     let (left, right, top, bottom) = (70.0, 190.0, 70.0, 50.0);
-    // (name, colour, dash pattern, (level, median) points)
     let next = |r: &SideResults, add: bool| -> Vec<(usize, f64)> {
         r.scaling.iter().map(|(l, a, d)| (*l, if add { a.median } else { d.median })).collect()
     };
     let floor = |add: bool| -> Vec<(usize, f64)> {
         run.ours.level_floor.iter().map(|(l, f)| (*l, if add { f.add.median } else { f.del.median })).collect()
     };
-    let mut lines: Vec<(&str, &str, &str, Vec<(usize, f64)>)> = vec![
+    let mut lines: Vec<Series> = vec![
         ("cni-rs ADD", OURS, "", next(&run.ours, true)),
         ("cni-rs DEL", OURS, "6,4", next(&run.ours, false)),
         ("reference ADD", REF, "", next(&run.reference, true)),
