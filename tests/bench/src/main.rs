@@ -552,20 +552,30 @@ fn settle() {
 }
 
 /// Per-pod latency, sides interleaved sample by sample so that noise hits both alike.
-fn latency(sides: &[&Side], samples: usize) -> Res<Vec<Latency>> {
-    let mut add: Vec<Vec<Duration>> = vec![vec![]; sides.len()];
-    let mut del: Vec<Vec<Duration>> = vec![vec![]; sides.len()];
+/// With `floor`, the floor without and with its firewall batch takes part in the same rotation
+/// (its results are the last two).
+fn latency(sides: &[&Side], samples: usize, floor: Option<(&Path, &FloorNet)>) -> Res<Vec<Latency>> {
+    let n = sides.len() + if floor.is_some() { 2 } else { 0 };
+    let mut add: Vec<Vec<Duration>> = vec![vec![]; n];
+    let mut del: Vec<Vec<Duration>> = vec![vec![]; n];
     for i in 0..samples + 2 {
-        for (k, side) in sides.iter().enumerate() {
+        let mut round = Vec::with_capacity(n);
+        for side in sides {
             let pod = side.new_pod()?;
             settle();
             let a = side.add(&pod);
             settle();
             let d = if a.is_ok() { side.del(&pod) } else { Err(String::new()) };
             side.drop_pod(&pod);
-            let (a, d) = (a?, d?);
-            if i >= 2 {
-                // The first two are warm-up (page cache, first table creation).
+            round.push((a?, d?));
+        }
+        if let Some((bin, net)) = floor {
+            round.push(floor_sample(bin, net, i, false)?);
+            round.push(floor_sample(bin, net, i, true)?);
+        }
+        if i >= 2 {
+            // The first two are warm-up (page cache, first table creation).
+            for (k, (a, d)) in round.into_iter().enumerate() {
                 add[k].push(a);
                 del[k].push(d);
             }
@@ -722,7 +732,7 @@ impl Side {
 
 /// The floor: `cni-floor` run on the same kind of pod, without and with the firewall batch, on a
 /// bridge of its own.
-fn floor(bin: &Path, samples: usize) -> Res<Floor> {
+fn floor_bridge() -> Res<FloorNet> {
     let bridge = format!("{PREFIX}f0");
     let setup = [
         vec!["link", "add", &bridge, "type", "bridge"],
@@ -735,43 +745,46 @@ fn floor(bin: &Path, samples: usize) -> Res<Floor> {
             return Err(format!("ip {}: failed", args.join(" ")));
         }
     }
-    let net = FloorNet { bridge, gateway: "10.232.0.1".into(), first_octets: "10.232.".into(), third: 1 };
-    Ok(Floor { netlink: floor_run(bin, &net, samples, false)?, with_nft: floor_run(bin, &net, samples, true)? })
+    Ok(FloorNet { bridge, gateway: "10.232.0.1".into(), first_octets: "10.232.".into(), third: 1 })
 }
 
 /// `samples` ADD and DEL of `cni-floor` (two more, untimed, first), each in a fresh namespace.
 fn floor_run(bin: &Path, net: &FloorNet, samples: usize, with_nft: bool) -> Res<Latency> {
     let (mut a, mut d) = (vec![], vec![]);
     for i in 0..samples + 2 {
-        check_stop()?;
-        let pod = format!("{PREFIX}f-{i}");
-        netns_add(&pod)?;
-        let host = format!("cnibf{i}");
-        let addr = net.addr(i);
-        let nft = if with_nft { "nft" } else { "" };
-        let run = |args: &[&str]| -> Res<Duration> {
-            let t = Instant::now();
-            let st = Command::new(bin).args(args).stderr(Stdio::piped()).output().map_err(|e| e.to_string())?;
-            if !st.status.success() {
-                return Err(format!("cni-floor {}: {}", args.join(" "), String::from_utf8_lossy(&st.stderr)));
-            }
-            Ok(t.elapsed())
-        };
-        let ns = netns_path(&pod);
-        settle();
-        let ta = run(&["add", &ns, IFNAME, &host, &net.bridge, &addr, &net.gateway, nft]);
-        settle();
-        let td = if ta.is_ok() { run(&["del", &ns, IFNAME, &host, nft]) } else { Err(String::new()) };
-        netns_del(&pod);
+        let (ta, td) = floor_sample(bin, net, i, with_nft)?;
         if i >= 2 {
-            a.push(ta?);
-            d.push(td?);
-        } else {
-            ta?;
-            td?;
+            a.push(ta);
+            d.push(td);
         }
     }
     Ok(Latency { add: Stats::of(&a), del: Stats::of(&d) })
+}
+
+/// One ADD and DEL of `cni-floor` in a fresh namespace (sample `i` picks the address), each after
+/// the settle pause the plugins get.
+fn floor_sample(bin: &Path, net: &FloorNet, i: usize, with_nft: bool) -> Res<(Duration, Duration)> {
+    check_stop()?;
+    let pod = format!("{PREFIX}f-{i}");
+    netns_add(&pod)?;
+    let host = format!("cnibf{i}");
+    let addr = net.addr(i);
+    let nft = if with_nft { "nft" } else { "" };
+    let run = |args: &[&str]| -> Res<Duration> {
+        let t = Instant::now();
+        let st = Command::new(bin).args(args).stderr(Stdio::piped()).output().map_err(|e| e.to_string())?;
+        if !st.status.success() {
+            return Err(format!("cni-floor {}: {}", args.join(" "), String::from_utf8_lossy(&st.stderr)));
+        }
+        Ok(t.elapsed())
+    };
+    let ns = netns_path(&pod);
+    settle();
+    let ta = run(&["add", &ns, IFNAME, &host, &net.bridge, &addr, &net.gateway, nft]);
+    settle();
+    let td = if ta.is_ok() { run(&["del", &ns, IFNAME, &host, nft]) } else { Err(String::new()) };
+    netns_del(&pod);
+    Ok((ta?, td?))
 }
 
 fn floor_cleanup() {
@@ -917,14 +930,13 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
     o.plugins = breakdown(ours, opts.breakdown)?;
     r.plugins = breakdown(reference, opts.breakdown)?;
 
-    eprintln!("cni-bench: floor ({} samples)", opts.samples);
-    let fl = floor(floor_bin, opts.samples)?;
+    eprintln!("cni-bench: per-pod latency ({} samples per side and for the floor, interleaved)", opts.samples);
+    let net = floor_bridge()?;
+    let lat = latency(&[ours, reference], opts.samples, Some((floor_bin, &net)))?;
     floor_cleanup();
-
-    eprintln!("cni-bench: per-pod latency ({} samples per side, interleaved)", opts.samples);
-    let lat = latency(&[ours, reference], opts.samples)?;
     o.latency = lat[0].clone();
     r.latency = lat[1].clone();
+    let fl = Floor { netlink: lat[2].clone(), with_nft: lat[3].clone() };
 
     for workers in [1, opts.parallel] {
         let pods = churn_pods(opts, workers);
@@ -950,7 +962,7 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
 /// `--probe`: cni-rs alone, for profiling between full runs. With CNI_BENCH_HOLD=FILE set, each
 /// scaling level waits (pods attached) until FILE is removed, so a single ADD can be traced by hand.
 fn probe(opts: &Opts, ours: &Side, floor_bin: &Path) -> Res<()> {
-    let lat = latency(&[ours], opts.samples)?;
+    let lat = latency(&[ours], opts.samples, None)?;
     eprintln!(
         "probe: ADD median {:.2} p99 {:.2} ms; DEL median {:.2} p99 {:.2} ms ({} samples)",
         lat[0].add.median, lat[0].add.p99, lat[0].del.median, lat[0].del.p99, opts.samples
