@@ -32,6 +32,18 @@ inns() { ip netns exec "$NS" "$@"; }
 
 ip4() { echo "10.$((200 + $1 / 62500)).$(($1 / 250 % 250)).$(($1 % 250 + 2))"; }
 
+# The base chains every layout shares: DNAT from prerouting and output through `dispatch`, and an
+# empty postrouting chain the layout fills.
+hooks() {
+    cat <<EOF
+add chain inet $1 prerouting { type nat hook prerouting priority -100; policy accept; }
+add rule inet $1 prerouting fib daddr type local jump dispatch
+add chain inet $1 output { type nat hook output priority -100; policy accept; }
+add rule inet $1 output fib daddr type local jump dispatch
+add chain inet $1 postrouting { type nat hook postrouting priority 100; policy accept; }
+EOF
+}
+
 # The layout of today (libcni/netkit/src/firewall/nftables.rs), one pod's lines.
 chains_pod() {
     local i=$1 ip port
@@ -59,11 +71,9 @@ add map inet pc snat4 { type ipv4_addr : verdict; }
 add map inet pc masq4 { type ipv4_addr : verdict; }
 add chain inet pc dispatch
 add rule inet pc dispatch meta nfproto ipv4 meta l4proto . th dport vmap @anyports4
-add chain inet pc prerouting { type nat hook prerouting priority -100; policy accept; }
-add rule inet pc prerouting fib daddr type local jump dispatch
-add chain inet pc output { type nat hook output priority -100; policy accept; }
-add rule inet pc output fib daddr type local jump dispatch
-add chain inet pc postrouting { type nat hook postrouting priority 100; policy accept; }
+EOF
+    hooks pc
+    cat <<'EOF'
 add rule inet pc postrouting ct status dnat ip daddr vmap @snat4
 add rule inet pc postrouting ip saddr vmap @masq4
 EOF
@@ -96,11 +106,9 @@ add set inet pf masqlocal4 { type ipv4_addr . ipv4_addr; flags interval; }
 add set inet pf owners { type ipv4_addr . inet_service; }
 add chain inet pf dispatch
 add rule inet pf dispatch meta nfproto ipv4 dnat ip to meta l4proto . th dport map @anydnat4
-add chain inet pf prerouting { type nat hook prerouting priority -100; policy accept; }
-add rule inet pf prerouting fib daddr type local jump dispatch
-add chain inet pf output { type nat hook output priority -100; policy accept; }
-add rule inet pf output fib daddr type local jump dispatch
-add chain inet pf postrouting { type nat hook postrouting priority 100; policy accept; }
+EOF
+    hooks pf
+    cat <<'EOF'
 add rule inet pf postrouting ct status dnat ip daddr . meta l4proto . th dport . ip saddr @snat4 masquerade
 add rule inet pf postrouting ip saddr @masq4 ip saddr . ip daddr != @masqlocal4 masquerade
 EOF
@@ -129,11 +137,9 @@ add map inet ph anydnat4 { type inet_proto . inet_service : ipv4_addr . inet_ser
 add set inet ph owners { type ipv4_addr . inet_service; }
 add chain inet ph dispatch
 add rule inet ph dispatch meta nfproto ipv4 dnat ip to meta l4proto . th dport map @anydnat4
-add chain inet ph prerouting { type nat hook prerouting priority -100; policy accept; }
-add rule inet ph prerouting fib daddr type local jump dispatch
-add chain inet ph output { type nat hook output priority -100; policy accept; }
-add rule inet ph output fib daddr type local jump dispatch
-add chain inet ph postrouting { type nat hook postrouting priority 100; policy accept; }
+EOF
+    hooks ph
+    cat <<'EOF'
 add set inet ph snat4-n1 { type ipv4_addr . inet_proto . inet_service; }
 add set inet ph masq4-n1 { type ipv4_addr; }
 add rule inet ph postrouting ct status dnat ip daddr . meta l4proto . th dport @snat4-n1 ip saddr 10.0.0.0/8 masquerade
