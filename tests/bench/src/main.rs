@@ -730,8 +730,7 @@ impl Side {
     }
 }
 
-/// The floor: `cni-floor` run on the same kind of pod, without and with the firewall batch, on a
-/// bridge of its own.
+/// The bridge of its own (`cnib-f0`, 10.232.0.0/16) that the floor's latency samples attach to.
 fn floor_bridge() -> Res<FloorNet> {
     let bridge = format!("{PREFIX}f0");
     let setup = [

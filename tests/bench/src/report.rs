@@ -162,10 +162,10 @@ fn svg_head(w: f64, h: f64) -> String {
     )
 }
 
-/// Next-pod ADD and DEL medians against pods attached, log-log.
 /// A line of the scaling plot: name, colour, dash pattern, (level, median) points.
 type Series<'a> = (&'a str, &'a str, &'a str, Vec<(usize, f64)>);
 
+/// Next-pod ADD and DEL medians against pods attached (and the floor's), log-log.
 fn scaling_svg(run: &Run) -> String {
     let (w, h) = (760.0, 440.0);
     let (left, right, top, bottom) = (70.0, 190.0, 70.0, 50.0);
