@@ -1,6 +1,6 @@
 //! The benchmark's output: results.csv, latency.svg, scaling.svg and the results block of README.md.
 
-use crate::{Run, SideResults, Stats};
+use crate::{PluginCost, Run, SideResults, Stats};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -335,36 +335,32 @@ fn growth_table(s: &mut String, run: &Run) {
     let (Some((_, r0)), Some((_, r1))) = (r.level_plugins.first(), r.level_plugins.last()) else { return };
     let _ = writeln!(
         s,
-        "\nWhere the ADD growth goes, {l0} -> {l1} pods attached: each plugin run by hand ({} pods per level; \
-         bridge includes its host-local call, host-local is also run alone), and the netlink floor \
+        "\nWhere the ADD and DEL growth goes, {l0} -> {l1} pods attached: each plugin run by hand ({} pods per \
+         level; bridge includes its host-local call, host-local is also run alone), and the netlink floor \
          (`cni-floor`, {} samples) on cni-rs's bridge with its pods attached.\n",
         run.opts.breakdown, run.opts.scale_samples
     );
-    let _ = writeln!(s, "| ADD | cni-rs at {l0} | cni-rs at {l1} | growth | reference at {l0} | reference at {l1} | growth |");
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
-    for (((a0, a1), b0), b1) in o0.iter().zip(o1).zip(r0).zip(r1) {
-        let _ = writeln!(
-            s,
-            "| {} | {:.2} ms | {:.2} ms | {:+.2} ms | {:.2} ms | {:.2} ms | {:+.2} ms |",
-            a0.plugin,
-            a0.add_ms,
-            a1.add_ms,
-            a1.add_ms - a0.add_ms,
-            b0.add_ms,
-            b1.add_ms,
-            b1.add_ms - b0.add_ms
-        );
+    let floor = o.level_floor.first().zip(o.level_floor.last());
+    for verb in ["ADD", "DEL"] {
+        let pick = |c: &PluginCost| if verb == "ADD" { c.add_ms } else { c.del_ms };
+        let _ = writeln!(s, "| {verb} | cni-rs at {l0} | cni-rs at {l1} | growth | reference at {l0} | reference at {l1} | growth |");
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
+        for (((a0, a1), b0), b1) in o0.iter().zip(o1).zip(r0).zip(r1) {
+            let (a0v, a1v, b0v, b1v) = (pick(a0), pick(a1), pick(b0), pick(b1));
+            let _ = writeln!(
+                s,
+                "| {} | {a0v:.2} ms | {a1v:.2} ms | {:+.2} ms | {b0v:.2} ms | {b1v:.2} ms | {:+.2} ms |",
+                a0.plugin,
+                a1v - a0v,
+                b1v - b0v
+            );
+        }
+        if let Some(((_, f0), (_, f1))) = floor {
+            let (v0, v1) = if verb == "ADD" { (f0.add.median, f1.add.median) } else { (f0.del.median, f1.del.median) };
+            let _ = writeln!(s, "| floor (netlink) | {v0:.2} ms | {v1:.2} ms | {:+.2} ms | | | |", v1 - v0);
+        }
+        let _ = writeln!(s);
     }
-    if let (Some((_, f0)), Some((_, f1))) = (o.level_floor.first(), o.level_floor.last()) {
-        let _ = writeln!(
-            s,
-            "| floor (netlink) | {:.2} ms | {:.2} ms | {:+.2} ms | | | |",
-            f0.add.median,
-            f1.add.median,
-            f1.add.median - f0.add.median
-        );
-    }
-    let _ = writeln!(s);
 }
 
 /// Writes results.csv, latency.svg, scaling.svg and the results block of README.md under the
