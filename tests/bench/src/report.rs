@@ -27,6 +27,12 @@ fn machine_line(run: &Run) -> String {
     )
 }
 
+/// The same, short enough for the width of a plot (the CPU model and the package name left out).
+fn plot_machine_line(run: &Run) -> String {
+    let m = &run.machine;
+    format!("{} · {} CPUs · Linux {} · reference {} · cni-rs {}", m.date, m.nproc, m.kernel, m.reference_version, m.ours_rev)
+}
+
 fn csv(run: &Run) -> String {
     let mut s = String::from("section,side,metric,level,value,unit\n");
     let m = &run.machine;
@@ -117,7 +123,7 @@ fn latency_svg(run: &Run) -> String {
     let y = |v: f64| top + plot_h * (1.0 - v / ymax);
     let mut s = svg_head(w, h);
     let _ = writeln!(s, r#"<text x="{}" y="24" font-size="16" font-weight="bold">Per-pod latency: bridge + host-local + portmap + loopback via libcni</text>"#, left);
-    let _ = writeln!(s, r##"<text x="{}" y="44" font-size="11" fill="#555">{}</text>"##, left, esc(&machine_line(run)));
+    let _ = writeln!(s, r##"<text x="{}" y="44" font-size="11" fill="#555">{}</text>"##, left, esc(&plot_machine_line(run)));
     let _ = writeln!(s, r##"<text x="{}" y="58" font-size="11" fill="#555">bar = median, whisker = p99 ({} samples per side) · reproduce: {}</text>"##, left, run.ours.latency.add.n, esc(&run.opts.command));
     for i in 0..=5 {
         let v = ymax * i as f64 / 5.0;
@@ -188,7 +194,7 @@ fn scaling_svg(run: &Run) -> String {
     let pts: Vec<(usize, f64)> = lines.iter().flat_map(|(_, _, _, p)| p.iter().copied()).collect();
     let mut s = svg_head(w, h);
     let _ = writeln!(s, r#"<text x="{left}" y="24" font-size="16" font-weight="bold">Cost of the next pod with N pods already attached (median)</text>"#);
-    let _ = writeln!(s, r##"<text x="{left}" y="44" font-size="11" fill="#555">{}</text>"##, esc(&machine_line(run)));
+    let _ = writeln!(s, r##"<text x="{left}" y="44" font-size="11" fill="#555">{}</text>"##, esc(&plot_machine_line(run)));
     let _ = writeln!(s, r##"<text x="{left}" y="58" font-size="11" fill="#555">log-log · reproduce: {}</text>"##, esc(&run.opts.command));
     if pts.is_empty() {
         s.push_str("</svg>\n");
