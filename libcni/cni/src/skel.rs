@@ -115,7 +115,12 @@ pub struct Outcome {
 
 /// Run a plugin as a process: environment and stdin in, stdout and exit code out. Never returns.
 pub fn run<P: Plugin>(plugin: &P) -> ! {
-    let env: HashMap<String, String> = std::env::vars_os()
+    finish(execute(plugin, &process_env(), &mut std::io::stdin().lock()))
+}
+
+/// This process's CNI environment (the `CNI_*` variables), as [`execute`] takes it.
+pub fn process_env() -> HashMap<String, String> {
+    std::env::vars_os()
         .filter_map(|(k, v)| {
             let k = k.into_string().ok()?;
             if !k.starts_with("CNI_") {
@@ -124,8 +129,11 @@ pub fn run<P: Plugin>(plugin: &P) -> ! {
             // A non-UTF-8 value is kept as an invalid marker so validation can name it.
             Some((k, v.into_string().unwrap_or_else(|_| "\u{fffd}".to_string())))
         })
-        .collect();
-    let outcome = execute(plugin, &env, &mut std::io::stdin().lock());
+        .collect()
+}
+
+/// Print an outcome on stdout and exit with its code.
+pub fn finish(outcome: Outcome) -> ! {
     let mut out = std::io::stdout().lock();
     // Nothing useful can be done if stdout is gone; the exit code still tells.
     let _ = out.write_all(outcome.stdout.as_bytes());

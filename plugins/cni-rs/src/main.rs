@@ -7,33 +7,40 @@ use std::path::Path;
 /// The plugins this binary can be, by type name.
 pub const PLUGINS: [&str; 4] = ["bridge", "host-local", "loopback", "portmap"];
 
-/// Runs one of our plugins in this process, for a delegate call that found this same binary on
-/// CNI_PATH (bridge's IPAM call to host-local): see `libcni::invoke::set_in_process_runner`.
+/// Runs the plugin of type `plugin_type` on `env` and `stdin`; None when it is not one of ours. The
+/// process's own entry point and the in-process delegate calls (bridge's IPAM call to host-local
+/// when it finds this same binary on CNI_PATH: `libcni::invoke::set_in_process_runner`) both go
+/// through here.
+fn execute_named(
+    plugin_type: &str,
+    env: &std::collections::HashMap<String, String>,
+    stdin: &mut dyn std::io::Read,
+) -> Option<libcni::skel::Outcome> {
+    use libcni::skel::execute;
+    Some(match plugin_type {
+        "bridge" => execute(&bridge::Bridge, env, stdin),
+        "host-local" => execute(&host_local::HostLocal, env, stdin),
+        "loopback" => execute(&loopback::Loopback, env, stdin),
+        "portmap" => execute(&portmap::PortMap, env, stdin),
+        _ => return None,
+    })
+}
+
 fn run_in_process(
     plugin_type: &str,
     env: &std::collections::HashMap<String, String>,
     mut stdin: &[u8],
 ) -> Option<libcni::skel::Outcome> {
-    use libcni::skel::execute;
-    Some(match plugin_type {
-        "bridge" => execute(&bridge::Bridge, env, &mut stdin),
-        "host-local" => execute(&host_local::HostLocal, env, &mut stdin),
-        "loopback" => execute(&loopback::Loopback, env, &mut stdin),
-        "portmap" => execute(&portmap::PortMap, env, &mut stdin),
-        _ => return None,
-    })
+    execute_named(plugin_type, env, &mut stdin)
 }
 
 fn main() {
     libcni::invoke::set_in_process_runner(run_in_process);
     let argv0 = std::env::args_os().next().unwrap_or_default();
     let name = Path::new(&argv0).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    match name.as_str() {
-        "bridge" => libcni::skel::run(&bridge::Bridge),
-        "host-local" => libcni::skel::run(&host_local::HostLocal),
-        "loopback" => libcni::skel::run(&loopback::Loopback),
-        "portmap" => libcni::skel::run(&portmap::PortMap),
-        _ => {
+    match execute_named(&name, &libcni::skel::process_env(), &mut std::io::stdin().lock()) {
+        Some(outcome) => libcni::skel::finish(outcome),
+        None => {
             eprintln!(
                 "cni-rs: run as one of {} (a hard link or symlink of that name to this binary), not as {name:?}",
                 PLUGINS.join(", ")
