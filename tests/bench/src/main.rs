@@ -142,6 +142,8 @@ pub struct Side {
     pub list: NetworkConfigList,
     pub cni: CniConfig,
     pub bridge: String,
+    /// Its pods' subnet is 10.<octet>.0.0/16, the bridge's address 10.<octet>.0.1.
+    octet: u8,
     port_base: u16,
     next: AtomicUsize,
     live: Mutex<BTreeSet<String>>,
@@ -171,6 +173,7 @@ impl Side {
             list,
             cni: CniConfig::with_cache_dir(vec![bin.to_path_buf()], dir.join("cache")),
             bridge,
+            octet,
             port_base,
             next: AtomicUsize::new(0),
             live: Mutex::new(BTreeSet::new()),
@@ -725,7 +728,7 @@ impl Side {
     /// The floor on this side's bridge, with addresses host-local does not reach at our levels
     /// (the top of the /16).
     fn floor_net(&self) -> FloorNet {
-        let octet = if self.tag == 'o' { 230 } else { 231 };
+        let octet = self.octet;
         FloorNet { bridge: self.bridge.clone(), gateway: format!("10.{octet}.0.1"), first_octets: format!("10.{octet}."), third: 240 }
     }
 }
