@@ -31,6 +31,8 @@ ip netns add "$NS"
 inns() { ip netns exec "$NS" "$@"; }
 
 ip4() { echo "10.$((200 + $1 / 62500)).$(($1 / 250 % 250)).$(($1 % 250 + 2))"; }
+# Pod i's host port (the ADD and the DEL of a sample must agree on it).
+hport() { echo $((1024 + $1 % 60000)); }
 
 # The base chains every layout shares: DNAT from prerouting and output through `dispatch`, and an
 # empty postrouting chain the layout fills.
@@ -48,7 +50,7 @@ EOF
 chains_pod() {
     local i=$1 ip port
     ip=$(ip4 "$i")
-    port=$((1024 + i % 60000))
+    port=$(hport "$i")
     cat <<EOF
 add chain inet pc pm-$i-dnat
 add rule inet pc pm-$i-dnat meta nfproto ipv4 tcp dport $port dnat ip to $ip:80 comment "anyports4=tcp . $port;snat4=$ip"
@@ -86,7 +88,7 @@ EOF
 flat_pod() {
     local i=$1 ip port
     ip=$(ip4 "$i")
-    port=$((1024 + i % 60000))
+    port=$(hport "$i")
     cat <<EOF
 add element inet pf anydnat4 { tcp . $port : $ip . 80 }
 add element inet pf snat4 { $ip . tcp . 80 . 10.0.0.0/8, $ip . tcp . 80 . 127.0.0.1 }
@@ -121,7 +123,7 @@ EOF
 flathash_pod() {
     local i=$1 ip port
     ip=$(ip4 "$i")
-    port=$((1024 + i % 60000))
+    port=$(hport "$i")
     cat <<EOF
 add element inet ph anydnat4 { tcp . $port : $ip . 80 }
 add element inet ph snat4-n1 { $ip . tcp . 80 }
@@ -184,7 +186,7 @@ for layout in chains flat flathash; do
             adds+=("$(batch_ms "$WORK/one.nft")")
             if [ "$layout" = chains ]; then
                 ip=$(ip4 "$i")
-                port=$((1024 + i % 60000))
+                port=$(hport "$i")
                 cat >"$WORK/del.nft" <<EOF
 delete element inet pc anyports4 { tcp . $port }
 delete element inet pc snat4 { $ip }
