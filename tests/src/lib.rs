@@ -59,6 +59,21 @@ pub fn run(cmd: &str, args: &[&str]) -> Output {
     Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("run {cmd}: {e}"))
 }
 
+/// The names of the links attached to `bridge` (`ip -o link show master <bridge>`); none when the
+/// bridge does not exist. Any other failure of `ip` panics.
+pub fn bridge_ports(bridge: &str) -> Vec<String> {
+    let out = run("ip", &["-o", "link", "show", "master", bridge]);
+    if !out.status.success() {
+        let missing = !run("ip", &["link", "show", bridge]).status.success();
+        assert!(missing, "ip link show master {bridge}: {}", String::from_utf8_lossy(&out.stderr));
+        return Vec::new();
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| Some(l.split(": ").nth(1)?.split('@').next()?.to_string()))
+        .collect()
+}
+
 /// A named network namespace (`ip netns add`), deleted on drop.
 pub struct Netns {
     pub name: String,

@@ -2,7 +2,7 @@
 //! bridge keys with real effects: MAC, MTU, hairpin, port isolation, promisc, no gateway, L2 only,
 //! forceAddress, masquerade to a host with no route back, and undo of a failed ADD.
 
-use cni_tests::{bin_dir, pings, run, sh, unique, LinkGuard, Netns, TempDir};
+use cni_tests::{bin_dir, bridge_ports, pings, run, sh, unique, LinkGuard, Netns, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use serde_json::{json, Map, Value};
@@ -37,8 +37,7 @@ fn rt(ns: &Netns) -> RuntimeConf {
 }
 
 fn host_port_of(net: &Net) -> String {
-    let out = sh("ip", &["-o", "link", "show", "master", &net.bridge.0]);
-    out.split(": ").nth(1).and_then(|s| s.split('@').next()).expect("one port on the bridge").to_string()
+    bridge_ports(&net.bridge.0).into_iter().next().expect("one port on the bridge")
 }
 
 #[test]
@@ -117,7 +116,7 @@ fn conflicting_bridge_address_needs_force_address() {
     let err = net.cni.add_network_list(&net.list, &r).expect_err("a conflicting address must fail");
     assert!(err.msg.contains("forceAddress"), "{err}");
     // The failed ADD undid itself: no port, no pod interface, no reservation.
-    assert!(sh("ip", &["-o", "link", "show", "master", &net.bridge.0]).trim().is_empty());
+    assert!(bridge_ports(&net.bridge.0).is_empty());
     assert!(!pod.exec("ip", &["link", "show", "eth0"]).status.success());
     net.cni.del_network_list(&net.list, &r).expect("DEL after failed ADD");
 
@@ -140,8 +139,8 @@ fn failed_ipam_undoes_the_veth() {
     let err = net.cni.add_network_list(&net.list, &rb).expect_err("second ADD must exhaust the range");
     assert_eq!(err.code, 101, "{err}");
     assert!(!b.exec("ip", &["link", "show", "eth0"]).status.success(), "pod interface left after failed ADD");
-    let ports = sh("ip", &["-o", "link", "show", "master", &net.bridge.0]);
-    assert_eq!(ports.lines().count(), 1, "host veth left after failed ADD: {ports}");
+    let ports = bridge_ports(&net.bridge.0);
+    assert_eq!(ports.len(), 1, "host veth left after failed ADD: {ports:?}");
     net.cni.del_network_list(&net.list, &ra).expect("DEL");
 }
 

@@ -2,7 +2,7 @@
 //! The core attach path through our libcni: bridge + host-local + loopback, on every spec version.
 //! Privileged: makes its own namespaces and bridges and removes them even when an assertion fails.
 
-use cni_tests::{bin_dir, pings, sh, unique, LinkGuard, Netns, TempDir};
+use cni_tests::{bin_dir, bridge_ports, pings, sh, unique, LinkGuard, Netns, TempDir};
 use libcni::conf::Attachment;
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
@@ -149,10 +149,9 @@ fn attach_detach_with(version: &str, n: u8, plugins: Option<&Path>) {
     assert!(pings(&pod2, &gw6), "{version}: pod2 cannot ping its IPv6 gateway {gw6}");
     // The host ends carry the pods' IPv6 at layer 2 and have none of their own: no link-local
     // address, no routes in the host's table.
-    let ports = sh("ip", &["-o", "link", "show", "master", &net.bridge.0]);
-    let ports: Vec<&str> = ports.lines().filter_map(|l| l.split(": ").nth(1)?.split('@').next()).collect();
+    let ports = bridge_ports(&net.bridge.0);
     assert_eq!(ports.len(), 2, "{version}: {ports:?}");
-    for port in ports {
+    for port in &ports {
         let off = std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{port}/disable_ipv6")).expect("sysctl");
         assert_eq!(off.trim(), "1", "{version}: IPv6 left on for host port {port}");
         assert!(sh("ip", &["-6", "-o", "addr", "show", "dev", port]).trim().is_empty(), "{version}: {port} has IPv6");
@@ -176,15 +175,15 @@ fn attach_detach_with(version: &str, n: u8, plugins: Option<&Path>) {
     net.cni.del_network_list(&net.list, &rt2).unwrap_or_else(|e| panic!("{version}: DEL without netns: {e}"));
     assert!(reservations(net.data.path(), &net.list.name).is_empty(), "{version}: addresses leaked");
     // The kernel destroys a deleted namespace's veth pairs asynchronously: give it a moment.
-    let mut ports = String::new();
+    let mut ports = Vec::new();
     for _ in 0..50 {
-        ports = sh("ip", &["-o", "link", "show", "master", &net.bridge.0]);
-        if ports.trim().is_empty() {
+        ports = bridge_ports(&net.bridge.0);
+        if ports.is_empty() {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(ports.trim().is_empty(), "{version}: ports left on the bridge: {ports}");
+    assert!(ports.is_empty(), "{version}: ports left on the bridge: {ports:?}");
 }
 
 #[test]

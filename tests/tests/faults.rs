@@ -4,7 +4,7 @@
 //! the dataDir fails ADD cleanly. Privileged; subnets 10.211.x.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cni_tests::{require_root, run, sh, unique, LinkGuard, Netns, TempDir};
+use cni_tests::{bridge_ports, require_root, run, sh, unique, LinkGuard, Netns, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use serde_json::json;
@@ -128,9 +128,8 @@ fn rulesets() -> String {
 fn assert_clean(what: &str, net: &Net, pod: &Netns, r: &RuntimeConf) {
     let veth = bridge::host_veth_name(&r.container_id, &r.ifname, 0);
     assert!(!run("ip", &["link", "show", &veth]).status.success(), "{what}: host veth {veth} left");
-    let ports =
-        String::from_utf8_lossy(&run("ip", &["-o", "link", "show", "master", &net.bridge.0]).stdout).into_owned();
-    assert!(ports.trim().is_empty(), "{what}: ports left on the bridge: {ports}");
+    let ports = bridge_ports(&net.bridge.0);
+    assert!(ports.is_empty(), "{what}: ports left on the bridge: {ports:?}");
     let links = pod.sh("ip", &["-o", "link", "show"]);
     assert_eq!(links.lines().count(), 1, "{what}: pod interface left:\n{links}");
     let left = reservations(net.data.path(), &net.list.name);

@@ -4,7 +4,7 @@
 //! Privileged (a real pod netns for the cases that get that far); subnets 10.210.x.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cni_tests::{bin_dir, require_root, run, unique, LinkGuard, Netns, TempDir};
+use cni_tests::{bin_dir, bridge_ports, require_root, run, unique, LinkGuard, Netns, TempDir};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -120,9 +120,8 @@ impl Fixture {
     /// shared and stays, as the reference's does), a pod interface, a reservation in the dataDir,
     /// any file beside it.
     fn assert_nothing_left(&self, what: &str) {
-        let ports = run("ip", &["-o", "link", "show", "master", &self.bridge]);
-        let ports = String::from_utf8_lossy(&ports.stdout);
-        assert!(ports.trim().is_empty(), "{what}: ports left on {}: {ports}", self.bridge);
+        let ports = bridge_ports(&self.bridge);
+        assert!(ports.is_empty(), "{what}: ports left on {}: {ports:?}", self.bridge);
         let links = self.pod.sh("ip", &["-o", "link", "show"]);
         assert_eq!(links.lines().count(), 1, "{what}: pod netns has more than lo:\n{links}");
         let beside: Vec<String> = std::fs::read_dir(self.scratch.path())

@@ -4,7 +4,7 @@
 //! with no rule of any pod. Privileged; subnet 10.212.0.0/24.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cni_tests::{bin_dir, require_root, run, unique, LinkGuard, Netns, Rng, TempDir};
+use cni_tests::{bin_dir, bridge_ports, require_root, run, unique, LinkGuard, Netns, Rng, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use serde_json::json;
@@ -129,8 +129,8 @@ fn hundred_pods_add_and_del_interleaved() {
         .filter(|n| n.parse::<IpAddr>().is_ok() || n.starts_with(".host-local-tmp"))
         .collect();
     assert!(left.is_empty(), "reservations left after every DEL: {left:?}");
-    let ports = String::from_utf8_lossy(&run("ip", &["-o", "link", "show", "master", &bridge.0]).stdout).into_owned();
-    assert!(ports.trim().is_empty(), "ports left on the bridge:\n{ports}");
+    let ports = bridge_ports(&bridge.0);
+    assert!(ports.is_empty(), "ports left on the bridge: {ports:?}");
     let nft = String::from_utf8_lossy(&run("nft", &["list", "ruleset"]).stdout).into_owned();
     assert!(!nft.contains("10.212.0."), "nft still has a rule of a pod:\n{nft}");
     for r in &rts {
