@@ -52,6 +52,7 @@ const NFT_MSG_GETRULE: u16 = 7;
 const NFT_MSG_DELRULE: u16 = 8;
 const NFT_MSG_NEWSET: u16 = 9;
 const NFT_MSG_NEWSETELEM: u16 = 12;
+const NFT_MSG_GETSETELEM: u16 = 13;
 const NFT_MSG_DELSETELEM: u16 = 14;
 #[cfg(test)]
 const NFT_MSG_DESTROYCHAIN: u16 = 27;
@@ -86,12 +87,16 @@ const NFTA_SET_USERDATA: u16 = 13;
 const UDATA_SET_KEYBYTEORDER: u8 = 0;
 const UDATA_SET_DATABYTEORDER: u8 = 1;
 const NFT_SET_MAP: u32 = 0x8;
+const NFT_SET_TIMEOUT: u32 = 0x10;
 const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
 const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;
+const NFTA_SET_ELEM_TIMEOUT: u16 = 4;
+const NFTA_SET_ELEM_EXPIRATION: u16 = 5;
+const NFTA_SET_ELEM_USERDATA: u16 = 6;
 const NFTA_DATA_VALUE: u16 = 1;
 const NFTA_DATA_VERDICT: u16 = 2;
 const NFTA_VERDICT_CODE: u16 = 1;
@@ -231,6 +236,15 @@ impl Verdict {
         match self {
             Verdict::Jump(c) | Verdict::Goto(c) => Some(c),
             _ => None,
+        }
+    }
+    fn text(&self) -> String {
+        match self {
+            Verdict::Accept => "accept".into(),
+            Verdict::Drop => "drop".into(),
+            Verdict::Return => "return".into(),
+            Verdict::Jump(c) => format!("jump {c}"),
+            Verdict::Goto(c) => format!("goto {c}"),
         }
     }
     /// NFTA_DATA_VERDICT { CODE, CHAIN } inside an nft_data attribute.
@@ -376,6 +390,8 @@ impl Reg {
 pub(crate) enum MetaKey {
     /// The ethertype (`meta protocol`).
     Protocol,
+    /// The packet mark (`meta mark`).
+    Mark,
     Iifname,
     Nfproto,
     L4proto,
@@ -385,6 +401,7 @@ impl MetaKey {
     fn number(self) -> u32 {
         match self {
             MetaKey::Protocol => 1,
+            MetaKey::Mark => 3,
             MetaKey::Iifname => 6,
             MetaKey::Nfproto => 15,
             MetaKey::L4proto => 16,
@@ -441,8 +458,11 @@ pub(crate) enum Expr {
     Ct { key: CtKey, original: bool, dreg: Reg },
     /// `fib daddr type => reg` (the route type of the destination address).
     FibDaddrType { dreg: Reg },
-    /// `lookup reg set <set>`, with the verdict of a verdict map when `vmap`.
-    Lookup { set: String, sreg: Reg, vmap: bool },
+    /// `lookup reg set <set> [dreg reg]`: a set, or a map whose data lands in `dreg` (the verdict
+    /// register for a verdict map).
+    Lookup { set: String, sreg: Reg, dreg: Option<Reg> },
+    /// `meta set <key> with reg`.
+    MetaSet { key: MetaKey, sreg: Reg },
     /// `immediate reg <data>`.
     Immediate { dreg: Reg, data: Vec<u8> },
     /// `immediate reg 0 <verdict>`.
@@ -456,7 +476,7 @@ pub(crate) enum Expr {
 impl Expr {
     fn name(&self) -> &'static str {
         match self {
-            Expr::Meta { .. } => "meta",
+            Expr::Meta { .. } | Expr::MetaSet { .. } => "meta",
             Expr::Payload { .. } => "payload",
             Expr::Cmp { .. } => "cmp",
             Expr::Bitwise { .. } => "bitwise",
@@ -518,10 +538,14 @@ impl Expr {
                 a.u32(2, 3); // NFTA_FIB_RESULT: NFT_FIB_RESULT_ADDRTYPE
                 a.u32(1, dreg.0); // NFTA_FIB_DREG
             }
-            Expr::Lookup { set, sreg, vmap } => {
+            Expr::MetaSet { key, sreg } => {
+                a.u32(2, key.number()); // NFTA_META_KEY
+                a.u32(3, sreg.0); // NFTA_META_SREG
+            }
+            Expr::Lookup { set, sreg, dreg } => {
                 a.u32(2, sreg.0); // NFTA_LOOKUP_SREG
-                if *vmap {
-                    a.u32(3, Reg::VERDICT.0); // NFTA_LOOKUP_DREG
+                if let Some(d) = dreg {
+                    a.u32(3, d.0); // NFTA_LOOKUP_DREG
                 }
                 a.str(1, set); // NFTA_LOOKUP_SET
             }
@@ -787,19 +811,65 @@ impl Rule {
     /// `a . b . c vmap @map`: the fields concatenated from register 1 on, each in whole 32-bit
     /// registers, then the lookup (its verdict is the rule's).
     pub(crate) fn vmap(mut self, key: &[Field], map: &str) -> Rule {
-        for f in key {
+        let key: Vec<(Field, Option<Vec<u8>>)> = key.iter().map(|f| (*f, None)).collect();
+        self.concat(&key);
+        self.exprs.push(Expr::Lookup { set: map.to_string(), sreg: Reg::R1, dreg: Some(Reg::VERDICT) });
+        self
+    }
+
+    /// `a [& mask] . b . c @set`: the rule goes on only when the key is in the set.
+    pub(crate) fn in_set(mut self, key: &[(Field, Option<Vec<u8>>)], set: &str) -> Rule {
+        self.concat(key);
+        self.exprs.push(Expr::Lookup { set: set.to_string(), sreg: Reg::R1, dreg: None });
+        self
+    }
+
+    /// `dnat ip to a . b . c map @map` (`ip6` when `v6`): the map's data is the address and port
+    /// to translate to (address from register 1, port right after it); no element, no match.
+    pub(crate) fn dnat_map(mut self, key: &[Field], map: &str, v6: bool) -> Rule {
+        let key: Vec<(Field, Option<Vec<u8>>)> = key.iter().map(|f| (*f, None)).collect();
+        self.concat(&key);
+        self.exprs.push(Expr::Lookup { set: map.to_string(), sreg: Reg::R1, dreg: Some(Reg::R1) });
+        let port = if v6 { Reg::R2 } else { Reg::slot(1) };
+        self.exprs.push(Expr::Nat { dnat: true, v6, addr: Reg::R1, proto: Some(port) });
+        self
+    }
+
+    /// Loads the fields concatenated from register 1 on, each in whole 32-bit registers (a single
+    /// field takes a whole 16-byte register, as nft allocates it), masked where a mask is given.
+    fn concat(&mut self, key: &[(Field, Option<Vec<u8>>)]) {
+        for (f, _) in key {
             if let Some(p) = f.nfproto() {
                 self.need_l3(p);
             }
         }
         let mut slot = 0;
-        for f in key {
-            // A single field takes a whole 16-byte register (NFT_REG_1), as nft allocates it.
+        for (f, mask) in key {
             let reg = if key.len() == 1 { Reg::R1 } else { Reg::slot(slot) };
             self.exprs.push(f.load(reg));
+            if let Some(mask) = mask {
+                let xor = vec![0; mask.len()];
+                self.exprs.push(Expr::Bitwise { sreg: reg, dreg: reg, mask: mask.clone(), xor });
+            }
             slot += f.len().div_ceil(4);
         }
-        self.exprs.push(Expr::Lookup { set: map.to_string(), sreg: Reg::R1, vmap: true });
+    }
+
+    /// `meta mark set meta mark | bit`.
+    pub(crate) fn mark_or(mut self, bit: u32) -> Rule {
+        self.exprs.push(Expr::Meta { key: MetaKey::Mark, dreg: Reg::R1 });
+        let (mask, xor) = ((!bit).to_ne_bytes().to_vec(), bit.to_ne_bytes().to_vec());
+        self.exprs.push(Expr::Bitwise { sreg: Reg::R1, dreg: Reg::R1, mask, xor });
+        self.exprs.push(Expr::MetaSet { key: MetaKey::Mark, sreg: Reg::R1 });
+        self
+    }
+
+    /// `meta mark & bit == bit`.
+    pub(crate) fn mark_has(mut self, bit: u32) -> Rule {
+        self.exprs.push(Expr::Meta { key: MetaKey::Mark, dreg: Reg::R1 });
+        let (mask, xor) = (bit.to_ne_bytes().to_vec(), vec![0; 4]);
+        self.exprs.push(Expr::Bitwise { sreg: Reg::R1, dreg: Reg::R1, mask, xor });
+        self.exprs.push(Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data: bit.to_ne_bytes().to_vec() });
         self
     }
 
@@ -904,6 +974,78 @@ pub(crate) struct Failure {
     pub errno: i32,
     /// What [`Batch::send`] would return for it alone.
     pub error: Error,
+}
+
+/// What a set holds besides its keys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SetData<'a> {
+    /// A plain set.
+    None,
+    /// A verdict map.
+    Verdict,
+    /// A map to values of these types.
+    Value(&'a [KeyType]),
+}
+
+/// A set's types, and whether its elements can be given an expiry (`flags timeout`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SetSpec<'a> {
+    pub key: &'a [KeyType],
+    pub data: SetData<'a>,
+    pub timeout: bool,
+}
+
+/// The data of an element.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ElemData {
+    None,
+    Verdict(Verdict),
+    Value(Vec<KeyPart>),
+}
+
+/// One element of a set or map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Elem {
+    pub key: Vec<KeyPart>,
+    pub data: ElemData,
+    /// `timeout T expires T` (milliseconds): the element goes away by itself after that.
+    pub expires_ms: Option<u64>,
+    pub comment: Option<String>,
+}
+
+impl Elem {
+    pub(crate) fn new(key: Vec<KeyPart>, data: ElemData) -> Elem {
+        Elem { key, data, expires_ms: None, comment: None }
+    }
+
+    /// The element in nft syntax, as `add element` takes it.
+    fn text(&self) -> String {
+        let mut out = key_text(&self.key);
+        if let Some(ms) = self.expires_ms {
+            out.push_str(&format!(" timeout {ms}ms expires {ms}ms"));
+        }
+        match &self.data {
+            ElemData::None => {}
+            ElemData::Verdict(v) => out.push_str(&format!(" : {}", v.text())),
+            ElemData::Value(parts) => out.push_str(&format!(" : {}", key_text(parts))),
+        }
+        if let Some(c) = &self.comment {
+            out.push_str(&format!(" comment \"{c}\""));
+        }
+        out
+    }
+}
+
+/// An element as the kernel lists it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ElemInfo {
+    /// The key's bytes (fields padded to 32 bits in a concatenation).
+    pub key: Vec<u8>,
+    /// The data's bytes, for a map of values.
+    pub data: Option<Vec<u8>>,
+    /// Milliseconds until it expires, when it has an expiry.
+    pub expires_ms: Option<u64>,
+    pub comment: Option<String>,
 }
 
 /// The most elements one message carries (each is ~50-60 bytes; an attribute holds 64 KiB).
@@ -1022,43 +1164,77 @@ impl Batch {
 
     /// `add map <family> <table> <name> { type <key> : verdict; }` (no error if it exists alike).
     pub(crate) fn add_map(&mut self, family: Family, table: &str, name: &str, key: &[KeyType]) {
-        let types: Vec<&str> = key.iter().map(|k| k.name()).collect();
-        let what = format!("add map {} {table} {name} {{ type {} : verdict }}", family.name(), types.join(" . "));
-        let key_type = key.iter().fold(0u32, |acc, k| (acc << 6) | k.id_len().0);
-        let key_len: u32 =
-            if key.len() == 1 { key[0].id_len().1 } else { key.iter().map(|k| k.id_len().1.next_multiple_of(4)).sum() };
+        self.add_set(family, table, name, SetSpec { key, data: SetData::Verdict, timeout: false }, false);
+    }
+
+    /// `add set|map <family> <table> <name> { type <key> [: <data>]; [flags timeout;] }` (no
+    /// error if it exists alike); `create` (EEXIST if it exists) when `excl`.
+    pub(crate) fn add_set(&mut self, family: Family, table: &str, name: &str, spec: SetSpec<'_>, excl: bool) {
+        let names = |types: &[KeyType]| types.iter().map(|k| k.name()).collect::<Vec<_>>().join(" . ");
+        let fold = |types: &[KeyType]| types.iter().fold(0u32, |acc, k| (acc << 6) | k.id_len().0);
+        let len = |types: &[KeyType]| -> u32 {
+            match types {
+                [one] => one.id_len().1,
+                _ => types.iter().map(|k| k.id_len().1.next_multiple_of(4)).sum(),
+            }
+        };
+        let order = |types: &[KeyType]| if let [one] = types { one.byteorder() } else { 0 };
+        let (kind, data_text) = match spec.data {
+            SetData::None => ("set", String::new()),
+            SetData::Verdict => ("map", " : verdict".to_string()),
+            SetData::Value(d) => ("map", format!(" : {}", names(d))),
+        };
+        let flags_text = if spec.timeout { "; flags timeout" } else { "" };
+        let verb = if excl { "create" } else { "add" };
+        let what =
+            format!("{verb} {kind} {} {table} {name} {{ type {}{data_text}{flags_text} }}", family.name(), names(spec.key));
+        let mut flags = if spec.timeout { NFT_SET_TIMEOUT } else { 0 };
+        if !matches!(spec.data, SetData::None) {
+            flags |= NFT_SET_MAP;
+        }
         let set_id = self.msgs.len() as u32 + 1;
-        self.push(NFT_MSG_NEWSET, NLM_F_CREATE, family, what, |a| {
+        let msg_flags = if excl { NLM_F_CREATE | NLM_F_EXCL } else { NLM_F_CREATE };
+        self.push(NFT_MSG_NEWSET, msg_flags, family, what, |a| {
             a.str(NFTA_SET_TABLE, table);
             a.str(NFTA_SET_NAME, name);
-            a.u32(NFTA_SET_FLAGS, NFT_SET_MAP);
-            a.u32(NFTA_SET_KEY_TYPE, key_type);
-            a.u32(NFTA_SET_KEY_LEN, key_len);
-            a.u32(NFTA_SET_DATA_TYPE, NFT_DATA_VERDICT);
-            a.u32(NFTA_SET_DATA_LEN, 0);
+            a.u32(NFTA_SET_FLAGS, flags);
+            a.u32(NFTA_SET_KEY_TYPE, fold(spec.key));
+            a.u32(NFTA_SET_KEY_LEN, len(spec.key));
+            match spec.data {
+                SetData::None => {}
+                SetData::Verdict => {
+                    a.u32(NFTA_SET_DATA_TYPE, NFT_DATA_VERDICT);
+                    a.u32(NFTA_SET_DATA_LEN, 0);
+                }
+                SetData::Value(d) => {
+                    a.u32(NFTA_SET_DATA_TYPE, fold(d));
+                    a.u32(NFTA_SET_DATA_LEN, len(d));
+                }
+            }
             // Required by the kernel; unique within the transaction.
             a.u32(NFTA_SET_ID, set_id);
             // nft reads a key's byte order from here (an ifname key prints as "" without it); a
             // concatenation has none of its own (0), nor has a verdict.
-            let key_order = if key.len() == 1 { key[0].byteorder() } else { 0 };
             let mut udata = vec![UDATA_SET_KEYBYTEORDER, 4];
-            udata.extend_from_slice(&key_order.to_ne_bytes());
-            udata.extend_from_slice(&[UDATA_SET_DATABYTEORDER, 4]);
-            udata.extend_from_slice(&0u32.to_ne_bytes());
+            udata.extend_from_slice(&order(spec.key).to_ne_bytes());
+            match spec.data {
+                SetData::None => {}
+                SetData::Verdict => {
+                    udata.extend_from_slice(&[UDATA_SET_DATABYTEORDER, 4]);
+                    udata.extend_from_slice(&0u32.to_ne_bytes());
+                }
+                SetData::Value(d) => {
+                    udata.extend_from_slice(&[UDATA_SET_DATABYTEORDER, 4]);
+                    udata.extend_from_slice(&order(d).to_ne_bytes());
+                }
+            }
             a.bytes(NFTA_SET_USERDATA, &udata);
         });
     }
 
-    fn elements(
-        &mut self,
-        ty: u16,
-        flags: u16,
-        verb: &str,
-        (family, table, map): (Family, &str, &str),
-        elems: &[(Vec<KeyPart>, Option<Verdict>)],
-    ) {
+    fn elements(&mut self, ty: u16, flags: u16, verb: &str, (family, table, map): (Family, &str, &str), elems: &[Elem]) {
         for chunk in elems.chunks(ELEMENTS_PER_MSG) {
-            let mut keys: Vec<String> = chunk.iter().take(4).map(|(k, _)| key_text(k)).collect();
+            let mut keys: Vec<String> = chunk.iter().take(4).map(Elem::text).collect();
             if chunk.len() > 4 {
                 keys.push(format!("... ({} elements)", chunk.len()));
             }
@@ -1067,11 +1243,25 @@ impl Batch {
                 a.str(NFTA_SET_ELEM_LIST_TABLE, table);
                 a.str(NFTA_SET_ELEM_LIST_SET, map);
                 a.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |a| {
-                    for (key, verdict) in chunk {
+                    for e in chunk {
                         a.nested(NFTA_LIST_ELEM, |a| {
-                            a.nested(NFTA_SET_ELEM_KEY, |a| a.bytes(NFTA_DATA_VALUE, &key_bytes(key)));
-                            if let Some(v) = verdict {
-                                a.nested(NFTA_SET_ELEM_DATA, |a| v.put(a));
+                            a.nested(NFTA_SET_ELEM_KEY, |a| a.bytes(NFTA_DATA_VALUE, &key_bytes(&e.key)));
+                            match &e.data {
+                                ElemData::None => {}
+                                ElemData::Verdict(v) => a.nested(NFTA_SET_ELEM_DATA, |a| v.put(a)),
+                                ElemData::Value(parts) => {
+                                    a.nested(NFTA_SET_ELEM_DATA, |a| a.bytes(NFTA_DATA_VALUE, &key_bytes(parts)))
+                                }
+                            }
+                            if let Some(ms) = e.expires_ms {
+                                a.bytes(NFTA_SET_ELEM_TIMEOUT, &ms.to_be_bytes());
+                                a.bytes(NFTA_SET_ELEM_EXPIRATION, &ms.to_be_bytes());
+                            }
+                            if let Some(c) = &e.comment {
+                                if c.len() > COMMENT_MAX {
+                                    a.invalid = Some(format!("element comment of {} bytes (at most {COMMENT_MAX})", c.len()));
+                                }
+                                a.bytes(NFTA_SET_ELEM_USERDATA, &comment_udata(c));
                             }
                         });
                     }
@@ -1083,8 +1273,8 @@ impl Batch {
     /// `add element <family> <table> <map> { key : verdict, ... }`: an element that exists with the
     /// same verdict is no error.
     pub(crate) fn add_elements(&mut self, family: Family, table: &str, map: &str, elems: &[(Vec<KeyPart>, Verdict)]) {
-        let elems: Vec<_> = elems.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
-        self.elements(NFT_MSG_NEWSETELEM, NLM_F_CREATE, "add", (family, table, map), &elems);
+        let elems: Vec<Elem> = elems.iter().map(|(k, v)| Elem::new(k.clone(), ElemData::Verdict(v.clone()))).collect();
+        self.add_elems(family, table, map, &elems, false);
     }
 
     #[cfg(test)]
@@ -1096,20 +1286,29 @@ impl Batch {
         map: &str,
         elems: &[(Vec<KeyPart>, Verdict)],
     ) {
-        let elems: Vec<_> = elems.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
-        self.elements(NFT_MSG_NEWSETELEM, NLM_F_CREATE | NLM_F_EXCL, "create", (family, table, map), &elems);
+        let elems: Vec<Elem> = elems.iter().map(|(k, v)| Elem::new(k.clone(), ElemData::Verdict(v.clone()))).collect();
+        self.add_elems(family, table, map, &elems, true);
+    }
+
+    /// `add element <family> <table> <set> { key [timeout T expires T] [: data] [comment ".."], ... }`:
+    /// an element that exists with the same data is no error (and, with `expires_ms`, is given that
+    /// expiry: Linux 6.10 and later); one with other data is EEXIST. `create` (EEXIST if any key
+    /// is there) when `excl`.
+    pub(crate) fn add_elems(&mut self, family: Family, table: &str, set: &str, elems: &[Elem], excl: bool) {
+        let (verb, flags) = if excl { ("create", NLM_F_CREATE | NLM_F_EXCL) } else { ("add", NLM_F_CREATE) };
+        self.elements(NFT_MSG_NEWSETELEM, flags, verb, (family, table, set), elems);
     }
 
     /// `delete element <family> <table> <map> { key, ... }` (ENOENT if a key is absent).
     pub(crate) fn delete_elements(&mut self, family: Family, table: &str, map: &str, keys: &[Vec<KeyPart>]) {
-        let elems: Vec<_> = keys.iter().map(|k| (k.clone(), None)).collect();
+        let elems: Vec<Elem> = keys.iter().map(|k| Elem::new(k.clone(), ElemData::None)).collect();
         self.elements(NFT_MSG_DELSETELEM, 0, "delete", (family, table, map), &elems);
     }
 
     #[cfg(test)]
     /// `destroy element ...`: delete the keys that are present (Linux 6.3 and later).
     pub(crate) fn destroy_elements(&mut self, family: Family, table: &str, map: &str, keys: &[Vec<KeyPart>]) {
-        let elems: Vec<_> = keys.iter().map(|k| (k.clone(), None)).collect();
+        let elems: Vec<Elem> = keys.iter().map(|k| Elem::new(k.clone(), ElemData::None)).collect();
         self.elements(NFT_MSG_DESTROYSETELEM, 0, "destroy", (family, table, map), &elems);
     }
 
@@ -1342,6 +1541,71 @@ pub(crate) fn list_chain(family: Family, table: &str, chain: &str) -> Result<Opt
         }
     }
     Err(Error::network(format!("nft {what}: the chain kept changing while it was listed")))
+}
+
+/// The elements of a set as the kernel lists them: the one with `key` (NFT_MSG_GETSETELEM for
+/// that key: one round trip, whatever the set holds), or all of them (a dump) when `key` is None.
+/// Empty when there is no such element, set or table (the kernel answers ENOENT to all three).
+pub(crate) fn get_elements(family: Family, table: &str, set: &str, key: Option<&[KeyPart]>) -> Result<Vec<ElemInfo>> {
+    let what = match key {
+        Some(k) => format!("get element {} {table} {set} {{ {} }}", family.name(), key_text(k)),
+        None => format!("list set {} {table} {set}", family.name()),
+    };
+    let sock = Socket::open(1, 0)?;
+    // A dump that a concurrent change interrupted (NLM_F_DUMP_INTR) is read again.
+    for attempt in 0..5u32 {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_SET_ELEM_LIST_TABLE, table);
+        attrs.str(NFTA_SET_ELEM_LIST_SET, set);
+        if let Some(k) = key {
+            attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |a| {
+                a.nested(NFTA_LIST_ELEM, |a| a.nested(NFTA_SET_ELEM_KEY, |a| a.bytes(NFTA_DATA_VALUE, &key_bytes(k))))
+            });
+        }
+        let flags = if key.is_some() { NLM_F_REQUEST } else { NLM_F_REQUEST | NLM_F_DUMP };
+        let mut req = Vec::new();
+        let ty = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETSETELEM;
+        nlmsg(&mut req, ty, flags, 1 + attempt, [family.nfproto(), 0, 0, 0], &attrs.buf);
+        sock.send(&req)?;
+        let mut out = Vec::new();
+        let complete = read_replies(&sock, &what, |ty, payload| {
+            if ty != NFT_MSG_NEWSETELEM {
+                return;
+            }
+            for (t, list) in attr_iter(payload) {
+                if t != NFTA_SET_ELEM_LIST_ELEMENTS {
+                    continue;
+                }
+                for (_, elem) in attr_iter(list) {
+                    out.push(elem_info(elem));
+                }
+            }
+        });
+        match complete {
+            Ok(true) => return Ok(out),
+            Ok(false) => continue,
+            Err(e) if e.errno == libc::ENOENT => return Ok(Vec::new()),
+            Err(e) => return Err(e.into_error(&what)),
+        }
+    }
+    Err(Error::network(format!("nft {what}: the set kept changing while it was listed")))
+}
+
+fn elem_info(elem: &[u8]) -> ElemInfo {
+    let value = |v: &[u8]| attr_iter(v).find(|(t, _)| *t == NFTA_DATA_VALUE).map(|(_, b)| b.to_vec());
+    let mut info = ElemInfo::default();
+    for (t, v) in attr_iter(elem) {
+        match t {
+            NFTA_SET_ELEM_KEY => info.key = value(v).unwrap_or_default(),
+            NFTA_SET_ELEM_DATA => info.data = value(v),
+            NFTA_SET_ELEM_EXPIRATION if v.len() == 8 => {
+                info.expires_ms = Some(u64::from_be_bytes([v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]]))
+            }
+            NFTA_SET_ELEM_USERDATA => info.comment = udata_comment(v),
+            _ => {}
+        }
+    }
+    info
 }
 
 /// An error answer to a request, with its errno.

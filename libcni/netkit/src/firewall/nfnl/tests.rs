@@ -917,3 +917,161 @@ add rule inet {T} base ip saddr 10.0.0.1 masquerade comment "x"
         assert_eq!(many.comments[299].as_deref(), Some("masq4=0.0.1.43"));
     });
 }
+
+const FLAT: &str = r#"
+add table inet {T}
+add chain inet {T} post { type nat hook postrouting priority 100; policy accept; }
+add chain inet {T} hairpin
+add chain inet {T} dispatch
+add map inet {T} dnat4 { type inet_proto . inet_service : ipv4_addr . inet_service; flags timeout; }
+add map inet {T} hdnat4 { type ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service; flags timeout; }
+add map inet {T} dnat6 { type inet_proto . inet_service : ipv6_addr . inet_service; flags timeout; }
+add map inet {T} own4 { type inet_proto . inet_service : ipv6_addr; flags timeout; }
+add set inet {T} hp4-16 { type ipv4_addr . inet_proto . inet_service; flags timeout; }
+add set inet {T} hhp4-16 { type ipv4_addr . ipv4_addr . inet_proto . inet_service; flags timeout; }
+add set inet {T} hp6-64 { type ipv6_addr . inet_proto . inet_service; flags timeout; }
+add set inet {T} sp4 { type inet_proto . inet_service; flags timeout; }
+add set inet {T} owners { type ipv6_addr . inet_service; flags timeout; }
+add element inet {T} dnat4 { tcp . 8080 : 10.22.0.5 . 80, udp . 53 : 10.22.0.6 . 5353 }
+add element inet {T} hdnat4 { 192.168.1.1 . tcp . 8443 : 10.22.0.5 . 443 }
+add element inet {T} dnat6 { tcp . 8080 : fd00:22::5 . 80 }
+add element inet {T} own4 { tcp . 8080 : 1234:5678::9, udp . 53 : ::1 }
+add element inet {T} hp4-16 { 10.22.0.0 . tcp . 8080 }
+add element inet {T} hhp4-16 { 10.22.0.0 . 192.168.1.1 . tcp . 8443 }
+add element inet {T} sp4 { tcp . 8080 }
+add element inet {T} owners { 1234:5678::9 . 0 comment "n=1;a=10.22.0.5,80,tcp,8080,-,16", ::1 . 0 comment "x" }
+add rule inet {T} hairpin ip saddr & 255.255.0.0 . meta l4proto . th dport @hp4-16 meta mark set meta mark | 0x2000
+add rule inet {T} hairpin ip saddr & 255.255.0.0 . ip daddr . meta l4proto . th dport @hhp4-16 meta mark set meta mark | 0x2000
+add rule inet {T} hairpin ip6 saddr & ffff:ffff:ffff:ffff:: . meta l4proto . th dport @hp6-64 meta mark set meta mark | 0x2000
+add rule inet {T} dispatch jump hairpin
+add rule inet {T} dispatch ip saddr 127.0.0.1 meta l4proto . th dport @sp4 meta mark set meta mark | 0x2000
+add rule inet {T} dispatch dnat ip to ip daddr . meta l4proto . th dport map @hdnat4
+add rule inet {T} dispatch meta nfproto ipv4 dnat ip to meta l4proto . th dport map @dnat4
+add rule inet {T} dispatch meta nfproto ipv6 dnat ip6 to meta l4proto . th dport map @dnat6
+add rule inet {T} post meta mark & 0x2000 == 0x2000 masquerade
+"#;
+
+fn build_flat(b: &mut Batch, t: &str) {
+    use KeyPart::{Addr, Port, Proto};
+    use KeyType::{InetProto as P, InetService as S, Ipv4Addr as A4, Ipv6Addr as A6};
+    let f = Family::Inet;
+    b.add_table(f, t);
+    b.add_chain(f, t, "post", nat(Hook::Postrouting, 100), None);
+    b.add_chain(f, t, "hairpin", None, None);
+    b.add_chain(f, t, "dispatch", None, None);
+    let map = |key, data| SetSpec { key, data: SetData::Value(data), timeout: true };
+    let set = |key| SetSpec { key, data: SetData::None, timeout: true };
+    b.add_set(f, t, "dnat4", map(&[P, S], &[A4, S]), false);
+    b.add_set(f, t, "hdnat4", map(&[A4, P, S], &[A4, S]), false);
+    b.add_set(f, t, "dnat6", map(&[P, S], &[A6, S]), false);
+    b.add_set(f, t, "own4", map(&[P, S], &[A6]), false);
+    b.add_set(f, t, "hp4-16", set(&[A4, P, S]), true);
+    b.add_set(f, t, "hhp4-16", set(&[A4, A4, P, S]), false);
+    b.add_set(f, t, "hp6-64", set(&[A6, P, S]), false);
+    b.add_set(f, t, "sp4", set(&[P, S]), false);
+    b.add_set(f, t, "owners", set(&[A6, S]), false);
+    let val = |k: Vec<KeyPart>, d: Vec<KeyPart>| Elem::new(k, ElemData::Value(d));
+    let el = |k: Vec<KeyPart>| Elem::new(k, ElemData::None);
+    let (pod4, host) = (ip("10.22.0.5"), ip("192.168.1.1"));
+    b.add_elems(
+        f,
+        t,
+        "dnat4",
+        &[
+            val(vec![Proto(TCP), Port(8080)], vec![Addr(pod4), Port(80)]),
+            val(vec![Proto(UDP), Port(53)], vec![Addr(ip("10.22.0.6")), Port(5353)]),
+        ],
+        false,
+    );
+    b.add_elems(f, t, "hdnat4", &[val(vec![Addr(host), Proto(TCP), Port(8443)], vec![Addr(pod4), Port(443)])], true);
+    b.add_elems(f, t, "dnat6", &[val(vec![Proto(TCP), Port(8080)], vec![Addr(ip("fd00:22::5")), Port(80)])], false);
+    let tag = ip("1234:5678::9");
+    b.add_elems(
+        f,
+        t,
+        "own4",
+        &[val(vec![Proto(TCP), Port(8080)], vec![Addr(tag)]), val(vec![Proto(UDP), Port(53)], vec![Addr(ip("::1"))])],
+        false,
+    );
+    let subnet = ip("10.22.0.0");
+    b.add_elems(f, t, "hp4-16", &[el(vec![Addr(subnet), Proto(TCP), Port(8080)])], false);
+    b.add_elems(f, t, "hhp4-16", &[el(vec![Addr(subnet), Addr(host), Proto(TCP), Port(8443)])], false);
+    b.add_elems(f, t, "sp4", &[el(vec![Proto(TCP), Port(8080)])], false);
+    let mut owner = el(vec![Addr(tag), Port(0)]);
+    owner.comment = Some("n=1;a=10.22.0.5,80,tcp,8080,-,16".into());
+    let mut other = el(vec![Addr(ip("::1")), Port(0)]);
+    other.comment = Some("x".into());
+    b.add_elems(f, t, "owners", &[owner, other], false);
+    let r = || Rule::new(f);
+    let m4 = Some(vec![255, 255, 0, 0]);
+    let m6 = Some([[0xff; 8], [0; 8]].concat());
+    let (sa4, da4, sa6, pr, dp) = (Field::IpSaddr, Field::IpDaddr, Field::Ip6Saddr, Field::L4proto, Field::ThDport);
+    b.add_rule(f, t, "hairpin", r().in_set(&[(sa4, m4.clone()), (pr, None), (dp, None)], "hp4-16").mark_or(0x2000));
+    b.add_rule(f, t, "hairpin", r().in_set(&[(sa4, m4), (da4, None), (pr, None), (dp, None)], "hhp4-16").mark_or(0x2000));
+    b.add_rule(f, t, "hairpin", r().in_set(&[(sa6, m6), (pr, None), (dp, None)], "hp6-64").mark_or(0x2000));
+    b.add_rule(f, t, "dispatch", r().verdict(jump("hairpin")));
+    b.add_rule(f, t, "dispatch", r().saddr(ip("127.0.0.1")).in_set(&[(pr, None), (dp, None)], "sp4").mark_or(0x2000));
+    b.add_rule(f, t, "dispatch", r().dnat_map(&[da4, pr, dp], "hdnat4", false));
+    b.add_rule(f, t, "dispatch", r().meta_nfproto(false).dnat_map(&[pr, dp], "dnat4", false));
+    b.add_rule(f, t, "dispatch", r().meta_nfproto(true).dnat_map(&[pr, dp], "dnat6", true));
+    b.add_rule(f, t, "post", r().mark_has(0x2000).masquerade());
+}
+
+#[test]
+fn flat_shapes_match_nft() {
+    if !privileged() {
+        return;
+    }
+    in_netns(|| same_as_nft(Family::Inet, FLAT, build_flat));
+}
+
+/// get_elements reads one element (data, comment, expiry) or dumps them all; nothing there is
+/// empty; an expiry given to an existing element makes it go away by itself.
+#[test]
+fn get_elements_reads_data_comments_and_expiry() {
+    if !privileged() {
+        return;
+    }
+    in_netns(|| {
+        use KeyPart::{Addr, Port, Proto};
+        let f = Family::Inet;
+        let t = format!("cnirs_nl_{}", suffix());
+        let _cleanup = Cleanup(vec![(f, t.clone())]);
+        let key = vec![Proto(TCP), Port(8080)];
+        assert_eq!(get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
+        let mut b = Batch::new();
+        b.add_table(f, &t);
+        b.add_set(f, &t, "dnat4", SetSpec { key: &[KeyType::InetProto, KeyType::InetService], data: SetData::Value(&[KeyType::Ipv4Addr, KeyType::InetService]), timeout: true }, false);
+        let mut e = Elem::new(key.clone(), ElemData::Value(vec![Addr(ip("10.0.0.5")), Port(80)]));
+        e.comment = Some("owner".into());
+        let many: Vec<Elem> = (1..=300u16)
+            .map(|p| Elem::new(vec![Proto(UDP), Port(p)], ElemData::Value(vec![Addr(ip("10.0.0.6")), Port(p)])))
+            .collect();
+        b.add_elems(f, &t, "dnat4", &[e.clone()], false);
+        b.add_elems(f, &t, "dnat4", &many, false);
+        b.send().unwrap();
+        let got = get_elements(f, &t, "dnat4", Some(&key)).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].key, vec![6, 0, 0, 0, 0x1f, 0x90, 0, 0]);
+        assert_eq!(got[0].data, Some(vec![10, 0, 0, 5, 0, 80, 0, 0]));
+        assert_eq!(got[0].comment.as_deref(), Some("owner"));
+        assert_eq!(got[0].expires_ms, None);
+        assert_eq!(get_elements(f, &t, "dnat4", None).unwrap().len(), 301);
+        assert_eq!(get_elements(f, &t, "dnat4", Some(&[Proto(TCP), Port(1)])).unwrap(), vec![]);
+        assert_eq!(get_elements(f, &t, "nosuch", Some(&key)).unwrap(), vec![]);
+        // Re-adding it with an expiry (same data) makes it expire: gone without a delete.
+        e.expires_ms = Some(50);
+        let mut b = Batch::new();
+        b.add_elems(f, &t, "dnat4", &[e.clone()], false);
+        b.send().unwrap();
+        let soon = get_elements(f, &t, "dnat4", Some(&key)).unwrap();
+        assert!(soon.is_empty() || soon[0].expires_ms.is_some_and(|ms| ms <= 50), "{soon:?}");
+        std::thread::sleep(Duration::from_millis(80));
+        assert_eq!(get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
+        // Other data for the same key is a clash.
+        let mut b = Batch::new();
+        b.add_elems(f, &t, "dnat4", &[Elem::new(vec![Proto(UDP), Port(1)], ElemData::Value(vec![Addr(ip("10.0.0.7")), Port(1)]))], false);
+        let err = b.send().unwrap_err();
+        assert_eq!(crate::errno(&err), Some(libc::EEXIST), "{err:?}");
+    });
+}
