@@ -238,15 +238,6 @@ impl Verdict {
             _ => None,
         }
     }
-    fn text(&self) -> String {
-        match self {
-            Verdict::Accept => "accept".into(),
-            Verdict::Drop => "drop".into(),
-            Verdict::Return => "return".into(),
-            Verdict::Jump(c) => format!("jump {c}"),
-            Verdict::Goto(c) => format!("goto {c}"),
-        }
-    }
     /// NFTA_DATA_VERDICT { CODE, CHAIN } inside an nft_data attribute.
     fn put(&self, a: &mut Attrs) {
         a.nested(NFTA_DATA_VERDICT, |a| {
@@ -1017,23 +1008,6 @@ impl Elem {
     pub(crate) fn new(key: Vec<KeyPart>, data: ElemData) -> Elem {
         Elem { key, data, expires_ms: None, comment: None }
     }
-
-    /// The element in nft syntax, as `add element` takes it.
-    fn text(&self) -> String {
-        let mut out = key_text(&self.key);
-        if let Some(ms) = self.expires_ms {
-            out.push_str(&format!(" timeout {ms}ms expires {ms}ms"));
-        }
-        match &self.data {
-            ElemData::None => {}
-            ElemData::Verdict(v) => out.push_str(&format!(" : {}", v.text())),
-            ElemData::Value(parts) => out.push_str(&format!(" : {}", key_text(parts))),
-        }
-        if let Some(c) = &self.comment {
-            out.push_str(&format!(" comment \"{c}\""));
-        }
-        out
-    }
 }
 
 /// An element as the kernel lists it.
@@ -1186,8 +1160,11 @@ impl Batch {
         };
         let flags_text = if spec.timeout { "; flags timeout" } else { "" };
         let verb = if excl { "create" } else { "add" };
-        let what =
-            format!("{verb} {kind} {} {table} {name} {{ type {}{data_text}{flags_text} }}", family.name(), names(spec.key));
+        let what = format!(
+            "{verb} {kind} {} {table} {name} {{ type {}{data_text}{flags_text} }}",
+            family.name(),
+            names(spec.key)
+        );
         let mut flags = if spec.timeout { NFT_SET_TIMEOUT } else { 0 };
         if !matches!(spec.data, SetData::None) {
             flags |= NFT_SET_MAP;
@@ -1232,9 +1209,16 @@ impl Batch {
         });
     }
 
-    fn elements(&mut self, ty: u16, flags: u16, verb: &str, (family, table, map): (Family, &str, &str), elems: &[Elem]) {
+    fn elements(
+        &mut self,
+        ty: u16,
+        flags: u16,
+        verb: &str,
+        (family, table, map): (Family, &str, &str),
+        elems: &[Elem],
+    ) {
         for chunk in elems.chunks(ELEMENTS_PER_MSG) {
-            let mut keys: Vec<String> = chunk.iter().take(4).map(Elem::text).collect();
+            let mut keys: Vec<String> = chunk.iter().take(4).map(|e| key_text(&e.key)).collect();
             if chunk.len() > 4 {
                 keys.push(format!("... ({} elements)", chunk.len()));
             }
@@ -1259,7 +1243,8 @@ impl Batch {
                             }
                             if let Some(c) = &e.comment {
                                 if c.len() > COMMENT_MAX {
-                                    a.invalid = Some(format!("element comment of {} bytes (at most {COMMENT_MAX})", c.len()));
+                                    a.invalid =
+                                        Some(format!("element comment of {} bytes (at most {COMMENT_MAX})", c.len()));
                                 }
                                 a.bytes(NFTA_SET_ELEM_USERDATA, &comment_udata(c));
                             }

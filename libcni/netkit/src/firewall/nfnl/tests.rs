@@ -1007,7 +1007,12 @@ fn build_flat(b: &mut Batch, t: &str) {
     let m6 = Some([[0xff; 8], [0; 8]].concat());
     let (sa4, da4, sa6, pr, dp) = (Field::IpSaddr, Field::IpDaddr, Field::Ip6Saddr, Field::L4proto, Field::ThDport);
     b.add_rule(f, t, "hairpin", r().in_set(&[(sa4, m4.clone()), (pr, None), (dp, None)], "hp4-16").mark_or(0x2000));
-    b.add_rule(f, t, "hairpin", r().in_set(&[(sa4, m4), (da4, None), (pr, None), (dp, None)], "hhp4-16").mark_or(0x2000));
+    b.add_rule(
+        f,
+        t,
+        "hairpin",
+        r().in_set(&[(sa4, m4), (da4, None), (pr, None), (dp, None)], "hhp4-16").mark_or(0x2000),
+    );
     b.add_rule(f, t, "hairpin", r().in_set(&[(sa6, m6), (pr, None), (dp, None)], "hp6-64").mark_or(0x2000));
     b.add_rule(f, t, "dispatch", r().verdict(jump("hairpin")));
     b.add_rule(f, t, "dispatch", r().saddr(ip("127.0.0.1")).in_set(&[(pr, None), (dp, None)], "sp4").mark_or(0x2000));
@@ -1041,7 +1046,17 @@ fn get_elements_reads_data_comments_and_expiry() {
         assert_eq!(get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
         let mut b = Batch::new();
         b.add_table(f, &t);
-        b.add_set(f, &t, "dnat4", SetSpec { key: &[KeyType::InetProto, KeyType::InetService], data: SetData::Value(&[KeyType::Ipv4Addr, KeyType::InetService]), timeout: true }, false);
+        b.add_set(
+            f,
+            &t,
+            "dnat4",
+            SetSpec {
+                key: &[KeyType::InetProto, KeyType::InetService],
+                data: SetData::Value(&[KeyType::Ipv4Addr, KeyType::InetService]),
+                timeout: true,
+            },
+            false,
+        );
         let mut e = Elem::new(key.clone(), ElemData::Value(vec![Addr(ip("10.0.0.5")), Port(80)]));
         e.comment = Some("owner".into());
         let many: Vec<Elem> = (1..=300u16)
@@ -1070,7 +1085,13 @@ fn get_elements_reads_data_comments_and_expiry() {
         assert_eq!(get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
         // Other data for the same key is a clash.
         let mut b = Batch::new();
-        b.add_elems(f, &t, "dnat4", &[Elem::new(vec![Proto(UDP), Port(1)], ElemData::Value(vec![Addr(ip("10.0.0.7")), Port(1)]))], false);
+        b.add_elems(
+            f,
+            &t,
+            "dnat4",
+            &[Elem::new(vec![Proto(UDP), Port(1)], ElemData::Value(vec![Addr(ip("10.0.0.7")), Port(1)]))],
+            false,
+        );
         let err = b.send().unwrap_err();
         assert_eq!(crate::errno(&err), Some(libc::EEXIST), "{err:?}");
     });
