@@ -68,7 +68,10 @@ fn cni_bench_measures_both_plugin_sets_and_the_floor() {
         assert!(s.contains("<svg") && (s.contains("<rect") || s.contains("<polyline")), "{svg} draws nothing");
     }
     let readme = std::fs::read_to_string(out.path().join("README.md")).expect("README.md");
-    assert!(readme.contains("cni-bench results: begin") && readme.contains("Where the ADD and DEL growth goes"), "{readme}");
+    assert!(
+        readme.contains("cni-bench results: begin") && readme.contains("Where the ADD and DEL growth goes"),
+        "{readme}"
+    );
 
     // Nothing left: namespaces, links, state.
     let netns: Vec<String> = std::fs::read_dir("/run/netns")

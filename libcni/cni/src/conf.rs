@@ -114,7 +114,9 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
             }
             Some(v.clone())
         }
-        Some(other) => return Err(Error::config(format!("netconf key \"ipam\" must be an object, got {}", kind(other)))),
+        Some(other) => {
+            return Err(Error::config(format!("netconf key \"ipam\" must be an object, got {}", kind(other))))
+        }
     };
     let dns = match obj.get("dns") {
         None | Some(Value::Null) => None,

@@ -21,9 +21,7 @@ impl Version {
         }
         let mut n = [0u32; 3];
         for (i, p) in parts.iter().enumerate() {
-            n[i] = p
-                .parse()
-                .map_err(|_| Error::version(format!("invalid version {s:?}: {p:?} is not a number")))?;
+            n[i] = p.parse().map_err(|_| Error::version(format!("invalid version {s:?}: {p:?} is not a number")))?;
         }
         Ok(Version(n[0], n[1], n[2]))
     }

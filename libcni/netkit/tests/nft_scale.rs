@@ -80,9 +80,19 @@ fn chains(ns: &TestNs, family: &str, table: &str, prefix: &str) -> (usize, usize
     (base, ours)
 }
 
+/// The elements a map or set lists (expired ones are not listed).
 fn elements(ns: &TestNs, family: &str, table: &str, map: &str) -> usize {
     let v = nft_json(ns, &["list", "map", family, table, map]);
-    items(&v, "map").first().and_then(|m| m["elem"].as_array()).map_or(0, Vec::len)
+    if let Some(n) = items(&v, "map").first().map(|m| m["elem"].as_array().map_or(0, Vec::len)) {
+        return n;
+    }
+    let v = nft_json(ns, &["list", "set", family, table, map]);
+    items(&v, "set").first().and_then(|m| m["elem"].as_array()).map_or(0, Vec::len)
+}
+
+/// Port-mapping elements expire 1 ms after DEL (counted in jiffies): let them.
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(20));
 }
 
 fn rules(ns: &TestNs, table: &str, chain: &str) -> usize {
@@ -140,14 +150,18 @@ fn more_pods_than_hooks() {
     let added = started.elapsed();
     assert!(errors.is_empty(), "{} ADDs failed, first: {:?}", errors.len(), errors.first());
 
-    // The base chains stay as they are however many pods there are; each pod has regular chains.
-    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 2 * ATTACHMENTS));
+    // The base chains stay as they are however many pods there are. A port mapping is elements
+    // only (the hairpin rules are one pair per subnet length); masquerade has a chain per pod.
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
     assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, ATTACHMENTS));
-    assert_eq!(rules(&ns, "cni_rs_portmap", "dispatch"), 4);
-    assert_eq!(rules(&ns, "cni_rs_portmap", "postrouting"), 2);
+    assert_eq!(rules(&ns, "cni_rs_portmap", "dispatch"), 15);
+    assert_eq!(rules(&ns, "cni_rs_portmap", "hairpin"), 2);
+    assert_eq!(rules(&ns, "cni_rs_portmap", "postrouting"), 3);
     assert_eq!(rules(&ns, "cni_rs_masq", "postrouting"), 2);
-    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), ATTACHMENTS);
-    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "snat4"), ATTACHMENTS);
+    for set in ["dnat4", "own4", "hp4-16", "sp4", "owners"] {
+        assert_eq!(elements(&ns, "inet", "cni_rs_portmap", set), ATTACHMENTS, "{set}");
+    }
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 0);
     assert_eq!(elements(&ns, "inet", "cni_rs_masq", "masq4"), ATTACHMENTS);
     let netns = NetNs::open(&ns.path).unwrap();
     netns.run(|| fw().check_portmap(&scale_portmap(&network, ATTACHMENTS - 1))).unwrap().unwrap();
@@ -167,7 +181,10 @@ fn more_pods_than_hooks() {
     });
     let deleted = started.elapsed();
     assert!(errors.is_empty(), "{} DELs failed, first: {:?}", errors.len(), errors.first());
-    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 2 * (ATTACHMENTS - ATTACHMENTS.div_ceil(10))));
+    settle();
+    for set in ["dnat4", "own4", "hp4-16", "sp4", "owners"] {
+        assert_eq!(elements(&ns, "inet", "cni_rs_portmap", set), ATTACHMENTS - ATTACHMENTS.div_ceil(10), "{set}");
+    }
     let started = Instant::now();
     netns.run(|| fw().gc_portmap(&network, &[])).unwrap().unwrap();
     let collected = started.elapsed();
@@ -176,10 +193,11 @@ fn more_pods_than_hooks() {
          DEL (masquerade + a tenth of portmap) {deleted:?}, GC of the other port mappings {collected:?}"
     );
 
+    settle();
     assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
     assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
-    for map in ["anyports4", "snat4"] {
-        assert_eq!(elements(&ns, "inet", "cni_rs_portmap", map), 0, "{map}");
+    for set in ["dnat4", "own4", "hp4-16", "sp4", "owners"] {
+        assert_eq!(elements(&ns, "inet", "cni_rs_portmap", set), 0, "{set}");
     }
     assert_eq!(elements(&ns, "inet", "cni_rs_masq", "masq4"), 0);
 }
@@ -204,8 +222,9 @@ fn port_conflicts_repeated_add_and_parallel_del() {
     let err = inside(&|| fw().add_portmap(&b)).unwrap_err();
     assert_eq!(err.code, 100, "{err}");
     assert!(err.msg.contains("8080/tcp") && !err.msg.contains("9000"), "{err}");
-    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 2), "the failed ADD left chains");
-    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 1);
+    for set in ["dnat4", "own4", "owners"] {
+        assert_eq!(elements(&ns, "inet", "cni_rs_portmap", set), 1, "the failed ADD left elements in {set}");
+    }
     assert_eq!(inside(&|| fw().check_portmap(&b)).unwrap_err().code, 103);
     // The same port bound to one host address is more specific, and allowed.
     let mut bound = tcp(8080);
@@ -221,25 +240,36 @@ fn port_conflicts_repeated_add_and_parallel_del() {
     assert_eq!(inside(&|| fw().check_portmap(&a)).unwrap_err().code, 103);
     inside(&|| fw().add_portmap(&a2)).unwrap();
     inside(&|| fw().add_portmap(&b)).unwrap();
-    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 4);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "dnat4"), 4);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "hdnat4"), 1);
 
     // Parallel DELs of one container all succeed, and leave the others alone.
     let errors = each(&ns, 8, |_| fw().del_portmap(&network, "a", "eth0"));
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(inside(&|| fw().check_portmap(&a2)).unwrap_err().code, 103);
     inside(&|| fw().check_portmap(&b)).unwrap();
-    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 2);
+    settle();
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "dnat4"), 2);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "owners"), 2);
+    // Its ports are free again at once (a new ADD waits out the expiry if it must).
+    let e = portmap(&network, "e", "10.231.0.9", vec![tcp(8081)]);
+    inside(&|| fw().add_portmap(&e)).unwrap();
+    inside(&|| fw().check_portmap(&e)).unwrap();
+    inside(&|| fw().del_portmap(&network, "e", "eth0")).unwrap();
 
     // GC keeps only c; then nothing of the network is left.
     let keep = [Attachment { container_id: "c".into(), ifname: "eth0".into() }];
     inside(&|| fw().gc_portmap(&network, &keep)).unwrap();
     inside(&|| fw().check_portmap(&c)).unwrap();
-    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 2));
+    settle();
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "owners"), 1);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "dnat4"), 0);
     inside(&|| fw().del_portmap(&network, "c", "eth0")).unwrap();
     inside(&|| fw().del_portmap(&network, "c", "eth0")).unwrap();
+    settle();
     assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
-    for map in ["anyports4", "hostports4", "snat4"] {
-        assert_eq!(elements(&ns, "inet", "cni_rs_portmap", map), 0, "{map}");
+    for set in ["dnat4", "hdnat4", "own4", "hown4", "hp4-16", "hhp4-16", "sp4", "hsp4", "owners"] {
+        assert_eq!(elements(&ns, "inet", "cni_rs_portmap", set), 0, "{set}");
     }
 }
 
@@ -374,8 +404,17 @@ fn conditions_go_through_nft() {
     inside(&|| fw().del_portmap(&network, "a", "eth0")).unwrap();
     assert_eq!(inside(&|| fw().check_portmap(&a)).unwrap_err().code, 103);
     inside(&|| fw().check_portmap(&b)).unwrap();
-    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 2);
-    inside(&|| fw().gc_portmap(&network, &[])).unwrap();
     assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 0);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "dnat4"), 2);
+    // Pods of both layouts go by GC.
+    d.mappings = vec![tcp(7070)];
+    inside(&|| fw().add_portmap(&d)).unwrap();
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 1);
+    inside(&|| fw().gc_portmap(&network, &[])).unwrap();
+    settle();
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 0);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "dnat4"), 0);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "owners"), 0);
 }

@@ -317,11 +317,7 @@ impl Stats {
         }
         // Nearest rank: with fewer than 100 samples p99 is the largest.
         let rank = |p: f64| ms[((p * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
-        let median = if ms.len() % 2 == 1 {
-            ms[ms.len() / 2]
-        } else {
-            (ms[ms.len() / 2 - 1] + ms[ms.len() / 2]) / 2.0
-        };
+        let median = if ms.len() % 2 == 1 { ms[ms.len() / 2] } else { (ms[ms.len() / 2 - 1] + ms[ms.len() / 2]) / 2.0 };
         Stats { n: ms.len(), median, p99: rank(0.99), mean: ms.iter().sum::<f64>() / ms.len() as f64, min: ms[0] }
     }
 }
@@ -391,7 +387,11 @@ fn sh_out(cmd: &str, args: &[&str]) -> String {
 fn machine(ours: &Path) -> Machine {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_default();
     let cwd = std::env::current_dir().unwrap_or_default();
     let repo = ours
@@ -406,7 +406,11 @@ fn machine(ours: &Path) -> Machine {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
         cpu,
         reference_version: sh_out("dpkg-query", &["-W", "-f", "${Version}", "containernetworking-plugins"]),
-        ours_rev: if repo.is_empty() { String::new() } else { sh_out("git", &["-C", &repo, "rev-parse", "--short", "HEAD"]) },
+        ours_rev: if repo.is_empty() {
+            String::new()
+        } else {
+            sh_out("git", &["-C", &repo, "rev-parse", "--short", "HEAD"])
+        },
     }
 }
 
@@ -476,11 +480,7 @@ fn exec_plugin(side: &Side, plugin: &str, command: &str, pod: &str, stdin: &[u8]
     let elapsed = t.elapsed();
     let stderr = err_reader.join().unwrap_or_default();
     if r < 0 || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        return Err(format!(
-            "{} {command} {pod} failed: {}{stderr}",
-            path.display(),
-            String::from_utf8_lossy(&out)
-        ));
+        return Err(format!("{} {command} {pod} failed: {}{stderr}", path.display(), String::from_utf8_lossy(&out)));
     }
     Ok((out, elapsed, ru.ru_maxrss))
 }
@@ -642,7 +642,14 @@ struct Scaling {
 
 /// ADD and DEL of the next pod with `levels` pods attached; at each level also each plugin's share
 /// (`breakdown` pods) and, with `floor`, the netlink floor on the same bridge.
-fn scaling(side: &Side, levels: &[usize], samples: usize, workers: usize, breakdown_pods: usize, floor_bin: Option<&Path>) -> Res<Scaling> {
+fn scaling(
+    side: &Side,
+    levels: &[usize],
+    samples: usize,
+    workers: usize,
+    breakdown_pods: usize,
+    floor_bin: Option<&Path>,
+) -> Res<Scaling> {
     let attached: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let mut res = Scaling::default();
     let out = &mut res.next;
@@ -680,14 +687,20 @@ fn scaling(side: &Side, levels: &[usize], samples: usize, workers: usize, breakd
                 d.push(td?);
             }
             let (sa, sd) = (Stats::of(&a), Stats::of(&d));
-            eprintln!("  {}: next pod at {level}: ADD {:.1} ms, DEL {:.1} ms (medians)", side.key, sa.median, sd.median);
+            eprintln!(
+                "  {}: next pod at {level}: ADD {:.1} ms, DEL {:.1} ms (medians)",
+                side.key, sa.median, sd.median
+            );
             out.push((level, sa, sd));
             if breakdown_pods > 0 {
                 res.plugins.push((level, breakdown(side, breakdown_pods)?));
             }
             if let Some(bin) = floor_bin {
                 let f = floor_run(bin, &side.floor_net(), samples, false)?;
-                eprintln!("  floor at {level} on {}: ADD {:.1} ms, DEL {:.1} ms (medians)", side.bridge, f.add.median, f.del.median);
+                eprintln!(
+                    "  floor at {level} on {}: ADD {:.1} ms, DEL {:.1} ms (medians)",
+                    side.bridge, f.add.median, f.del.median
+                );
                 res.floor.push((level, f));
             }
         }
@@ -729,7 +742,12 @@ impl Side {
     /// (the top of the /16).
     fn floor_net(&self) -> FloorNet {
         let octet = self.octet;
-        FloorNet { bridge: self.bridge.clone(), gateway: format!("10.{octet}.0.1"), first_octets: format!("10.{octet}."), third: 240 }
+        FloorNet {
+            bridge: self.bridge.clone(),
+            gateway: format!("10.{octet}.0.1"),
+            first_octets: format!("10.{octet}."),
+            third: 240,
+        }
     }
 }
 
@@ -900,7 +918,14 @@ fn main() {
     match run_all(&opts, &ours, &reference, &floor_bin) {
         Ok((o, r, f)) => {
             drop(guard);
-            let run = Run { machine: machine(&opts.ours), opts: opts.clone(), ours: o, reference: r, floor: f, elapsed: started.elapsed().as_secs_f64() };
+            let run = Run {
+                machine: machine(&opts.ours),
+                opts: opts.clone(),
+                ours: o,
+                reference: r,
+                floor: f,
+                elapsed: started.elapsed().as_secs_f64(),
+            };
             match report::write(&run) {
                 Ok(files) => {
                     print!("{}", report::summary(&run));
@@ -955,7 +980,8 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
             // The floor only on ours: the kernel's own growth, to compare ours with.
             let floor = (side.key == "ours").then_some(floor_bin);
             let sc = scaling(side, &opts.levels, opts.scale_samples, opts.parallel, opts.breakdown, floor)?;
-            (res.scaling, res.teardown, res.level_plugins, res.level_floor) = (sc.next, sc.teardown, sc.plugins, sc.floor);
+            (res.scaling, res.teardown, res.level_plugins, res.level_floor) =
+                (sc.next, sc.teardown, sc.plugins, sc.floor);
         }
     }
     Ok((o, r, fl))
@@ -976,11 +1002,20 @@ fn probe(opts: &Opts, ours: &Side, floor_bin: &Path) -> Res<()> {
     if !opts.levels.is_empty() {
         let sc = scaling(ours, &opts.levels, opts.scale_samples, opts.parallel, opts.breakdown, Some(floor_bin))?;
         for (n, a, d) in &sc.next {
-            eprintln!("probe: {n} attached: ADD {:.2} / {:.2} ms, DEL {:.2} / {:.2} ms", a.median, a.p99, d.median, d.p99);
+            eprintln!(
+                "probe: {n} attached: ADD {:.2} / {:.2} ms, DEL {:.2} / {:.2} ms",
+                a.median, a.p99, d.median, d.p99
+            );
         }
         for ((n, plugins), (_, f)) in sc.plugins.iter().zip(&sc.floor) {
-            let each: Vec<String> = plugins.iter().map(|c| format!("{} {:.2}/{:.2}", c.plugin, c.add_ms, c.del_ms)).collect();
-            eprintln!("probe: {n} attached: floor ADD {:.2} DEL {:.2} ms; plugins ADD/DEL ms: {}", f.add.median, f.del.median, each.join(", "));
+            let each: Vec<String> =
+                plugins.iter().map(|c| format!("{} {:.2}/{:.2}", c.plugin, c.add_ms, c.del_ms)).collect();
+            eprintln!(
+                "probe: {n} attached: floor ADD {:.2} DEL {:.2} ms; plugins ADD/DEL ms: {}",
+                f.add.median,
+                f.del.median,
+                each.join(", ")
+            );
         }
     }
     Ok(())

@@ -30,7 +30,10 @@ fn machine_line(run: &Run) -> String {
 /// The same, short enough for the width of a plot (the CPU model and the package name left out).
 fn plot_machine_line(run: &Run) -> String {
     let m = &run.machine;
-    format!("{} · {} CPUs · Linux {} · reference {} · cni-rs {}", m.date, m.nproc, m.kernel, m.reference_version, m.ours_rev)
+    format!(
+        "{} · {} CPUs · Linux {} · reference {} · cni-rs {}",
+        m.date, m.nproc, m.kernel, m.reference_version, m.ours_rev
+    )
 }
 
 fn csv(run: &Run) -> String {
@@ -122,13 +125,34 @@ fn latency_svg(run: &Run) -> String {
     let plot_h = h - top - bottom;
     let y = |v: f64| top + plot_h * (1.0 - v / ymax);
     let mut s = svg_head(w, h);
-    let _ = writeln!(s, r#"<text x="{}" y="24" font-size="16" font-weight="bold">Per-pod latency: bridge + host-local + portmap + loopback via libcni</text>"#, left);
-    let _ = writeln!(s, r##"<text x="{}" y="44" font-size="11" fill="#555">{}</text>"##, left, esc(&plot_machine_line(run)));
-    let _ = writeln!(s, r##"<text x="{}" y="58" font-size="11" fill="#555">bar = median, whisker = p99 ({} samples per side) · reproduce: {}</text>"##, left, run.ours.latency.add.n, esc(&run.opts.command));
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="24" font-size="16" font-weight="bold">Per-pod latency: bridge + host-local + portmap + loopback via libcni</text>"#,
+        left
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{}" y="44" font-size="11" fill="#555">{}</text>"##,
+        left,
+        esc(&plot_machine_line(run))
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{}" y="58" font-size="11" fill="#555">bar = median, whisker = p99 ({} samples per side) · reproduce: {}</text>"##,
+        left,
+        run.ours.latency.add.n,
+        esc(&run.opts.command)
+    );
     for i in 0..=5 {
         let v = ymax * i as f64 / 5.0;
         let yy = y(v);
-        let _ = writeln!(s, r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" font-size="11" text-anchor="end">{v:.0} ms</text>"##, w - right, left - 6.0, yy + 4.0);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" font-size="11" text-anchor="end">{v:.0} ms</text>"##,
+            w - right,
+            left - 6.0,
+            yy + 4.0
+        );
     }
     let group_w = (w - left - right) / groups.len() as f64;
     let bar_w = group_w / 5.0;
@@ -137,16 +161,50 @@ fn latency_svg(run: &Run) -> String {
         for (si, (name, color, l)) in series.iter().enumerate() {
             let st = pick(l, *g);
             let x = gx + bar_w * si as f64;
-            let _ = writeln!(s, r#"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{color}"><title>{name} {gname}: median {:.1} ms, p99 {:.1} ms</title></rect>"#, y(st.median), bar_w * 0.85, y(0.0) - y(st.median), st.median, st.p99);
+            let _ = writeln!(
+                s,
+                r#"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{color}"><title>{name} {gname}: median {:.1} ms, p99 {:.1} ms</title></rect>"#,
+                y(st.median),
+                bar_w * 0.85,
+                y(0.0) - y(st.median),
+                st.median,
+                st.p99
+            );
             let cx = x + bar_w * 0.425;
-            let _ = writeln!(s, r##"<line x1="{cx:.1}" x2="{cx:.1}" y1="{:.1}" y2="{:.1}" stroke="#222"/><line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#222"/>"##, y(st.median), y(st.p99), cx - 5.0, cx + 5.0, y(st.p99), y(st.p99));
-            let _ = writeln!(s, r#"<text x="{cx:.1}" y="{:.1}" font-size="10" text-anchor="middle">{:.1}</text>"#, y(st.median) - 3.0 - if st.p99 - st.median < ymax * 0.04 { 10.0 } else { 0.0 }, st.median);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{cx:.1}" x2="{cx:.1}" y1="{:.1}" y2="{:.1}" stroke="#222"/><line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#222"/>"##,
+                y(st.median),
+                y(st.p99),
+                cx - 5.0,
+                cx + 5.0,
+                y(st.p99),
+                y(st.p99)
+            );
+            let _ = writeln!(
+                s,
+                r#"<text x="{cx:.1}" y="{:.1}" font-size="10" text-anchor="middle">{:.1}</text>"#,
+                y(st.median) - 3.0 - if st.p99 - st.median < ymax * 0.04 { 10.0 } else { 0.0 },
+                st.median
+            );
         }
-        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" font-size="13" text-anchor="middle" font-weight="bold">{gname}</text>"#, gx + bar_w * 1.5, h - bottom + 18.0);
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" font-size="13" text-anchor="middle" font-weight="bold">{gname}</text>"#,
+            gx + bar_w * 1.5,
+            h - bottom + 18.0
+        );
     }
     for (si, (name, color, _)) in series.iter().enumerate() {
         let x = left + 190.0 * si as f64;
-        let _ = writeln!(s, r#"<rect x="{x}" y="{}" width="12" height="12" fill="{color}"/><text x="{}" y="{}" font-size="12">{}</text>"#, h - 30.0, x + 16.0, h - 20.0, esc(name));
+        let _ = writeln!(
+            s,
+            r#"<rect x="{x}" y="{}" width="12" height="12" fill="{color}"/><text x="{}" y="{}" font-size="12">{}</text>"#,
+            h - 30.0,
+            x + 16.0,
+            h - 20.0,
+            esc(name)
+        );
     }
     s.push_str("</svg>\n");
     s
@@ -193,9 +251,17 @@ fn scaling_svg(run: &Run) -> String {
     }
     let pts: Vec<(usize, f64)> = lines.iter().flat_map(|(_, _, _, p)| p.iter().copied()).collect();
     let mut s = svg_head(w, h);
-    let _ = writeln!(s, r#"<text x="{left}" y="24" font-size="16" font-weight="bold">Cost of the next pod with N pods already attached (median)</text>"#);
-    let _ = writeln!(s, r##"<text x="{left}" y="44" font-size="11" fill="#555">{}</text>"##, esc(&plot_machine_line(run)));
-    let _ = writeln!(s, r##"<text x="{left}" y="58" font-size="11" fill="#555">log-log · reproduce: {}</text>"##, esc(&run.opts.command));
+    let _ = writeln!(
+        s,
+        r#"<text x="{left}" y="24" font-size="16" font-weight="bold">Cost of the next pod with N pods already attached (median)</text>"#
+    );
+    let _ =
+        writeln!(s, r##"<text x="{left}" y="44" font-size="11" fill="#555">{}</text>"##, esc(&plot_machine_line(run)));
+    let _ = writeln!(
+        s,
+        r##"<text x="{left}" y="58" font-size="11" fill="#555">log-log · reproduce: {}</text>"##,
+        esc(&run.opts.command)
+    );
     if pts.is_empty() {
         s.push_str("</svg>\n");
         return s;
@@ -215,7 +281,15 @@ fn scaling_svg(run: &Run) -> String {
             if v > yhi * 1.001 {
                 break;
             }
-            let _ = writeln!(s, r##"<line x1="{left}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{v} ms</text>"##, left + pw, y(v), y(v), left - 6.0, y(v) + 4.0);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{left}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{v} ms</text>"##,
+                left + pw,
+                y(v),
+                y(v),
+                left - 6.0,
+                y(v) + 4.0
+            );
         }
         decade *= 10.0;
     }
@@ -223,17 +297,46 @@ fn scaling_svg(run: &Run) -> String {
     levels.sort_unstable();
     levels.dedup();
     for l in &levels {
-        let _ = writeln!(s, r##"<line x1="{:.1}" x2="{:.1}" y1="{top}" y2="{:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">{l}</text>"##, x(*l as f64), x(*l as f64), top + ph, x(*l as f64), top + ph + 16.0);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{:.1}" x2="{:.1}" y1="{top}" y2="{:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">{l}</text>"##,
+            x(*l as f64),
+            x(*l as f64),
+            top + ph,
+            x(*l as f64),
+            top + ph + 16.0
+        );
     }
-    let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="middle">pods attached</text>"#, left + pw / 2.0, h - 12.0);
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="middle">pods attached</text>"#,
+        left + pw / 2.0,
+        h - 12.0
+    );
     for (i, (name, color, dash, points)) in lines.iter().enumerate() {
         let p: Vec<String> = points.iter().map(|(l, v)| format!("{:.1},{:.1}", x(*l as f64), y(*v))).collect();
-        let _ = writeln!(s, r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/>"#, p.join(" "));
+        let _ = writeln!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/>"#,
+            p.join(" ")
+        );
         for (l, v) in points {
-            let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"><title>{name} at {l}: {v:.1} ms</title></circle>"#, x(*l as f64), y(*v));
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"><title>{name} at {l}: {v:.1} ms</title></circle>"#,
+                x(*l as f64),
+                y(*v)
+            );
         }
         let ly = top + 10.0 + 20.0 * i as f64;
-        let _ = writeln!(s, r#"<line x1="{:.1}" x2="{:.1}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{:.1}" y="{:.1}" font-size="12">{name}</text>"#, left + pw + 12.0, left + pw + 40.0, left + pw + 46.0, ly + 4.0);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{:.1}" x2="{:.1}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{:.1}" y="{:.1}" font-size="12">{name}</text>"#,
+            left + pw + 12.0,
+            left + pw + 40.0,
+            left + pw + 46.0,
+            ly + 4.0
+        );
     }
     s.push_str("</svg>\n");
     s
@@ -245,8 +348,15 @@ pub fn tables(run: &Run) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Measured {}  ", machine_line(run));
     let _ = writeln!(s, "Command: `{}` (run time {:.0} s)\n", run.opts.command, run.elapsed);
-    let _ = writeln!(s, "### Per-pod latency ({} samples per side, interleaved; p99 is the largest sample below 100)\n", o.latency.add.n);
-    let _ = writeln!(s, "| | cni-rs | reference | ours/ref | speedup | floor (netlink) | floor (+1 nft) | ours/floor(+nft) |");
+    let _ = writeln!(
+        s,
+        "### Per-pod latency ({} samples per side, interleaved; p99 is the largest sample below 100)\n",
+        o.latency.add.n
+    );
+    let _ = writeln!(
+        s,
+        "| | cni-rs | reference | ours/ref | speedup | floor (netlink) | floor (+1 nft) | ours/floor(+nft) |"
+    );
     let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for (name, a, b, fl, fn_) in [
         ("ADD median", o.latency.add.median, r.latency.add.median, f.netlink.add.median, f.with_nft.add.median),
@@ -269,7 +379,11 @@ pub fn tables(run: &Run) -> String {
         let _ = writeln!(s, "| {w} | {a:.1} pods/s | {b:.1} pods/s | {:.1}x |", ratio(*a, *b));
     }
     if !o.scaling.is_empty() {
-        let _ = writeln!(s, "\n### Scaling: the next pod with N attached (median / p99, {} samples per level)\n", o.scaling[0].1.n);
+        let _ = writeln!(
+            s,
+            "\n### Scaling: the next pod with N attached (median / p99, {} samples per level)\n",
+            o.scaling[0].1.n
+        );
         let _ = writeln!(s, "| N attached | cni-rs ADD | cni-rs DEL | reference ADD | reference DEL |");
         let _ = writeln!(s, "|---:|---:|---:|---:|---:|");
         for ((l, oa, od), (_, ra, rd)) in o.scaling.iter().zip(&r.scaling) {
@@ -296,16 +410,35 @@ pub fn tables(run: &Run) -> String {
         growth_table(&mut s, run);
         for (name, res) in [("cni-rs", o), ("reference", r)] {
             if let Some((n, secs)) = res.teardown {
-                let _ = writeln!(s, "Tearing down {n} pods with {} in parallel: {name} {secs:.1} s.  ", run.opts.parallel);
+                let _ =
+                    writeln!(s, "Tearing down {n} pods with {} in parallel: {name} {secs:.1} s.  ", run.opts.parallel);
             }
         }
     }
     let _ = writeln!(s, "\n### Footprint\n");
     let _ = writeln!(s, "| | files | bytes on disk | the 4 plugins used |");
     let _ = writeln!(s, "|---|---:|---:|---:|");
-    let _ = writeln!(s, "| cni-rs (installed set) | {} names | {} ({}) | {} |", o.disk_all.0, o.disk_all.1, mb(o.disk_all.1), mb(o.disk_used));
-    let _ = writeln!(s, "| reference package | {} files | {} ({}) | {} |", r.disk_all.0, r.disk_all.1, mb(r.disk_all.1), mb(r.disk_used));
-    let _ = writeln!(s, "\n### Per plugin: mean wall time and peak RSS of the process tree (plugin and what it runs), {} pods\n", run.opts.breakdown);
+    let _ = writeln!(
+        s,
+        "| cni-rs (installed set) | {} names | {} ({}) | {} |",
+        o.disk_all.0,
+        o.disk_all.1,
+        mb(o.disk_all.1),
+        mb(o.disk_used)
+    );
+    let _ = writeln!(
+        s,
+        "| reference package | {} files | {} ({}) | {} |",
+        r.disk_all.0,
+        r.disk_all.1,
+        mb(r.disk_all.1),
+        mb(r.disk_used)
+    );
+    let _ = writeln!(
+        s,
+        "\n### Per plugin: mean wall time and peak RSS of the process tree (plugin and what it runs), {} pods\n",
+        run.opts.breakdown
+    );
     let _ = writeln!(s, "bridge includes its host-local call; host-local is also run alone with the same config.\n");
     let _ = writeln!(s, "| plugin | cni-rs ADD | reference ADD | cni-rs DEL | reference DEL | cni-rs peak RSS (ADD/DEL) | reference peak RSS (ADD/DEL) |");
     let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
@@ -349,7 +482,10 @@ fn growth_table(s: &mut String, run: &Run) {
     let floor = o.level_floor.first().zip(o.level_floor.last());
     for verb in ["ADD", "DEL"] {
         let pick = |c: &PluginCost| if verb == "ADD" { c.add_ms } else { c.del_ms };
-        let _ = writeln!(s, "| {verb} | cni-rs at {l0} | cni-rs at {l1} | growth | reference at {l0} | reference at {l1} | growth |");
+        let _ = writeln!(
+            s,
+            "| {verb} | cni-rs at {l0} | cni-rs at {l1} | growth | reference at {l0} | reference at {l1} | growth |"
+        );
         let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
         for (((a0, a1), b0), b1) in o0.iter().zip(o1).zip(r0).zip(r1) {
             let (a0v, a1v, b0v, b1v) = (pick(a0), pick(a1), pick(b0), pick(b1));

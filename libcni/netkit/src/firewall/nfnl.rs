@@ -337,7 +337,7 @@ fn ifname_bytes(name: &str) -> [u8; 16] {
 
 /// A key's bytes: the fields back to back, each padded to 32 bits when there are several (a
 /// concatenation occupies whole registers).
-fn key_bytes(key: &[KeyPart]) -> Vec<u8> {
+pub(crate) fn key_bytes(key: &[KeyPart]) -> Vec<u8> {
     if key.len() == 1 {
         return key[0].bytes();
     }
@@ -1039,6 +1039,11 @@ impl Batch {
     /// The number of messages.
     pub(crate) fn len(&self) -> usize {
         self.msgs.len()
+    }
+
+    /// Appends the messages of `other`.
+    pub(crate) fn extend(&mut self, other: Batch) {
+        self.msgs.extend(other.msgs);
     }
 
     fn push(&mut self, ty: u16, flags: u16, family: Family, what: String, f: impl FnOnce(&mut Attrs)) {

@@ -72,7 +72,9 @@
 //! up by DEL and GC like ours.
 
 use super::exec::{self, one_line, run};
-use super::nfnl::{self, BaseChain, Batch, ChainType, Family, Field, Hook, KeyPart, KeyType, Verdict};
+use super::nfnl::{
+    self, BaseChain, Batch, ChainType, Family, Field, Hook, KeyPart, KeyType, SetData, SetSpec, Verdict,
+};
 use super::{check_failed, sha512_hex, BackendKind, Firewall, Masquerade, PortMap, Protocol};
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
@@ -81,6 +83,8 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
+
+mod flat;
 
 pub(crate) const PORTMAP_TABLE: &str = "cni_rs_portmap";
 pub(crate) const MASQ_TABLE: &str = "cni_rs_masq";
@@ -128,7 +132,12 @@ pub(crate) struct Table {
     legacy_suffixes: &'static [&'static str],
     /// Name, type in nft syntax, key type for netlink.
     maps: &'static [(&'static str, &'static str, &'static [KeyType])],
+    /// Sets and maps whose elements can expire: name, `set`/`map` and type in nft syntax, types.
+    sets: &'static [(&'static str, &'static str, &'static str, SetSpec<'static>)],
     shared: &'static [SharedChain],
+    /// Regular chains created with the table but never flushed by its setup (their rules are
+    /// added one at a time, see [`flat`]).
+    kept_chains: &'static [&'static str],
 }
 
 const V4: KeyType = KeyType::Ipv4Addr;
@@ -139,6 +148,24 @@ const PORT: KeyType = KeyType::InetService;
 fn jump_dispatch() -> nfnl::Rule {
     inet().fib_daddr_local().verdict(Verdict::Jump("dispatch".into()))
 }
+
+const fn value_map(key: &'static [KeyType], data: &'static [KeyType]) -> SetSpec<'static> {
+    SetSpec { key, data: SetData::Value(data), timeout: true }
+}
+
+const fn plain_set(key: &'static [KeyType]) -> SetSpec<'static> {
+    SetSpec { key, data: SetData::None, timeout: true }
+}
+
+fn mark(r: nfnl::Rule) -> nfnl::Rule {
+    r.mark_or(flat::MARK)
+}
+
+fn fields(key: &[Field]) -> Vec<(Field, Option<Vec<u8>>)> {
+    key.iter().map(|f| (*f, None)).collect()
+}
+
+const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
 pub(crate) static PORTMAP: Table = Table {
     family: "inet",
@@ -155,6 +182,43 @@ pub(crate) static PORTMAP: Table = Table {
         ("snat4", "ipv4_addr : verdict", &[V4]),
         ("snat6", "ipv6_addr : verdict", &[V6]),
     ],
+    sets: &[
+        (
+            "dnat4",
+            "map",
+            "inet_proto . inet_service : ipv4_addr . inet_service",
+            value_map(&[PROTO, PORT], &[V4, PORT]),
+        ),
+        (
+            "dnat6",
+            "map",
+            "inet_proto . inet_service : ipv6_addr . inet_service",
+            value_map(&[PROTO, PORT], &[V6, PORT]),
+        ),
+        (
+            "hdnat4",
+            "map",
+            "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service",
+            value_map(&[V4, PROTO, PORT], &[V4, PORT]),
+        ),
+        (
+            "hdnat6",
+            "map",
+            "ipv6_addr . inet_proto . inet_service : ipv6_addr . inet_service",
+            value_map(&[V6, PROTO, PORT], &[V6, PORT]),
+        ),
+        ("own4", "map", "inet_proto . inet_service : ipv6_addr", value_map(&[PROTO, PORT], &[V6])),
+        ("own6", "map", "inet_proto . inet_service : ipv6_addr", value_map(&[PROTO, PORT], &[V6])),
+        ("hown4", "map", "ipv4_addr . inet_proto . inet_service : ipv6_addr", value_map(&[V4, PROTO, PORT], &[V6])),
+        ("hown6", "map", "ipv6_addr . inet_proto . inet_service : ipv6_addr", value_map(&[V6, PROTO, PORT], &[V6])),
+        ("sp4", "set", "inet_proto . inet_service", plain_set(&[PROTO, PORT])),
+        ("hsp4", "set", "ipv4_addr . inet_proto . inet_service", plain_set(&[V4, PROTO, PORT])),
+        ("all4", "set", "inet_proto . inet_service", plain_set(&[PROTO, PORT])),
+        ("all6", "set", "inet_proto . inet_service", plain_set(&[PROTO, PORT])),
+        ("hall4", "set", "ipv4_addr . inet_proto . inet_service", plain_set(&[V4, PROTO, PORT])),
+        ("hall6", "set", "ipv6_addr . inet_proto . inet_service", plain_set(&[V6, PROTO, PORT])),
+        ("owners", "set", "ipv6_addr . inet_service", plain_set(&[V6, PORT])),
+    ],
     shared: &[
         SharedChain {
             name: "dispatch",
@@ -170,6 +234,38 @@ pub(crate) static PORTMAP: Table = Table {
                 }),
                 ("meta nfproto ipv6 meta l4proto . th dport vmap @anyports6", || {
                     inet().meta_nfproto(true).vmap(PROTO_PORT, "anyports6")
+                }),
+                ("jump hairpin", || inet().verdict(Verdict::Jump("hairpin".into()))),
+                (
+                    "ip saddr 127.0.0.1 ip daddr . meta l4proto . th dport @hsp4 meta mark set meta mark | 0x2000",
+                    || mark(inet().saddr(LOCALHOST).in_set(&fields(ADDR_PROTO_PORT4), "hsp4")),
+                ),
+                ("ip saddr 127.0.0.1 meta l4proto . th dport @sp4 meta mark set meta mark | 0x2000", || {
+                    mark(inet().saddr(LOCALHOST).in_set(&fields(PROTO_PORT), "sp4"))
+                }),
+                ("ip daddr . meta l4proto . th dport @hall4 meta mark set meta mark | 0x2000", || {
+                    mark(inet().in_set(&fields(ADDR_PROTO_PORT4), "hall4"))
+                }),
+                ("ip6 daddr . meta l4proto . th dport @hall6 meta mark set meta mark | 0x2000", || {
+                    mark(inet().in_set(&fields(ADDR_PROTO_PORT6), "hall6"))
+                }),
+                ("meta nfproto ipv4 meta l4proto . th dport @all4 meta mark set meta mark | 0x2000", || {
+                    mark(inet().meta_nfproto(false).in_set(&fields(PROTO_PORT), "all4"))
+                }),
+                ("meta nfproto ipv6 meta l4proto . th dport @all6 meta mark set meta mark | 0x2000", || {
+                    mark(inet().meta_nfproto(true).in_set(&fields(PROTO_PORT), "all6"))
+                }),
+                ("dnat ip to ip daddr . meta l4proto . th dport map @hdnat4", || {
+                    inet().dnat_map(ADDR_PROTO_PORT4, "hdnat4", false)
+                }),
+                ("dnat ip6 to ip6 daddr . meta l4proto . th dport map @hdnat6", || {
+                    inet().dnat_map(ADDR_PROTO_PORT6, "hdnat6", true)
+                }),
+                ("meta nfproto ipv4 dnat ip to meta l4proto . th dport map @dnat4", || {
+                    inet().meta_nfproto(false).dnat_map(PROTO_PORT, "dnat4", false)
+                }),
+                ("meta nfproto ipv6 dnat ip6 to meta l4proto . th dport map @dnat6", || {
+                    inet().meta_nfproto(true).dnat_map(PROTO_PORT, "dnat6", true)
                 }),
             ],
         },
@@ -192,9 +288,11 @@ pub(crate) static PORTMAP: Table = Table {
             rules: &[
                 ("ct status dnat ip daddr vmap @snat4", || inet().ct_status_dnat().vmap(&[Field::IpDaddr], "snat4")),
                 ("ct status dnat ip6 daddr vmap @snat6", || inet().ct_status_dnat().vmap(&[Field::Ip6Daddr], "snat6")),
+                ("meta mark & 0x2000 == 0x2000 masquerade", || inet().mark_has(flat::MARK).masquerade()),
             ],
         },
     ],
+    kept_chains: &["hairpin"],
 };
 
 pub(crate) static MASQ: Table = Table {
@@ -205,6 +303,8 @@ pub(crate) static MASQ: Table = Table {
     suffixes: &[""],
     legacy_suffixes: &[],
     maps: &[("masq4", "ipv4_addr : verdict", &[V4]), ("masq6", "ipv6_addr : verdict", &[V6])],
+    sets: &[],
+    kept_chains: &[],
     shared: &[SharedChain {
         name: "postrouting",
         spec: Some("type nat hook postrouting priority 100; policy accept;"),
@@ -226,6 +326,8 @@ pub(crate) static MACSPOOF: Table = Table {
     suffixes: &[""],
     legacy_suffixes: &[],
     maps: &[("ports", "ifname : verdict", &[KeyType::Ifname])],
+    sets: &[],
+    kept_chains: &[],
     shared: &[SharedChain {
         name: "prerouting",
         spec: Some("type filter hook prerouting priority -300; policy accept;"),
@@ -256,6 +358,13 @@ impl Table {
         let mut out = vec![Step::Line(format!("add table {t}"), Some(Nl::Table))];
         for (name, ty, key) in self.maps {
             out.push(Step::Line(format!("add map {t} {name} {{ type {ty}; }}"), Some(Nl::Map(name, key))));
+        }
+        for (name, kind, ty, spec) in self.sets {
+            let text = format!("add {kind} {t} {name} {{ type {ty}; flags timeout; }}");
+            out.push(Step::Line(text, Some(Nl::Set(name, *spec))));
+        }
+        for name in self.kept_chains {
+            out.push(add_chain_step(self, name));
         }
         for c in self.shared {
             let text = match c.spec {
@@ -591,6 +700,11 @@ pub(crate) fn macspoof_pod(network: &str, container_id: &str, ifname: &str, port
     Ok(pod)
 }
 
+/// Whether the pod's mappings carry conditions (free nft syntax, so rules of their own).
+fn has_conditions(p: &PortMap) -> bool {
+    p.conditions_v4.iter().chain(&p.conditions_v6).any(|c| !c.trim().is_empty())
+}
+
 /// The nftables backend (stateless; ADD and DEL talk netlink, CHECK and GC run `nft`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NftablesBackend;
@@ -682,6 +796,7 @@ enum Op {
 enum Nl {
     Table,
     Map(&'static str, &'static [KeyType]),
+    Set(&'static str, SetSpec<'static>),
     Chain { name: String, base: Option<BaseChain>, comment: Option<String> },
     Flush(String),
     Delete(String),
@@ -748,6 +863,7 @@ fn to_batch(t: &Table, steps: &[Step]) -> Option<(Batch, Vec<(usize, usize)>)> {
             Step::Line(_, nl) | Step::Create(_, nl) => match nl.as_ref()? {
                 Nl::Table => b.add_table(f, tn),
                 Nl::Map(name, key) => b.add_map(f, tn, name, key),
+                Nl::Set(name, spec) => b.add_set(f, tn, name, *spec, false),
                 Nl::Chain { name, base, comment } if matches!(step, Step::Create(..)) => {
                     b.create_chain(f, tn, name, *base, comment.as_deref())
                 }
@@ -1287,20 +1403,35 @@ impl Firewall for NftablesBackend {
     }
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
-        add_pod(&portmap_pod(p), &format!("add port mappings for container {}", p.container_id))
+        let what = format!("add port mappings for container {}", p.container_id);
+        if !has_conditions(p) {
+            return flat::add(p, &what);
+        }
+        // Conditions are nft text of a rule of the pod's own: the chain layout.
+        if let Some(k) = flat::held(p)? {
+            return Err(conflict(&what, &[k]));
+        }
+        flat::forget(&p.network, &p.container_id, &p.ifname, &what)?;
+        add_pod(&portmap_pod(p), &what)
     }
 
     fn del_portmap(&self, network: &str, container_id: &str, ifname: &str) -> Result<()> {
-        let base = PORTMAP.base(network, container_id, ifname);
-        del_pod(&PORTMAP, &base, &format!("delete port mappings of container {container_id}"))
+        flat::del(network, container_id, ifname, &format!("delete port mappings of container {container_id}"))
     }
 
     fn check_portmap(&self, p: &PortMap) -> Result<()> {
-        check_pod(&portmap_pod(p), &format!("port mappings of container {}", p.container_id))
+        let what = format!("port mappings of container {}", p.container_id);
+        if has_conditions(p) {
+            check_pod(&portmap_pod(p), &what)
+        } else {
+            flat::check(p, &what)
+        }
     }
 
     fn gc_portmap(&self, network: &str, keep: &[Attachment]) -> Result<()> {
-        gc(&PORTMAP, network, keep, &format!("garbage-collect port-mapping chains of network {network}"))
+        let what = format!("garbage-collect port mappings of network {network}");
+        gc(&PORTMAP, network, keep, &what)?;
+        flat::gc(network, keep, &what)
     }
 
     fn status(&self) -> Result<()> {
@@ -1558,7 +1689,7 @@ mod tests {
     }
 
     /// Runs `f` on a thread of its own in a fresh network namespace (nft run from it inherits it).
-    fn in_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    pub(super) fn in_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
         std::thread::spawn(move || {
             // SAFETY: unshare(2) changes only this thread's network namespace.
             assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
