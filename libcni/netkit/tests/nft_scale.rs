@@ -12,6 +12,7 @@ use libcni::conf::Attachment;
 use netkit::firewall::{self, BackendKind, Firewall, Masquerade, PortMap, PortMapping, Protocol};
 use netkit::NetNs;
 use serde_json::Value;
+use sha2::{Digest, Sha512};
 use std::process::Command;
 use std::time::Instant;
 
@@ -150,26 +151,28 @@ fn more_pods_than_hooks() {
     let added = started.elapsed();
     assert!(errors.is_empty(), "{} ADDs failed, first: {:?}", errors.len(), errors.first());
 
-    // The base chains stay as they are however many pods there are. A port mapping is elements
-    // only (the hairpin rules are one pair per subnet length); masquerade has a chain per pod.
+    // The base chains stay as they are however many pods there are, and a pod is elements only
+    // (the rules made on demand are one pair per subnet length).
     assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
-    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, ATTACHMENTS));
+    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
     assert_eq!(rules(&ns, "cni_rs_portmap", "dispatch"), 15);
     assert_eq!(rules(&ns, "cni_rs_portmap", "hairpin"), 2);
     assert_eq!(rules(&ns, "cni_rs_portmap", "postrouting"), 3);
-    assert_eq!(rules(&ns, "cni_rs_masq", "postrouting"), 2);
+    assert_eq!(rules(&ns, "cni_rs_masq", "postrouting"), 5);
+    assert_eq!(rules(&ns, "cni_rs_masq", "local"), 1);
     for set in ["dnat4", "own4", "hp4-16", "sp4", "owners"] {
         assert_eq!(elements(&ns, "inet", "cni_rs_portmap", set), ATTACHMENTS, "{set}");
     }
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 0);
-    assert_eq!(elements(&ns, "inet", "cni_rs_masq", "masq4"), ATTACHMENTS);
+    for set in ["pods4", "local4-16", "owners"] {
+        assert_eq!(elements(&ns, "inet", "cni_rs_masq", set), ATTACHMENTS, "{set}");
+    }
     let netns = NetNs::open(&ns.path).unwrap();
     netns.run(|| fw().check_portmap(&scale_portmap(&network, ATTACHMENTS - 1))).unwrap().unwrap();
     netns.run(|| fw().check_masquerade(&masq(&network, 0))).unwrap().unwrap();
 
-    // Every DEL waits out an RCU grace period under the nf_tables mutex (~15-25 ms each, one at a
-    // time): masquerade is deleted attachment by attachment, port mappings for a sample, and the
-    // rest by one GC.
+    // DEL gives the elements an expiry rather than deleting them: masquerade attachment by
+    // attachment, port mappings for a sample, and the rest by one GC.
     let started = Instant::now();
     let errors = each(&ns, ATTACHMENTS, |i| {
         let id = format!("scale-{i}");
@@ -199,7 +202,9 @@ fn more_pods_than_hooks() {
     for set in ["dnat4", "own4", "hp4-16", "sp4", "owners"] {
         assert_eq!(elements(&ns, "inet", "cni_rs_portmap", set), 0, "{set}");
     }
-    assert_eq!(elements(&ns, "inet", "cni_rs_masq", "masq4"), 0);
+    for set in ["pods4", "local4-16", "owners"] {
+        assert_eq!(elements(&ns, "inet", "cni_rs_masq", set), 0, "{set}");
+    }
 }
 
 #[test]
@@ -300,10 +305,11 @@ fn reused_address_and_earlier_layout() {
     inside(&|| fw().del_masquerade(&network, "stale", "eth0")).unwrap();
     inside(&|| fw().check_masquerade(&fresh)).unwrap();
     inside(&|| fw().del_masquerade(&network, "fresh", "eth0")).unwrap();
-    assert_eq!(elements(&ns, "inet", "cni_rs_masq", "masq4"), 0);
+    settle();
+    assert_eq!(elements(&ns, "inet", "cni_rs_masq", "pods4"), 0);
     assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
 
-    // A container set up by the earlier layout (a base chain of its own) is removed by DEL, and
+    // A container set up by the earliest layout (a base chain of its own) is removed by DEL, and
     // replaced by a repeated ADD.
     let legacy = |name: &str| {
         let batch = format!(
@@ -318,23 +324,10 @@ fn reused_address_and_earlier_layout() {
         std::io::Write::write_all(&mut child.stdin.take().unwrap(), batch.as_bytes()).unwrap();
         assert!(child.wait().unwrap().success());
     };
-    let mq_chains = || -> Vec<String> {
-        let v = nft_json(&ns, &["list", "table", "inet", "cni_rs_masq"]);
-        items(&v, "chain")
-            .iter()
-            .filter_map(|c| c["name"].as_str())
-            .filter(|n| n.starts_with("mq-"))
-            .map(String::from)
-            .collect()
-    };
+    // The chain layout's name of a container's chain: mq-<sha512(network)[..8]>-<sha512(network, id, ifname)[..16]>.
     let name_of = |id: &str| {
-        // Learn the chain name the way an operator would: ADD, look, DEL.
-        let before = mq_chains();
-        let m = Masquerade { container_id: id.into(), ..fresh.clone() };
-        inside(&|| fw().add_masquerade(&m)).unwrap();
-        let name = mq_chains().into_iter().find(|n| !before.contains(n)).unwrap();
-        inside(&|| fw().del_masquerade(&network, id, "eth0")).unwrap();
-        name
+        let hex = |s: &str| Sha512::digest(s.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>();
+        format!("mq-{}-{}", &hex(&network)[..8], &hex(&format!("{network}\0{id}\0eth0"))[..16])
     };
     let old = name_of("old");
     legacy(&old);
@@ -345,12 +338,14 @@ fn reused_address_and_earlier_layout() {
     let readd = Masquerade { container_id: "old".into(), ..fresh.clone() };
     inside(&|| fw().add_masquerade(&readd)).unwrap();
     inside(&|| fw().check_masquerade(&readd)).unwrap();
-    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 1));
+    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
     inside(&|| fw().del_masquerade(&network, "old", "eth0")).unwrap();
     legacy(&name_of("gc-me"));
+    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (2, 1));
     inside(&|| fw().gc_masquerade(&network, &[])).unwrap();
+    settle();
     assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
-    assert_eq!(elements(&ns, "inet", "cni_rs_masq", "masq4"), 0);
+    assert_eq!(elements(&ns, "inet", "cni_rs_masq", "pods4"), 0);
 }
 
 /// conditionsV4/V6 are nft syntax the backend does not compile: such a pod goes through `nft`
