@@ -946,6 +946,29 @@ mod privileged {
             return;
         }
         in_netns(|| {
+            // The table as the chain layout's setup left it: no sets, no hairpin chain.
+            let earlier = "add table inet cni_rs_portmap
+add map inet cni_rs_portmap hostports4 { type ipv4_addr . inet_proto . inet_service : verdict; }
+add map inet cni_rs_portmap hostports6 { type ipv6_addr . inet_proto . inet_service : verdict; }
+add map inet cni_rs_portmap anyports4 { type inet_proto . inet_service : verdict; }
+add map inet cni_rs_portmap anyports6 { type inet_proto . inet_service : verdict; }
+add map inet cni_rs_portmap snat4 { type ipv4_addr : verdict; }
+add map inet cni_rs_portmap snat6 { type ipv6_addr : verdict; }
+add chain inet cni_rs_portmap dispatch
+add chain inet cni_rs_portmap prerouting { type nat hook prerouting priority -100; policy accept; }
+add chain inet cni_rs_portmap output { type nat hook output priority -100; policy accept; }
+add chain inet cni_rs_portmap postrouting { type nat hook postrouting priority 100; policy accept; }
+add rule inet cni_rs_portmap dispatch ip daddr . meta l4proto . th dport vmap @hostports4
+add rule inet cni_rs_portmap dispatch ip6 daddr . meta l4proto . th dport vmap @hostports6
+add rule inet cni_rs_portmap dispatch meta nfproto ipv4 meta l4proto . th dport vmap @anyports4
+add rule inet cni_rs_portmap dispatch meta nfproto ipv6 meta l4proto . th dport vmap @anyports6
+add rule inet cni_rs_portmap prerouting fib daddr type local jump dispatch
+add rule inet cni_rs_portmap output fib daddr type local jump dispatch
+add rule inet cni_rs_portmap postrouting ct status dnat ip daddr vmap @snat4
+add rule inet cni_rs_portmap postrouting ct status dnat ip6 daddr vmap @snat6
+";
+            let out = crate::firewall::exec::run("nft", &["-f", "-"], Some(earlier)).unwrap();
+            assert!(out.success, "{}", out.stderr);
             let (a, b) = (pm("a", 8080), pm("b", 8081));
             add_pod(&portmap_pod(&a), "add a").unwrap();
             add_pod(&portmap_pod(&b), "add b").unwrap();
@@ -959,6 +982,8 @@ mod privileged {
             assert!(!pod_chains(&b));
             check_portmap(&b, "check b").unwrap();
             assert_eq!((count("dnat4"), count("dnat6"), count("owners")), (1, 1, 1));
+            let dispatch = list_chain(&PORTMAP, "dispatch").unwrap().unwrap();
+            assert_eq!(dispatch.comments.len(), 15, "setup refilled the shared chain");
         });
     }
 
