@@ -1,11 +1,18 @@
-//! The nftables backend: our own tables, a constant set of base chains that dispatch through
-//! verdict maps to per-container regular chains named from a hash.
+//! The nftables backend: our own tables with a constant set of base chains. Port mappings and
+//! masquerade are elements of shared hash sets and maps ([`flat`]: no chain, rule or jump per pod,
+//! and DEL gives elements an expiry rather than deleting them). What is left here is the earlier
+//! layout, a regular chain per container reached through verdict maps, which still serves the MAC
+//! spoof check, port mappings with `conditionsV4`/`conditionsV6` (free nft syntax needs a rule of its
+//! own), and the removal of pods an earlier version set up.
 //!
 //! The kernel allows 1024 hooks per hook point and copies the hook array on every registration, so
 //! a base chain per container stops ADD at a few hundred pods and makes it slower with every pod;
 //! every new connection would also walk one chain per pod. Here the base chains are shared and fixed
-//! (three in the portmap table, one each in the others); a container owns regular chains and the
-//! map elements that lead to them, so a lookup is one hash probe however many pods there are.
+//! (three in the portmap table, one each in the others); a container owns elements (and, in the
+//! chain layout, regular chains and the map elements that lead to them), so a lookup is one hash
+//! probe however many pods there are.
+//!
+//! The chain layout:
 //!
 //! ```text
 //! table inet cni_rs_portmap {
@@ -17,11 +24,12 @@
 //!   chain dispatch { ip daddr . meta l4proto . th dport vmap @hostports4
 //!                    ip6 daddr . meta l4proto . th dport vmap @hostports6
 //!                    meta nfproto ipv4 meta l4proto . th dport vmap @anyports4
-//!                    meta nfproto ipv6 meta l4proto . th dport vmap @anyports6 }
+//!                    meta nfproto ipv6 meta l4proto . th dport vmap @anyports6
+//!                    ...then the flat layout's marks and dnat maps }
 //!   chain prerouting  { type nat hook prerouting priority dstnat; fib daddr type local jump dispatch }
 //!   chain output      { type nat hook output priority -100;       fib daddr type local jump dispatch }
 //!   chain postrouting { type nat hook postrouting priority srcnat;
-//!                       ct status dnat ip daddr vmap @snat4; ct status dnat ip6 daddr vmap @snat6 }
+//!                       ct status dnat ip daddr vmap @snat4; ct status dnat ip6 daddr vmap @snat6; ... }
 //!   chain pm-<net8>-<id16>-dnat { meta nfproto ipv4 <conditionsV4> [ip daddr H] tcp dport 8080
 //!                                   dnat ip to 10.22.0.5:80 comment "anyports4=tcp . 8080;snat4=10.22.0.5" }
 //!   chain pm-<net8>-<id16>-post { ct status dnat ip daddr 10.22.0.5 ip saddr 10.22.0.0/16
@@ -30,9 +38,9 @@
 //! }
 //! table inet cni_rs_masq {
 //!   map masq4 { type ipv4_addr : verdict }  map masq6 { type ipv6_addr : verdict }
-//!   chain postrouting { type nat hook postrouting priority srcnat; ip saddr vmap @masq4; ip6 saddr vmap @masq6 }
+//!   chain postrouting { type nat hook postrouting priority srcnat; ip saddr vmap @masq4; ip6 saddr vmap @masq6; ... }
 //!   chain mq-<net8>-<id16> { ip saddr 10.22.0.5 ip daddr != 10.22.0.0/16 ip daddr != 224.0.0.0/4
-//!                              masquerade comment "masq4=10.22.0.5" }
+//!                              masquerade comment "masq4=10.22.0.5" }     (only pods of earlier versions)
 //! }
 //! table bridge cni_rs_macspoof {
 //!   map ports { type ifname : verdict }
@@ -59,17 +67,17 @@
 //! and listing exactly like it, so pods added either way are handled alike. Only a pod with
 //! `conditionsV4`/`conditionsV6` (free nft syntax) has its batches run by `nft -f -`, whose error
 //! line numbers play the part of the message indexes. CHECK (its element probe) and GC (a listing
-//! of the whole table) still run `nft`; neither is on the pod's path.
+//! of the whole table) of this layout still run `nft`.
 //!
 //! ADD is one batch of additions only (`create chain`, rules, `add element`) — a transaction that
 //! deletes nothing skips the kernel's wait for an RCU grace period (about 10 ms here). `create chain`
 //! fails when the container's chain already exists: a repeated ADD then lists the chain and replaces
 //! the old rules and elements in one batch. Ports are exclusive: a host port (per protocol, family
-//! and host address) that another container holds fails ADD, naming the port, and adds nothing.
-//! Addresses (masquerade, snat) and bridge ports belong to the newest ADD: a stale container's
-//! element for a reused address is replaced. The maps and shared chains are created by the first ADD
-//! that finds them missing. Tables of the earlier layout (one base chain per container) are cleaned
-//! up by DEL and GC like ours.
+//! and host address) that another container holds fails ADD, naming the port, and adds nothing,
+//! whichever layout holds it. Bridge ports belong to the newest ADD: a stale container's element
+//! for a reused port is replaced. The maps, sets and shared chains are created (and the shared
+//! chains refilled) by the first ADD that finds something missing. Tables of the earliest layout
+//! (one base chain per container) are cleaned up by DEL and GC like ours.
 
 use super::exec::{self, one_line, run};
 use super::nfnl::{
