@@ -447,11 +447,16 @@ fn footprint(side: &Side, is_ours: bool) -> ((usize, u64), u64) {
     ((all.len(), disk_bytes(&all)), disk_bytes(&used))
 }
 
-/// Runs one plugin by hand; returns stdout, wall time and the peak RSS (KiB) of its process tree.
+/// Runs one plugin by hand, under `cni-peak` (see src/bin/peak.rs: measured from cni-bench itself,
+/// the peak RSS would be cni-bench's own); returns stdout, wall time and the peak RSS (KiB) of the
+/// plugin's process tree.
 fn exec_plugin(side: &Side, plugin: &str, command: &str, pod: &str, stdin: &[u8]) -> Res<(Vec<u8>, Duration, i64)> {
     let path = side.bin.join(plugin);
-    let t = Instant::now();
-    let mut child = Command::new(&path)
+    let peak = std::env::current_exe().map_err(|e| e.to_string())?.with_file_name("cni-peak");
+    let report = std::env::temp_dir().join(format!("cni-bench-peak.{}", std::process::id()));
+    let mut child = Command::new(&peak)
+        .arg(&report)
+        .arg(&path)
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", pod)
         .env("CNI_NETNS", netns_path(pod))
@@ -462,7 +467,7 @@ fn exec_plugin(side: &Side, plugin: &str, command: &str, pod: &str, stdin: &[u8]
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("spawn {}: {e}", path.display()))?;
+        .map_err(|e| format!("spawn {} {}: {e}", peak.display(), path.display()))?;
     let _ = child.stdin.take().unwrap().write_all(stdin);
     let mut err = child.stderr.take().unwrap();
     let err_reader = std::thread::spawn(move || {
@@ -472,17 +477,18 @@ fn exec_plugin(side: &Side, plugin: &str, command: &str, pod: &str, stdin: &[u8]
     });
     let mut out = Vec::new();
     let _ = child.stdout.take().unwrap().read_to_end(&mut out);
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is valid; wait4 fills it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waiting for our own child, with valid out-pointers.
-    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
-    let elapsed = t.elapsed();
+    let status = child.wait().map_err(|e| format!("wait for {}: {e}", peak.display()))?;
     let stderr = err_reader.join().unwrap_or_default();
-    if r < 0 || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+    if !status.success() {
         return Err(format!("{} {command} {pod} failed: {}{stderr}", path.display(), String::from_utf8_lossy(&out)));
     }
-    Ok((out, elapsed, ru.ru_maxrss))
+    let text = std::fs::read_to_string(&report).map_err(|e| format!("read {}: {e}", report.display()))?;
+    let _ = std::fs::remove_file(&report);
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>());
+    match (fields.next(), fields.next()) {
+        (Some(Ok(rss)), Some(Ok(ns))) => Ok((out, Duration::from_nanos(ns), rss as i64)),
+        _ => Err(format!("{}: unreadable report {text:?}", peak.display())),
+    }
 }
 
 /// ADD and DEL of one pod, one plugin at a time, timing each (host-local runs under bridge, so
