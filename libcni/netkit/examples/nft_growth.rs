@@ -1,5 +1,5 @@
 //! How the cost of one pod's nftables work grows with the pods already there: adds 10, then 1000,
-//! then 3000 pods' masquerade and port-mapping chains through the nftables backend, and at each
+//! then 3000 pods' masquerade and port mappings through the nftables backend, and at each
 //! level times the ADD and DEL of 20 more (medians). Run it as root in a namespace of its own, so
 //! the host's ruleset is not touched and everything goes with the namespace:
 //!
