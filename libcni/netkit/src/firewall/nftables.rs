@@ -1489,7 +1489,7 @@ mod tests {
     use super::super::PortMapping;
     use super::*;
 
-    fn pm() -> PortMap {
+    pub(super) fn pm() -> PortMap {
         PortMap {
             network: "net1".into(),
             container_id: "c1".into(),

@@ -806,30 +806,16 @@ mod tests {
     use super::*;
     use crate::firewall::PortMapping;
 
+    /// The chain layout tests' pod (8080/tcp, 5353/udp on 192.168.1.1, IPv4 and IPv6) without its
+    /// conditions, with a second mapping of 8080/tcp, which must lose to the first.
     fn pm(snat: bool, masq_all: bool) -> PortMap {
-        PortMap {
-            network: "net1".into(),
-            container_id: "c1".into(),
-            ifname: "eth0".into(),
-            mappings: vec![
-                PortMapping { host_port: 8080, container_port: 80, protocol: Protocol::Tcp, host_ip: None },
-                PortMapping { host_port: 8080, container_port: 81, protocol: Protocol::Tcp, host_ip: None },
-                PortMapping {
-                    host_port: 5353,
-                    container_port: 53,
-                    protocol: Protocol::Udp,
-                    host_ip: Some("192.168.1.1".parse().unwrap()),
-                },
-            ],
-            ipv4: Some("10.22.0.5/16".parse().unwrap()),
-            ipv6: Some("fd00:22::5/64".parse().unwrap()),
-            snat,
-            masq_all,
-            mark_masq_bit: 13,
-            external_set_mark_chain: None,
-            conditions_v4: vec![],
-            conditions_v6: vec![],
-        }
+        let mut p = super::super::tests::pm();
+        p.conditions_v4.clear();
+        let dup = PortMapping { host_port: 8080, container_port: 81, protocol: Protocol::Tcp, host_ip: None };
+        p.mappings.insert(1, dup);
+        p.snat = snat;
+        p.masq_all = masq_all;
+        p
     }
 
     #[test]
@@ -913,20 +899,11 @@ mod privileged {
     }
 
     fn pm(id: &str, port: u16) -> PortMap {
-        PortMap {
-            network: "net1".into(),
-            container_id: id.into(),
-            ifname: "eth0".into(),
-            mappings: vec![PortMapping { host_port: port, container_port: 80, protocol: Protocol::Tcp, host_ip: None }],
-            ipv4: Some("10.22.0.5/16".parse().unwrap()),
-            ipv6: Some("fd00:22::5/64".parse().unwrap()),
-            snat: true,
-            masq_all: false,
-            mark_masq_bit: 13,
-            external_set_mark_chain: None,
-            conditions_v4: vec![],
-            conditions_v6: vec![],
-        }
+        let mut p = super::super::tests::pm();
+        p.conditions_v4.clear();
+        p.container_id = id.into();
+        p.mappings = vec![PortMapping { host_port: port, container_port: 80, protocol: Protocol::Tcp, host_ip: None }];
+        p
     }
 
     fn count(set: &str) -> usize {
