@@ -1282,7 +1282,7 @@ impl Batch {
 
     /// `add element <family> <table> <set> { key [timeout T expires T] [: data] [comment ".."], ... }`:
     /// an element that exists with the same data is no error (and, with `expires_ms`, is given that
-    /// expiry: Linux 6.10 and later); one with other data is EEXIST. `create` (EEXIST if any key
+    /// expiry, on kernels with element timeout updates); one with other data is EEXIST. `create` (EEXIST if any key
     /// is there) when `excl`.
     pub(crate) fn add_elems(&mut self, family: Family, table: &str, set: &str, elems: &[Elem], excl: bool) {
         let (verb, flags) = if excl { ("create", NLM_F_CREATE | NLM_F_EXCL) } else { ("add", NLM_F_CREATE) };

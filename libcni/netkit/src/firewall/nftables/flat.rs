@@ -32,7 +32,7 @@
 //! the same at 10 pods and at 3000 (tests/bench/nft-layout-probe.sh). And DEL deletes nothing:
 //! any deletion in nf_tables is freed after an RCU grace period, and closing the netlink socket
 //! waits for it (~10 ms here). DEL gives each element an expiry of 1 ms instead (an element update,
-//! Linux 6.10 and later): it stops matching at once and the set's garbage collector frees it
+//! newer kernels, see docs/nftables-flat-layout.md): it stops matching at once and the set's garbage collector frees it
 //! later, on nobody's clock. On a kernel that ignores the expiry, DEL sees the owner record still
 //! there without one and deletes the elements instead.
 //!
