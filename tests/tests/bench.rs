@@ -83,3 +83,36 @@ fn cni_bench_measures_both_plugin_sets_and_the_floor() {
     assert!(!links.contains(": cnib"), "links left: {links}");
     assert!(!Path::new("/run/cni-bench").exists() && !Path::new("/run/cni-bench-bin").exists(), "state left");
 }
+
+/// `cni-peak` reports the peak RSS of the program it runs, not that of whoever started it: the
+/// benchmark's own memory (here a test process grown by 64 MiB) must not show up as a plugin's.
+#[test]
+fn cni_peak_measures_the_program_not_its_parent() {
+    let peak = bin_dir().join("cni-peak");
+    let mut ballast = vec![0u8; 64 << 20];
+    for (i, b) in ballast.iter_mut().enumerate().step_by(4096) {
+        *b = i as u8;
+    }
+    let out = TempDir::new("cni-peak");
+    let run = |program: &str| -> (u64, u64) {
+        let report = out.path().join("report");
+        let status = Command::new(&peak).arg(&report).arg(program).status().expect("run cni-peak");
+        assert!(status.success(), "cni-peak {program}: {status}");
+        let text = std::fs::read_to_string(&report).expect("report");
+        let f: Vec<u64> = text.split_whitespace().map(|x| x.parse().expect("number")).collect();
+        assert_eq!(f.len(), 2, "{text:?}");
+        (f[0], f[1])
+    };
+    // A small program: far below the 64 MiB its starter holds.
+    let (small, ns) = run("/bin/true");
+    assert!(small > 0 && small < 16 * 1024, "/bin/true peak {small} KiB");
+    assert!(ns > 0);
+    // A program that touches 32 MiB (dd's buffer) reads at least that.
+    let script = out.path().join("dd.sh");
+    std::fs::write(&script, "#!/bin/sh\nexec dd if=/dev/zero of=/dev/null bs=32M count=2 status=none\n")
+        .expect("script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let (big, _) = run(script.to_str().expect("utf-8 path"));
+    assert!(big >= 32 * 1024, "dd with a 32 MiB buffer: peak {big} KiB");
+    std::hint::black_box(&ballast);
+}
