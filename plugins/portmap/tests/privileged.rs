@@ -133,6 +133,19 @@ impl World {
         }
     }
 
+    /// A UDP server on `port` in `ns` (IPv4) that answers each datagram with the address it came
+    /// from, as the pod sees it.
+    fn udp_peer(&mut self, ns: &str, port: u16) {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, "socat", &format!("UDP4-RECVFROM:{port},fork"), "SYSTEM:echo $SOCAT_PEERADDR"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.servers.push(child);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     /// A UDP echo server on `port` in `ns` (IPv4).
     fn udp_echo(&mut self, ns: &str, port: u16) {
         let child = Command::new("ip")
@@ -352,6 +365,48 @@ fn end_to_end(backend: &str) {
     let mut status = gc.clone();
     status.as_object_mut().unwrap().remove("cni.dev/valid-attachments");
     assert!(plugin(ours(), &Call { node: &w.node, command: "STATUS", container: "", netns: "" }, &status).0);
+}
+
+/// Which connections are masqueraded: the source address the pod sees, from a remote host, from
+/// another pod of the subnet (hairpin) and from the node's localhost, with `snat` (the default) and
+/// with `masqAll`; the same on both backends, as the reference decides it.
+fn sources(backend: &str) {
+    if !privileged() {
+        return;
+    }
+    let mut w = World::new();
+    w.udp_peer(&w.pod1.clone(), 5300);
+    let network = format!("pmsrc-{}", unique());
+    let cid = format!("ctr-{}", unique());
+    let pod_ns = format!("/run/netns/{}", w.pod1);
+    let prev = prev_result(&w.pod1, POD1, Some(POD1_V6));
+    let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
+    let conf = netconf("1.1.0", &network, Some(backend), &prev, Some(mappings()));
+    let seen = |from: &str, to: &str| udp(from, to, 5300, "who");
+
+    assert!(plugin(ours(), &call("ADD"), &conf).0, "ADD");
+    assert_eq!(seen(&w.remote, NODE_UP).as_deref(), Some(REMOTE), "a remote client keeps its address");
+    assert_eq!(seen(&w.pod2, NODE_BR).as_deref(), Some(NODE_BR), "hairpin from the subnet is masqueraded");
+    assert_eq!(seen(&w.node, "127.0.0.1").as_deref(), Some(NODE_BR), "localhost is masqueraded");
+    assert!(plugin(ours(), &call("DEL"), &conf).0, "DEL");
+    assert_eq!(seen(&w.remote, NODE_UP), None, "nothing mapped after DEL");
+
+    let mut all = conf.clone();
+    all["masqAll"] = json!(true);
+    assert!(plugin(ours(), &call("ADD"), &all).0, "ADD with masqAll");
+    assert_eq!(seen(&w.remote, NODE_UP).as_deref(), Some(NODE_BR), "masqAll: a remote client is masqueraded too");
+    assert!(plugin(ours(), &call("CHECK"), &all).0, "CHECK with masqAll");
+    assert!(plugin(ours(), &call("DEL"), &all).0, "DEL");
+}
+
+#[test]
+fn nftables_sources() {
+    sources("nftables");
+}
+
+#[test]
+fn iptables_sources() {
+    sources("iptables");
 }
 
 #[test]
