@@ -133,11 +133,11 @@ impl World {
         }
     }
 
-    /// A UDP server on `port` in `ns` (IPv4) that answers each datagram with the address it came
-    /// from, as the pod sees it.
-    fn udp_peer(&mut self, ns: &str, port: u16) {
+    /// A UDP server on `port` in `ns` (IPv4) that answers each datagram with what the socat address
+    /// `reply` gives it (`EXEC:cat` echoes it back).
+    fn udp_server(&mut self, ns: &str, port: u16, reply: &str) {
         let child = Command::new("ip")
-            .args(["netns", "exec", ns, "socat", &format!("UDP4-RECVFROM:{port},fork"), "SYSTEM:echo $SOCAT_PEERADDR"])
+            .args(["netns", "exec", ns, "socat", &format!("UDP4-RECVFROM:{port},fork"), reply])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -148,14 +148,13 @@ impl World {
 
     /// A UDP echo server on `port` in `ns` (IPv4).
     fn udp_echo(&mut self, ns: &str, port: u16) {
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns, "socat", &format!("UDP4-RECVFROM:{port},fork"), "EXEC:cat"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.servers.push(child);
-        std::thread::sleep(Duration::from_millis(200));
+        self.udp_server(ns, port, "EXEC:cat");
+    }
+
+    /// A UDP server on `port` in `ns` (IPv4) that answers each datagram with the address it came
+    /// from, as the pod sees it.
+    fn udp_peer(&mut self, ns: &str, port: u16) {
+        self.udp_server(ns, port, "SYSTEM:echo $SOCAT_PEERADDR");
     }
 }
 
