@@ -517,9 +517,18 @@ fn send<I: Item>(
 
 /// Whether `tag` owns `item` now (its first element names it).
 fn owns<I: Item>(item: &I, tag: Ipv6Addr) -> Result<bool> {
-    let want = nfnl::key_bytes(&[KeyPart::Addr(IpAddr::V6(tag))]);
-    let Some((set, elem)) = item.elems(tag).into_iter().next() else { return Ok(false) };
-    Ok(get::<I>(&set, &elem.key)?.is_some_and(|i| i.data.as_deref() == Some(&want[..])))
+    Ok(owner_element(item, tag)?.is_some_and(|i| names(&i, tag)))
+}
+
+/// The item's first element (the one naming its owner) as the kernel has it, if it is there.
+fn owner_element<I: Item>(item: &I, tag: Ipv6Addr) -> Result<Option<ElemInfo>> {
+    let Some((set, elem)) = item.elems(tag).into_iter().next() else { return Ok(None) };
+    get::<I>(&set, &elem.key)
+}
+
+/// Whether an owner element's data is `tag`.
+fn names(info: &ElemInfo, tag: Ipv6Addr) -> bool {
+    info.data.as_deref() == Some(&nfnl::key_bytes(&[KeyPart::Addr(IpAddr::V6(tag))])[..])
 }
 
 /// Writes an attachment's items and owner record, replacing what it had. An item's first
@@ -758,8 +767,8 @@ pub(super) fn forget_portmap(network: &str, container_id: &str, ifname: &str, wh
 pub(super) fn held(p: &PortMap) -> Result<Option<Key>> {
     let tag = tag(&p.network, &p.container_id, &p.ifname);
     for e in mappings(p) {
-        let Some((set, elem)) = e.elems(tag).into_iter().next() else { continue };
-        if get::<Mapping>(&set, &elem.key)?.is_some_and(|i| i.expires_ms.is_none()) && !owns(&e, tag)? {
+        // One read: held (not expiring) by an attachment other than this one.
+        if owner_element(&e, tag)?.is_some_and(|i| i.expires_ms.is_none() && !names(&i, tag)) {
             return Ok(Some(e.key()));
         }
     }
