@@ -543,17 +543,8 @@ fn put<I: Item>(network: &str, tag: Ipv6Addr, items: &[I], what: &str, taken: im
     let mut msgs = Vec::new();
     if let Some(old) = &old {
         // A repeated ADD: what is no longer wanted goes, and the record is rewritten.
-        for e in old.items.iter().filter(|e| !items.contains(e)) {
-            if owns(e, tag)? {
-                for (set, elem) in e.elems(tag) {
-                    msgs.push(Msg { item: None, set, elem, op: Op::Delete });
-                }
-            }
-        }
-        for chunk in 0..old.comments.len() as u16 {
-            let elem = Elem::new(owner_key(tag, chunk), ElemData::None);
-            msgs.push(Msg { item: None, set: OWNERS.into(), elem, op: Op::Delete });
-        }
+        let gone = old.items.iter().filter(|e| !items.contains(e));
+        msgs.extend(deletions(tag, gone, old.comments.len())?);
     }
     for (i, e) in items.iter().enumerate() {
         for (set, elem) in e.elems(tag) {
@@ -630,19 +621,27 @@ fn expire<I: Item>(records: &[(Ipv6Addr, Record<I>)], what: &str) -> Result<()> 
 fn delete<I: Item>(records: &[(Ipv6Addr, Record<I>)], what: &str) -> Result<()> {
     let mut msgs = Vec::new();
     for (tag, r) in records {
-        for e in &r.items {
-            if owns(e, *tag)? {
-                for (set, elem) in e.elems(*tag) {
-                    msgs.push(Msg { item: None, set, elem, op: Op::Delete });
-                }
-            }
-        }
-        for chunk in 0..r.comments.len() as u16 {
-            let elem = Elem::new(owner_key(*tag, chunk), ElemData::None);
-            msgs.push(Msg { item: None, set: OWNERS.into(), elem, op: Op::Delete });
-        }
+        msgs.extend(deletions(*tag, r.items.iter(), r.comments.len())?);
     }
     send::<I>(&mut msgs, true, what, |_, _| Ok(false))
+}
+
+/// Messages deleting the elements of `items` that `tag` still owns, and `chunks` chunks of its
+/// owner record.
+fn deletions<'a, I: Item + 'a>(tag: Ipv6Addr, items: impl Iterator<Item = &'a I>, chunks: usize) -> Result<Vec<Msg>> {
+    let mut msgs = Vec::new();
+    for e in items {
+        if owns(e, tag)? {
+            for (set, elem) in e.elems(tag) {
+                msgs.push(Msg { item: None, set, elem, op: Op::Delete });
+            }
+        }
+    }
+    for chunk in 0..chunks as u16 {
+        let elem = Elem::new(owner_key(tag, chunk), ElemData::None);
+        msgs.push(Msg { item: None, set: OWNERS.into(), elem, op: Op::Delete });
+    }
+    Ok(msgs)
 }
 
 /// Removes what this layout holds of an attachment; false when it holds nothing.
