@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every system package the tests and the demo need (Debian). Safe to re-run.
 set -euo pipefail
-pkgs=(iproute2 iptables nftables conntrack socat curl busybox-static podman runc
+pkgs=(iproute2 iptables nftables conntrack socat curl busybox-static podman runc containerd
       containernetworking-plugins python3-pip file)
 missing=()
 for p in "${pkgs[@]}"; do
@@ -15,4 +15,9 @@ fi
 if ! command -v kubernetes-validate >/dev/null 2>&1; then
     echo "setup: installing kubernetes-validate from PyPI" >&2
     pip install -q kubernetes-validate 2>/dev/null || pip install -q --break-system-packages kubernetes-validate
+fi
+# The CRI end-to-end test's client (tests/cri/cri.py): grpcio, and grpcio-tools to load api.proto.
+if ! python3 -c "import grpc, grpc_tools" >/dev/null 2>&1; then
+    echo "setup: installing grpcio and grpcio-tools from PyPI" >&2
+    pip install -q grpcio grpcio-tools 2>/dev/null || pip install -q --break-system-packages grpcio grpcio-tools
 fi
