@@ -395,7 +395,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = {image:?}
-  # Without it containerd fails to start the sandbox here (it may not lower its own oom_score_adj).
+  # Without it runc fails to create the sandbox here ("can't get final child's PID from pipe"):
+  # containerd asks for an oom_score_adj below its own, which root on this host may not set.
   restrict_oom_score_adj = true
   enable_selinux = false
   disable_apparmor = true
