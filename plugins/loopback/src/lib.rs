@@ -16,6 +16,10 @@ fn lo(nl: &Netlink) -> Result<netkit::Link> {
 }
 
 impl Plugin for Loopback {
+    fn reads_cni_args(&self) -> bool {
+        false
+    }
+
     fn add(&self, req: &Request) -> Result<CniResult> {
         let path = netns_path(req)?;
         let ns = NetNs::open(path)?;

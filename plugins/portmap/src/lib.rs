@@ -117,6 +117,10 @@ fn flush_udp(conf: &Config, v4: bool, v6: bool) {
 }
 
 impl Plugin for PortMap {
+    fn reads_cni_args(&self) -> bool {
+        false
+    }
+
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = Config::parse(req)?;
         let prev = prev_result(req)?;
