@@ -256,7 +256,10 @@ fn dispatch<P: Plugin>(
             }
         }
     }
-    let (conf, raw) = conf::parse_netconf(&stdin_bytes)?;
+    let (conf, raw) = match conf::parse_netconf(&stdin_bytes) {
+        Err(e) if command == Command::Del && e.code != code::DECODE => netconf_for_del(&stdin_bytes, e)?,
+        parsed => parsed?,
+    };
     *cni_version = conf.cni_version.clone();
     if !plugin.supported_versions().contains(&conf.cni_version.as_str()) {
         return Err(Error::version(format!(
@@ -297,6 +300,26 @@ fn dispatch<P: Plugin>(
         Command::Gc => plugin.gc(&req).map(|()| String::new()),
         Command::Version => Ok(String::new()),
     }
+}
+
+/// Netconf keys DEL does without: none of them says which attachment to remove (the container id,
+/// ifname, network name and plugin keys do). The runtime fills them in, and one it sent broken
+/// must not keep DEL from cleaning up.
+const DEL_OPTIONAL_KEYS: [&str; 7] =
+    ["prevResult", "runtimeConfig", "args", "capabilities", "dns", "cni.dev/valid-attachments", "cni.dev/attachments"];
+
+/// The netconf of a DEL whose netconf did not validate: again without [`DEL_OPTIONAL_KEYS`]. What
+/// still fails (the version, the name, `type`, `ipam`) is the error.
+fn netconf_for_del(stdin: &[u8], invalid: Error) -> Result<(NetConf, Value)> {
+    let Ok(Value::Object(mut obj)) = serde_json::from_slice::<Value>(stdin) else { return Err(invalid) };
+    let dropped: Vec<&str> = DEL_OPTIONAL_KEYS.into_iter().filter(|k| obj.remove(*k).is_some()).collect();
+    if dropped.is_empty() {
+        return Err(invalid);
+    }
+    let raw = Value::Object(obj);
+    let conf = conf::netconf_from_value(&raw)?;
+    eprintln!("DEL goes on without [{}]: {invalid}", dropped.join(", "));
+    Ok((conf, raw))
 }
 
 /// CNI_ARGS as the plugin gets them. ADD, CHECK, STATUS and GC of a plugin that reads them refuse a
@@ -502,6 +525,34 @@ mod tests {
             let plugin = NoArgs::default();
             assert_eq!(execute(&plugin, &e, &mut CONF.as_bytes()).exit_code, 0);
             assert_eq!(plugin.0.borrow().as_ref().unwrap().netns_override, want, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn del_goes_on_without_broken_optional_keys() {
+        for (key, bad) in [
+            ("prevResult", r#""garbage""#),
+            ("prevResult", r#"{"cniVersion":"0.0.7"}"#),
+            ("runtimeConfig", "5"),
+            ("args", r#""x""#),
+            ("capabilities", "[]"),
+            ("dns", "5"),
+            ("cni.dev/valid-attachments", r#""x""#),
+        ] {
+            let conf = format!(r#"{{"cniVersion":"1.0.0","name":"net","type":"fake","{key}":{bad}}}"#);
+            assert_eq!(run_with(&env("DEL"), &conf).0, 0, "DEL with {key} {bad}");
+            assert_ne!(run_with(&env("ADD"), &conf).0, 0, "ADD with {key} {bad}");
+        }
+        // What identifies the attachment or the plugin still fails DEL.
+        for (conf, code) in [
+            (r#"{"cniVersion":"1.0.0","name":"net","#, 6),
+            (r#"{"cniVersion":"9.9.9","name":"net","prevResult":5}"#, 1),
+            (r#"{"cniVersion":"1.0.0","prevResult":5}"#, 7),
+            (r#"{"cniVersion":"1.0.0","name":"../x"}"#, 7),
+            (r#"{"cniVersion":"1.0.0","name":"net","type":5,"dns":5}"#, 7),
+            (r#"{"cniVersion":"1.0.0","name":"net","ipam":"host-local"}"#, 7),
+        ] {
+            assert_eq!(run_with(&env("DEL"), conf).1["code"], code, "DEL with {conf}");
         }
     }
 
