@@ -124,7 +124,7 @@ fn add_pod(net: &Net, list: &NetworkConfigList, rt: &RuntimeConf) -> String {
     host_veth.name.clone()
 }
 
-fn assert_all_gone(net: &Net, rt: &RuntimeConf, host_veth: &str, what: &str) {
+fn assert_all_gone(net: &Net, host_veth: &str, what: &str) {
     assert!(!link_exists(host_veth), "{what}: host veth {host_veth} left");
     assert!(bridge_ports(&net.bridge.0).is_empty(), "{what}: ports left on the bridge");
     assert!(net.reservations().is_empty(), "{what}: reservation left: {:?}", net.reservations());
@@ -156,13 +156,13 @@ fn conflist_del_with_an_invalid_portmap_entry_removes_everything() {
     ] {
         let rt_del = RuntimeConf { capability_args: mappings(bad.clone()), ..rt_add.clone() };
         net.cni().del_network_list(&list, &rt_del).unwrap_or_else(|e| panic!("DEL with portMappings {bad}: {e}"));
-        assert_all_gone(&net, &rt_add, &host_veth, &format!("DEL with portMappings {bad}"));
+        assert_all_gone(&net, &host_veth, &format!("DEL with portMappings {bad}"));
     }
     // A broken portmap key (not the mappings) and an unknown backend: the same.
     let host_veth = add_pod(&net, &list, &rt_add);
     let broken = net.list(json!({}), json!({ "backend": "pf", "markMasqBit": "x" }));
     net.cni().del_network_list(&broken, &rt_add).expect("DEL with an unknown portmap backend");
-    assert_all_gone(&net, &rt_add, &host_veth, "DEL with backend pf");
+    assert_all_gone(&net, &host_veth, "DEL with backend pf");
 }
 
 /// bridge's own keys edited into something invalid since ADD (a bad mtu, an unknown
@@ -185,7 +185,7 @@ fn conflist_del_with_an_invalid_bridge_and_ipam_config_removes_everything() {
         let host_veth = add_pod(&net, &list, &rt_add);
         let edited = net.list(bridge_extra, json!({}));
         net.cni().del_network_list(&edited, &rt_add).unwrap_or_else(|e| panic!("DEL with {label}: {e}"));
-        assert_all_gone(&net, &rt_add, &host_veth, label);
+        assert_all_gone(&net, &host_veth, label);
     }
 }
 
@@ -327,7 +327,7 @@ fn del_with_an_unmounted_netns_file_cleans_up() {
         let e = net.cni().add_network_list(&list, &pod2).expect_err("ADD into an unmounted netns");
         assert_eq!(e.code, 4, "{e}");
         net.cni().del_network_list(&list, &rt_add).unwrap_or_else(|e| panic!("DEL (held: {held}): {e}"));
-        assert_all_gone(&net, &rt_add, &host_veth, &format!("DEL of an unmounted netns (held: {held})"));
+        assert_all_gone(&net, &host_veth, &format!("DEL of an unmounted netns (held: {held})"));
         net.cni().del_network_list(&list, &rt_add).expect("DEL again");
         drop(sleeper);
     }
