@@ -165,6 +165,36 @@ fn conflist_del_with_an_invalid_portmap_entry_removes_everything() {
     assert_all_gone(&net, &host_veth, "DEL with backend pf");
 }
 
+/// The same on the iptables backend: a DEL whose portmap and bridge keys no longer validate cannot
+/// tell the backend, and removes the attachment's rules from iptables as well as nftables.
+#[test]
+fn conflist_del_with_an_invalid_config_removes_iptables_rules_too() {
+    let net = Net::new(4);
+    let pod = Netns::new("cndi");
+    let list = net.list(json!({ "ipMasqBackend": "iptables" }), json!({ "backend": "iptables" }));
+    let rt_add = rt(&pod, net.mapping());
+    net.added.borrow_mut().push((list.clone(), rt_add.clone()));
+    net.cni().add_network_list(&list, &rt_add).expect("ADD");
+    let rules = || -> Vec<String> {
+        let out = run("iptables-save", &["-t", "nat"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&rt_add.container_id))
+            .map(str::to_string)
+            .collect()
+    };
+    let before = rules();
+    assert!(before.iter().any(|l| l.contains("dnat")), "no portmap rule after ADD: {before:?}");
+    assert!(before.iter().any(|l| !l.contains("dnat")), "no masquerade rule after ADD: {before:?}");
+    let broken = net.list(json!({ "ipMasqBackend": "pf" }), json!({ "backend": "pf" }));
+    let rt_del =
+        RuntimeConf { capability_args: mappings(json!([{ "hostPort": 0, "containerPort": 80 }])), ..rt_add.clone() };
+    net.cni().del_network_list(&broken, &rt_del).expect("DEL with invalid keys");
+    assert_eq!(rules(), Vec::<String>::new(), "iptables rules left");
+    assert!(net.reservations().is_empty(), "reservation left");
+    assert!(bridge_ports(&net.bridge.0).is_empty(), "ports left on the bridge");
+}
+
 /// bridge's own keys edited into something invalid since ADD (a bad mtu, an unknown
 /// ipMasqBackend) and a host-local range that no longer parses: DEL still finds everything.
 #[test]
