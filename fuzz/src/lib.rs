@@ -65,6 +65,7 @@ pub fn netconf(data: &[u8]) {
         netns: None,
         ifname: "eth0".into(),
         args,
+        netns_override: false,
         cni_path: Vec::new(),
         conf,
         raw,

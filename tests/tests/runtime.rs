@@ -548,6 +548,7 @@ fn delegation_passes_env_and_stdin_through() {
         netns: Some("/run/netns/x".into()),
         ifname: "eth0".into(),
         args: libcni::args::CniArgs::parse("IgnoreUnknown=1;A=b").unwrap(),
+        netns_override: false,
         cni_path: vec![f.root.join("nowhere"), f.bin.clone()],
         conf,
         raw,

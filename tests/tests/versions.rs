@@ -21,7 +21,7 @@ fn call(plugin: &str, command: &str, stdin: &str) -> (i32, Value) {
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn plugin");
-    // VERSION does not read stdin; the pipe may already be closed.
+    // A plugin may answer before reading all of stdin; the pipe may already be closed.
     let _ = child.stdin.take().expect("stdin").write_all(stdin.as_bytes());
     let out = child.wait_with_output().expect("wait");
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -56,4 +56,32 @@ fn verbs_are_gated_by_version() {
         let (rc, v) = call(p, "ADD", r#"{"cniVersion":"1.0.0","name":"#);
         assert_eq!((rc, v["code"].as_u64()), (1, Some(6)), "{p}: {v}");
     }
+}
+
+/// The spec: VERSION's output carries the request's cniVersion when it is given and supported.
+#[test]
+fn version_answers_in_the_requested_version() {
+    for p in PLUGINS {
+        for (asked, answered) in [("0.4.0", "0.4.0"), ("1.0.0", "1.0.0"), ("0.1.0", "0.1.0"), ("9.9.9", "1.1.0")] {
+            let (rc, v) = call(p, "VERSION", &format!(r#"{{"cniVersion":"{asked}"}}"#));
+            assert_eq!((rc, v["cniVersion"].as_str()), (0, Some(answered)), "{p} asked {asked}: {v}");
+        }
+        let (rc, v) = call(p, "VERSION", "");
+        assert_eq!((rc, v["cniVersion"].as_str()), (0, Some("1.1.0")), "{p} with no stdin: {v}");
+    }
+}
+
+/// STATUS needs no CNI_PATH (the spec makes it optional); loopback has nothing to delegate to.
+#[test]
+fn status_without_cni_path() {
+    let mut child = Command::new(bin_dir().join("loopback"))
+        .env_clear()
+        .env("CNI_COMMAND", "STATUS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn loopback");
+    let _ = child.stdin.take().expect("stdin").write_all(br#"{"cniVersion":"1.1.0","name":"st","type":"loopback"}"#);
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
 }

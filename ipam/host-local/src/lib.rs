@@ -296,6 +296,7 @@ mod tests {
             netns: None,
             ifname: ifname.into(),
             args: libcni::args::CniArgs::default(),
+            netns_override: false,
             cni_path: Vec::new(),
             conf,
             raw,

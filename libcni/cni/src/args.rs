@@ -31,6 +31,22 @@ impl CniArgs {
         Ok(CniArgs { pairs })
     }
 
+    /// Like [`CniArgs::parse`], but a malformed pair is skipped instead of refused: for a verb or a
+    /// plugin on which CNI_ARGS must not be a reason to fail.
+    pub fn parse_lenient(s: &str) -> CniArgs {
+        let pairs = s
+            .split(';')
+            .filter_map(|pair| {
+                let mut kv = pair.split('=');
+                match (kv.next(), kv.next(), kv.next()) {
+                    (Some(k), Some(v), None) if !k.is_empty() => Some((k.to_string(), v.to_string())),
+                    _ => None,
+                }
+            })
+            .collect();
+        CniArgs { pairs }
+    }
+
     /// The last value given for `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
@@ -74,5 +90,12 @@ mod tests {
         assert_eq!(CniArgs::parse("a=b;").unwrap_err().code, 4);
         assert_eq!(CniArgs::parse("=b").unwrap_err().code, 4);
         assert_eq!(CniArgs::parse("").unwrap(), CniArgs::default());
+    }
+
+    #[test]
+    fn lenient_parse_skips_malformed_pairs() {
+        let a = CniArgs::parse_lenient("a=b=c;;=x;IP=10.0.0.5;junk;K8S_POD_NAME=web;");
+        assert_eq!(a.pairs, [("IP".to_string(), "10.0.0.5".to_string()), ("K8S_POD_NAME".into(), "web".into())]);
+        assert_eq!(CniArgs::parse_lenient(""), CniArgs::default());
     }
 }

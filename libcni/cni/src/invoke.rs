@@ -574,6 +574,7 @@ mod tests {
             netns: None,
             ifname: "eth7".into(),
             args: Default::default(),
+            netns_override: false,
             cni_path: path,
             conf,
             raw,

@@ -44,13 +44,14 @@ impl Command {
             Command::Version => "VERSION",
         }
     }
-    /// The variables skel requires for this verb (the spec's list plus CNI_PATH, as Go skel does).
+    /// The variables skel requires for this verb: the spec's list, plus CNI_PATH on ADD, CHECK and
+    /// DEL as Go skel does (a plugin may delegate). STATUS needs none (the spec makes CNI_PATH optional).
     fn required_env(self) -> &'static [&'static str] {
         match self {
             Command::Add | Command::Check => &["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"],
             Command::Del => &["CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"],
-            Command::Status | Command::Gc => &["CNI_PATH"],
-            Command::Version => &[],
+            Command::Gc => &["CNI_PATH"],
+            Command::Status | Command::Version => &[],
         }
     }
 }
@@ -66,6 +67,9 @@ pub struct Request {
     /// Empty for GC and STATUS.
     pub ifname: String,
     pub args: CniArgs,
+    /// `CNI_NETNS_OVERRIDE` is `1` or `true` (any case), as Go skel reads it: the runtime means
+    /// CNI_NETNS to be the plugin's own namespace, so plugins do not refuse it.
+    pub netns_override: bool,
     pub cni_path: Vec<PathBuf>,
     pub conf: NetConf,
     /// The whole netconf, for the plugin's own typed keys.
@@ -91,9 +95,16 @@ pub trait Plugin {
     fn supported_versions(&self) -> &'static [&'static str] {
         &version::SUPPORTED
     }
-    /// CNI_ARGS keys this plugin reads (the Kubernetes keys are always accepted).
+    /// CNI_ARGS keys this plugin reads (the Kubernetes keys are always accepted). Other keys are
+    /// refused on ADD and CHECK unless `IgnoreUnknown` is set; DEL never refuses them.
     fn known_args(&self) -> &'static [&'static str] {
         &[]
+    }
+    /// Whether the plugin (or a plugin it delegates to) reads CNI_ARGS at all. One that does not
+    /// ignores CNI_ARGS on every verb, unknown keys and malformed pairs alike, as the reference
+    /// plugins that never load it (portmap, loopback) do.
+    fn reads_cni_args(&self) -> bool {
+        true
     }
     fn add(&self, req: &Request) -> Result<CniResult>;
     fn del(&self, req: &Request) -> Result<()>;
@@ -115,7 +126,14 @@ pub struct Outcome {
 
 /// Run a plugin as a process: environment and stdin in, stdout and exit code out. Never returns.
 pub fn run<P: Plugin>(plugin: &P) -> ! {
-    finish(execute(plugin, &process_env(), &mut std::io::stdin().lock()))
+    let env = process_env();
+    let stdin = std::io::stdin();
+    // VERSION reads stdin for the cniVersion to answer with; someone typing the command at a
+    // terminal sends none, and waiting for it would hang.
+    if get(&env, "CNI_COMMAND") == "VERSION" && std::io::IsTerminal::is_terminal(&stdin) {
+        finish(execute(plugin, &env, &mut std::io::empty()));
+    }
+    finish(execute(plugin, &env, &mut stdin.lock()))
 }
 
 /// This process's CNI environment (the `CNI_*` variables), as [`execute`] takes it.
@@ -211,11 +229,7 @@ fn dispatch<P: Plugin>(
         Error::env(format!("unknown CNI_COMMAND {command_str:?}: expected ADD, DEL, CHECK, STATUS, GC or VERSION"))
     })?;
     if command == Command::Version {
-        let v = serde_json::json!({
-            "cniVersion": version::CURRENT,
-            "supportedVersions": plugin.supported_versions(),
-        });
-        return Ok(format!("{v}\n"));
+        return Ok(version_reply(plugin, stdin));
     }
     let missing: Vec<&str> = command.required_env().iter().copied().filter(|k| get(env, k).is_empty()).collect();
     if !missing.is_empty() {
@@ -242,7 +256,10 @@ fn dispatch<P: Plugin>(
             }
         }
     }
-    let (conf, raw) = conf::parse_netconf(&stdin_bytes)?;
+    let (conf, raw) = match conf::parse_netconf(&stdin_bytes) {
+        Err(e) if command == Command::Del && e.code != code::DECODE => netconf_for_del(&stdin_bytes, e)?,
+        parsed => parsed?,
+    };
     *cni_version = conf.cni_version.clone();
     if !plugin.supported_versions().contains(&conf.cni_version.as_str()) {
         return Err(Error::version(format!(
@@ -265,11 +282,13 @@ fn dispatch<P: Plugin>(
             )));
         }
     }
-    let args = CniArgs::parse(get(env, "CNI_ARGS"))?;
-    args.check_known(plugin.known_args())?;
+    let args = cni_args(plugin, command, get(env, "CNI_ARGS"))?;
     let netns = Some(get(env, "CNI_NETNS")).filter(|s| !s.is_empty()).map(PathBuf::from);
+    let override_value = get(env, "CNI_NETNS_OVERRIDE");
+    let netns_override = override_value == "1" || override_value.eq_ignore_ascii_case("true");
     let cni_path = get(env, "CNI_PATH").split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
-    let req = Request { command, container_id, netns, ifname, args, cni_path, conf, raw, stdin: stdin_bytes };
+    let req =
+        Request { command, container_id, netns, ifname, args, netns_override, cni_path, conf, raw, stdin: stdin_bytes };
     match command {
         Command::Add => {
             let result = plugin.add(&req)?;
@@ -281,6 +300,56 @@ fn dispatch<P: Plugin>(
         Command::Gc => plugin.gc(&req).map(|()| String::new()),
         Command::Version => Ok(String::new()),
     }
+}
+
+/// Netconf keys DEL does without: none of them says which attachment to remove (the container id,
+/// ifname, network name and plugin keys do). The runtime fills them in, and one it sent broken
+/// must not keep DEL from cleaning up.
+const DEL_OPTIONAL_KEYS: [&str; 7] =
+    ["prevResult", "runtimeConfig", "args", "capabilities", "dns", "cni.dev/valid-attachments", "cni.dev/attachments"];
+
+/// The netconf of a DEL whose netconf did not validate: again without [`DEL_OPTIONAL_KEYS`]. What
+/// still fails (the version, the name, `type`, `ipam`) is the error.
+fn netconf_for_del(stdin: &[u8], invalid: Error) -> Result<(NetConf, Value)> {
+    let Ok(Value::Object(mut obj)) = serde_json::from_slice::<Value>(stdin) else { return Err(invalid) };
+    let dropped: Vec<&str> = DEL_OPTIONAL_KEYS.into_iter().filter(|k| obj.remove(*k).is_some()).collect();
+    if dropped.is_empty() {
+        return Err(invalid);
+    }
+    let raw = Value::Object(obj);
+    let conf = conf::netconf_from_value(&raw)?;
+    eprintln!("DEL goes on without [{}]: {invalid}", dropped.join(", "));
+    Ok((conf, raw))
+}
+
+/// CNI_ARGS as the plugin gets them. ADD, CHECK, STATUS and GC of a plugin that reads them refuse a
+/// malformed pair or an unknown key (code 4). DEL never fails on them: it removes what the attachment
+/// holds, which no CNI_ARGS key names, so a malformed pair is skipped and unknown keys are ignored.
+/// A plugin that reads no CNI_ARGS skips malformed pairs on every verb.
+fn cni_args<P: Plugin>(plugin: &P, command: Command, text: &str) -> Result<CniArgs> {
+    if command == Command::Del || !plugin.reads_cni_args() {
+        return Ok(CniArgs::parse_lenient(text));
+    }
+    let args = CniArgs::parse(text)?;
+    args.check_known(plugin.known_args())?;
+    Ok(args)
+}
+
+/// The VERSION answer: the plugin's versions, under the request's `cniVersion` when stdin carries
+/// a supported one (the spec's rule), else under the newest version. Never an error: stdin is
+/// optional here, and a runtime probing versions must get the list whatever it sent.
+fn version_reply<P: Plugin>(plugin: &P, stdin: &mut dyn Read) -> String {
+    let supported = plugin.supported_versions();
+    let mut bytes = Vec::new();
+    // Only a small object is expected; more than that is not a version request worth reading.
+    let _ = stdin.take(64 * 1024).read_to_end(&mut bytes);
+    let requested = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(m)) => m.get("cniVersion").and_then(Value::as_str).map(str::to_string),
+        _ => None,
+    };
+    let answer = requested.filter(|v| supported.contains(&v.as_str())).unwrap_or_else(|| version::CURRENT.to_string());
+    let v = serde_json::json!({ "cniVersion": answer, "supportedVersions": supported });
+    format!("{v}\n")
 }
 
 #[cfg(test)]
@@ -365,6 +434,126 @@ mod tests {
         let (rc, v) = run_with(&env("ADD"), r#"{"cniVersion":"1.0.0","name":"boom"}"#);
         assert_eq!((rc, v["code"].as_u64()), (1, Some(code::INTERNAL as u64)));
         assert_eq!(v["cniVersion"], "1.0.0");
+    }
+
+    #[test]
+    fn version_answers_in_the_requested_version() {
+        let reply = |stdin: &str| run_with(&env("VERSION"), stdin).1["cniVersion"].clone();
+        assert_eq!(reply(r#"{"cniVersion":"0.4.0"}"#), "0.4.0");
+        assert_eq!(reply(r#"{"cniVersion":"1.0.0","name":"n"}"#), "1.0.0");
+        // Not given, not supported, or not readable: the newest version, and still no error.
+        for stdin in ["", r#"{"cniVersion":"9.9.9"}"#, r#"{"cniVersion":5}"#, "not json", "[1]"] {
+            let (rc, v) = run_with(&env("VERSION"), stdin);
+            assert_eq!((rc, v["cniVersion"].as_str()), (0, Some(version::CURRENT)), "{stdin}");
+            assert_eq!(v["supportedVersions"].as_array().unwrap().len(), 7);
+        }
+    }
+
+    #[test]
+    fn status_does_not_need_cni_path() {
+        let mut e = env("STATUS");
+        for k in ["CNI_PATH", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"] {
+            e.remove(k);
+        }
+        assert_eq!(run_with(&e, r#"{"cniVersion":"1.1.0","name":"net"}"#), (0, Value::Null));
+        let mut e = env("GC");
+        e.remove("CNI_PATH");
+        assert_eq!(run_with(&e, r#"{"cniVersion":"1.1.0","name":"net"}"#).1["code"], 4);
+    }
+
+    #[test]
+    fn del_never_fails_on_cni_args() {
+        for args in ["FOO=1", "a=b=c", "justtext", "IP=10.0.0.5;", "IgnoreUnknown=0;FOO=1"] {
+            let mut e = env("DEL");
+            e.insert("CNI_ARGS".into(), args.into());
+            assert_eq!(run_with(&e, CONF).0, 0, "DEL with CNI_ARGS {args:?}");
+            e.insert("CNI_COMMAND".into(), "ADD".into());
+            assert_eq!(run_with(&e, CONF).1["code"], 4, "ADD with CNI_ARGS {args:?}");
+        }
+    }
+
+    /// A plugin that reads no CNI_ARGS and remembers the request it got.
+    #[derive(Default)]
+    struct NoArgs(std::cell::RefCell<Option<Request>>);
+    impl Plugin for NoArgs {
+        fn reads_cni_args(&self) -> bool {
+            false
+        }
+        fn add(&self, req: &Request) -> Result<CniResult> {
+            *self.0.borrow_mut() = Some(req.clone());
+            Ok(CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() })
+        }
+        fn del(&self, req: &Request) -> Result<()> {
+            *self.0.borrow_mut() = Some(req.clone());
+            Ok(())
+        }
+        fn check(&self, req: &Request) -> Result<()> {
+            *self.0.borrow_mut() = Some(req.clone());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_plugin_that_reads_no_cni_args_ignores_them_on_every_verb() {
+        for command in ["ADD", "CHECK", "DEL"] {
+            for args in ["FOO=1", "a=b=c;K8S_POD_NAME=web", "justtext"] {
+                let mut e = env(command);
+                e.insert("CNI_ARGS".into(), args.into());
+                let out = execute(&NoArgs::default(), &e, &mut CONF.as_bytes());
+                assert_eq!(out.exit_code, 0, "{command} with CNI_ARGS {args:?}: {}", out.stdout);
+            }
+        }
+    }
+
+    #[test]
+    fn netns_override_is_read_as_go_skel_reads_it() {
+        for (value, want) in [
+            (None, false),
+            (Some("1"), true),
+            (Some("true"), true),
+            (Some("TRUE"), true),
+            (Some("True"), true),
+            (Some("0"), false),
+            (Some("false"), false),
+            (Some("yes"), false),
+            (Some(""), false),
+        ] {
+            let mut e = env("DEL");
+            if let Some(v) = value {
+                e.insert("CNI_NETNS_OVERRIDE".into(), v.into());
+            }
+            let plugin = NoArgs::default();
+            assert_eq!(execute(&plugin, &e, &mut CONF.as_bytes()).exit_code, 0);
+            assert_eq!(plugin.0.borrow().as_ref().unwrap().netns_override, want, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn del_goes_on_without_broken_optional_keys() {
+        for (key, bad) in [
+            ("prevResult", r#""garbage""#),
+            ("prevResult", r#"{"cniVersion":"0.0.7"}"#),
+            ("runtimeConfig", "5"),
+            ("args", r#""x""#),
+            ("capabilities", "[]"),
+            ("dns", "5"),
+            ("cni.dev/valid-attachments", r#""x""#),
+        ] {
+            let conf = format!(r#"{{"cniVersion":"1.0.0","name":"net","type":"fake","{key}":{bad}}}"#);
+            assert_eq!(run_with(&env("DEL"), &conf).0, 0, "DEL with {key} {bad}");
+            assert_ne!(run_with(&env("ADD"), &conf).0, 0, "ADD with {key} {bad}");
+        }
+        // What identifies the attachment or the plugin still fails DEL.
+        for (conf, code) in [
+            (r#"{"cniVersion":"1.0.0","name":"net","#, 6),
+            (r#"{"cniVersion":"9.9.9","name":"net","prevResult":5}"#, 1),
+            (r#"{"cniVersion":"1.0.0","prevResult":5}"#, 7),
+            (r#"{"cniVersion":"1.0.0","name":"../x"}"#, 7),
+            (r#"{"cniVersion":"1.0.0","name":"net","type":5,"dns":5}"#, 7),
+            (r#"{"cniVersion":"1.0.0","name":"net","ipam":"host-local"}"#, 7),
+        ] {
+            assert_eq!(run_with(&env("DEL"), conf).1["code"], code, "DEL with {conf}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod netns;
 pub mod sysctl;
 
 pub use netlink::{format_mac, parse_mac, Address, BridgeVlan, IpFamily, Link, Netlink, RouteSpec};
-pub use netns::{NetNs, NsGuard};
+pub use netns::{container_netns, container_netns_for_del, NetNs, NsGuard};
 
 use libcni::Error;
 

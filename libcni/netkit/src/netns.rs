@@ -4,7 +4,7 @@
 //! `/proc/<pid>/ns/net`), so the namespace stays alive and the handle keeps meaning the same
 //! namespace even if the path is unmounted meanwhile.
 
-use libcni::{code, Error, Result};
+use libcni::{code, Error, Request, Result};
 use nix::sched::CloneFlags;
 use nix::sys::stat::SFlag;
 use nix::sys::statfs::{fstatfs, NSFS_MAGIC, PROC_SUPER_MAGIC};
@@ -54,6 +54,25 @@ impl NetNs {
             Err(e) if crate::errno(&e) == Some(libc::ENOENT) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// For DEL: `Ok(None)` when the namespace is gone. Gone is a path that does not exist, or an
+    /// empty regular file: the mount point a runtime leaves in `/run/netns` when it unmounted the
+    /// namespace (or crashed before mounting it). Nothing can be deleted through either, and the
+    /// kernel removed the namespace's interfaces with it. Any other path that is not a network
+    /// namespace is still an error (code 4).
+    pub fn open_for_del(path: impl AsRef<Path>) -> Result<Option<NetNs>> {
+        let path = path.as_ref();
+        let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC).open(path) {
+            Ok(file) => file,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => return Ok(None),
+            Err(e) => return Err(open_error(path, &e)),
+        };
+        if is_unmounted_mount_point(&file, path)? {
+            return Ok(None);
+        }
+        check_is_netns(&file, path)?;
+        Ok(Some(NetNs { file, path: path.to_path_buf() }))
     }
 
     /// The network namespace of the calling thread.
@@ -169,6 +188,48 @@ fn open_error(path: &Path, err: &io::Error) -> Error {
         }
         _ => Error::new(code::IO, msg),
     }
+}
+
+/// An empty regular file outside nsfs and procfs: what is left of a namespace bind mount.
+fn is_unmounted_mount_point(file: &File, path: &Path) -> Result<bool> {
+    let fs = fstatfs(file.as_fd())
+        .map_err(|e| Error::io(format_args!("statfs netns {}", path.display()), &io::Error::from(e)))?;
+    if fs.filesystem_type() == NSFS_MAGIC || fs.filesystem_type() == PROC_SUPER_MAGIC {
+        return Ok(false);
+    }
+    let meta = file.metadata().map_err(|e| Error::io(format_args!("stat netns {}", path.display()), &e))?;
+    Ok(meta.file_type().is_file() && meta.len() == 0)
+}
+
+/// The namespace a plugin works in: CNI_NETNS for ADD and CHECK. It must exist and be a network
+/// namespace, and must not be the plugin's own unless the runtime set `CNI_NETNS_OVERRIDE` (code 4):
+/// configuring the node's namespace as if it were the pod's would take the node's interfaces.
+pub fn container_netns(req: &Request) -> Result<NetNs> {
+    let path = req.netns.as_deref().ok_or_else(|| Error::env("required env variables [CNI_NETNS] missing"))?;
+    let ns = NetNs::open(path)?;
+    refuse_own(req, &ns)?;
+    Ok(ns)
+}
+
+/// CNI_NETNS for DEL: `None` when it is unset or the namespace is gone ([`NetNs::open_for_del`]).
+/// The plugin's own namespace is refused as on ADD (code 4), so DEL deletes nothing in it.
+pub fn container_netns_for_del(req: &Request) -> Result<Option<NetNs>> {
+    let Some(path) = req.netns.as_deref() else { return Ok(None) };
+    let Some(ns) = NetNs::open_for_del(path)? else { return Ok(None) };
+    refuse_own(req, &ns)?;
+    Ok(Some(ns))
+}
+
+fn refuse_own(req: &Request, ns: &NetNs) -> Result<()> {
+    if !req.netns_override && ns.same_as_current()? {
+        return Err(Error::env(format!(
+            "CNI_NETNS {} is the plugin's own network namespace, not the container's: {} refused, nothing \
+             changed in it (a runtime that means it sets CNI_NETNS_OVERRIDE=1)",
+            ns.path().display(),
+            req.command.as_str()
+        )));
+    }
+    Ok(())
 }
 
 fn check_is_netns(file: &File, path: &Path) -> Result<()> {

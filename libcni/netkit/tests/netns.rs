@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{privileged, TestNs};
+use common::{privileged, run, TestNs};
 use libcni::code;
 use netkit::NetNs;
 use std::os::unix::fs::MetadataExt;
@@ -116,4 +116,35 @@ fn handle_survives_the_path_being_removed() {
     let nl = netkit::Netlink::open_in(&ns).unwrap();
     let links = nl.links().unwrap();
     assert_eq!(links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), vec!["lo"]);
+}
+
+/// DEL's view: a path that is gone, or left as an empty file by an unmount, is `None`; a file
+/// with content, a directory or another namespace type is still an error; a namespace opens.
+#[test]
+fn open_for_del_treats_an_unmounted_mount_point_as_gone() {
+    let dir = std::env::temp_dir().join(format!("cnk-del-{}", common::suffix()));
+    std::fs::create_dir(&dir).unwrap();
+    let empty = dir.join("empty");
+    std::fs::write(&empty, "").unwrap();
+    let full = dir.join("full");
+    std::fs::write(&full, "x").unwrap();
+    assert!(NetNs::open_for_del(&empty).unwrap().is_none());
+    assert!(NetNs::open_for_del(dir.join("missing")).unwrap().is_none());
+    assert!(NetNs::open_for_del(empty.join("below-a-file")).unwrap().is_none());
+    for wrong in [&full, &dir] {
+        assert_eq!(NetNs::open_for_del(wrong).unwrap_err().code, code::INVALID_ENV, "{}", wrong.display());
+    }
+    assert_eq!(NetNs::open_for_del("/proc/self/ns/uts").unwrap_err().code, code::INVALID_ENV);
+    // ADD's view of the same file is unchanged: not a namespace.
+    assert_eq!(NetNs::open(&empty).unwrap_err().code, code::INVALID_ENV);
+    assert!(NetNs::open_for_del("/proc/self/ns/net").unwrap().is_some());
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    if !privileged() {
+        return;
+    }
+    let tns = TestNs::new();
+    assert!(NetNs::open_for_del(&tns.path).unwrap().is_some());
+    run("umount", &[&tns.path]);
+    assert!(NetNs::open_for_del(&tns.path).unwrap().is_none(), "the mount point left by umount");
 }

@@ -126,6 +126,11 @@ fn mac_from(req: &Request) -> Result<Option<[u8; 6]>> {
     mac.filter(|m| !m.is_empty()).map(|m| parse_mac(&m)).transpose()
 }
 
+/// A plugin type that names a file in CNI_PATH, never a path.
+pub fn valid_plugin_type(t: &str) -> bool {
+    !(t.contains('/') || t == "." || t == "..")
+}
+
 pub fn parse(req: &Request) -> Result<BridgeConf> {
     let raw: Raw = req.plugin_conf()?;
     let bridge = raw.bridge.filter(|b| !b.is_empty()).unwrap_or_else(|| "cni0".to_string());
@@ -166,7 +171,7 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
         ));
     }
     if let Some(t) = &ipam_type {
-        if t.contains('/') || t == "." || t == ".." {
+        if !valid_plugin_type(t) {
             return Err(Error::config(format!("invalid ipam type {t:?}: a plugin name cannot contain '/'")));
         }
     }

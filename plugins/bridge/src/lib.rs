@@ -63,18 +63,6 @@ impl WithPrefix for IpNetwork {
     }
 }
 
-fn netns_required(req: &Request) -> Result<NetNs> {
-    let path = req.netns.as_deref().ok_or_else(|| Error::env("required env variables [CNI_NETNS] missing"))?;
-    let ns = NetNs::open(path)?;
-    if ns.same_as_current()? {
-        return Err(Error::env(format!(
-            "CNI_NETNS {} is the plugin's own network namespace, not the container's",
-            path.display()
-        )));
-    }
-    Ok(ns)
-}
-
 fn firewall_of(conf: &BridgeConf) -> Result<Box<dyn firewall::Firewall>> {
     Ok(firewall::open(firewall::choose(conf.ip_masq_backend.as_deref())?))
 }
@@ -116,7 +104,7 @@ impl Plugin for Bridge {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
-        let ns = netns_required(req)?;
+        let ns = netkit::container_netns(req)?;
         let host = Netlink::open()?;
         let mut undo = Undo::default();
         match add(req, &conf, &ns, &host, &mut undo) {
@@ -129,7 +117,7 @@ impl Plugin for Bridge {
     }
 
     fn del(&self, req: &Request) -> Result<()> {
-        let conf = config::parse(req)?;
+        let plan = DelPlan::new(req);
         // Deleting a veth waits out RCU grace periods in the kernel (~20 ms), and so does removing
         // firewall rules that deletes something (iptables, the MAC spoof check's chain; nftables
         // masquerade only gives its elements an expiry): the rules and the addresses go on a thread
@@ -140,14 +128,17 @@ impl Plugin for Bridge {
         std::thread::scope(|s| {
             let others = s.spawn(move || {
                 let mut errs = Errors::new();
-                if let Some(ipam) = &conf.ipam_type {
+                if let Some(e) = &plan.refused {
+                    errs.push(e.clone());
+                }
+                if let Some(ipam) = &plan.ipam {
                     errs.record(invoke::delegate_del(ipam, req));
                 }
                 // No message: there is no veth to delete (or the main thread failed first).
                 if let Ok(at) = veth_started.recv() {
                     std::thread::sleep((at + VETH_HEAD_START).saturating_duration_since(std::time::Instant::now()));
                 }
-                (errs, del_firewall(req, &conf))
+                (errs, del_firewall(req, &plan))
             });
             let link_errs = del_links(req, started);
             let mut errs = match others.join() {
@@ -173,10 +164,10 @@ impl Plugin for Bridge {
             .prev_result
             .as_ref()
             .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))?;
+        let ns = netkit::container_netns(req)?;
         if let Some(ipam) = &conf.ipam_type {
             invoke::delegate_check(ipam, req)?;
         }
-        let ns = netns_required(req)?;
         check(req, &conf, prev, &ns)
     }
 
@@ -217,41 +208,141 @@ const VETH_HEAD_START: std::time::Duration = std::time::Duration::from_micros(25
 /// (and dropped unsent when there is nothing to delete).
 fn del_links(req: &Request, started: std::sync::mpsc::Sender<std::time::Instant>) -> Vec<Error> {
     let mut errs = Vec::new();
-    // Deleting the pod's end removes the pair. When the namespace is gone, the kernel has already
-    // removed both ends: a host link with our name then belongs to someone else, so it is left alone.
-    if let Some(path) = req.netns.as_deref() {
-        match NetNs::open_if_exists(path) {
-            Ok(Some(ns)) => {
-                let deleted = Netlink::open_in(&ns).and_then(|nl| {
-                    let _ = started.send(std::time::Instant::now());
-                    nl.delete_link_by_name(&req.ifname)
-                });
-                if let Err(e) = deleted {
-                    errs.push(e);
-                }
+    // Deleting the pod's end removes the pair. The plugin's own namespace is refused: deleting
+    // CNI_IFNAME there would take a node interface.
+    match netkit::container_netns_for_del(req) {
+        Ok(Some(ns)) => {
+            let deleted = Netlink::open_in(&ns).and_then(|nl| {
+                let _ = started.send(std::time::Instant::now());
+                nl.delete_link_by_name(&req.ifname)
+            });
+            if let Err(e) = deleted {
+                errs.push(e);
             }
-            Ok(None) => {}
-            Err(e) => errs.push(e),
         }
+        Ok(None) => errs.extend(del_stranded_host_veth(req, started).err()),
+        Err(e) => errs.push(e),
     }
     errs
 }
 
-/// DEL's firewall part: masquerade and MAC spoof check rules; the errors, in order.
-fn del_firewall(req: &Request, conf: &BridgeConf) -> Vec<Error> {
-    let mut errs = Vec::new();
-    if conf.ip_masq {
-        let r = firewall_of(conf).and_then(|fw| {
-            fw.del_masquerade(&conf.network, &req.container_id, &req.ifname)?;
-            if conf.ip_masq_backend.is_none() && fw.kind() == firewall::BackendKind::Nftables {
-                firewall::del_reference_leftovers(&conf.network, &req.container_id, &req.ifname, false)?;
-            }
-            Ok(())
-        });
-        errs.extend(r.err());
+/// DEL when the pod's namespace is gone from its path (or CNI_NETNS is unset). The kernel removed
+/// the pair with the namespace, unless a process still holds the namespace: then the host end is
+/// still there. It is deleted only when it is certainly ours: prevResult lists it under one of the
+/// names ADD picks for this attachment, and it is a veth with the MAC prevResult records (a host
+/// link that merely has our name may be another pod's, after a hash collision).
+fn del_stranded_host_veth(req: &Request, started: std::sync::mpsc::Sender<std::time::Instant>) -> Result<()> {
+    let Some(prev) = &req.conf.prev_result else { return Ok(()) };
+    let names: Vec<String> =
+        (0..HOST_NAME_ATTEMPTS).map(|attempt| host_veth_name(&req.container_id, &req.ifname, attempt)).collect();
+    let Some((name, mac)) = prev
+        .interfaces
+        .iter()
+        .filter(|i| i.sandbox.as_deref().is_none_or(str::is_empty) && names.contains(&i.name))
+        .find_map(|i| Some((i.name.clone(), i.mac.clone()?)))
+    else {
+        return Ok(());
+    };
+    let host = Netlink::open()?;
+    let Some(link) = host.link(&name)? else { return Ok(()) };
+    let same_mac = mac_string(link.mac).is_some_and(|have| have.eq_ignore_ascii_case(&mac));
+    if link.kind.as_deref() != Some("veth") || !same_mac {
+        return Ok(());
     }
-    if conf.macspoofchk {
-        errs.extend(firewall::del_macspoof(&conf.network, &req.container_id, &req.ifname).err());
+    let _ = started.send(std::time::Instant::now());
+    match host.delete_link_by_name(&name) {
+        Err(e) if !netkit::is_not_found(&e) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// What bridge DEL removes. From a valid configuration, what it enabled. From one that does not
+/// validate (edited since ADD, or a key the runtime sent broken), everything an attachment of this
+/// network can hold, found by container id and ifname: the veth, the IPAM reservation, masquerade
+/// rules on every backend the node runs, the MAC spoof check. A bad key never strands a pod.
+struct DelPlan {
+    network: String,
+    ipam: Option<String>,
+    masquerade: MasqueradeDel,
+    macspoof: bool,
+    /// An error DEL reports after removing everything else: an IPAM type it refuses to run.
+    refused: Option<Error>,
+}
+
+enum MasqueradeDel {
+    None,
+    /// The configured (or detected) backend; `leftovers` also removes the reference's iptables
+    /// rules, on a node that switched from the reference plugins.
+    Backend {
+        kind: firewall::BackendKind,
+        leftovers: bool,
+    },
+    Everywhere,
+}
+
+impl DelPlan {
+    fn new(req: &Request) -> DelPlan {
+        let invalid = match config::parse(req) {
+            Ok(conf) => return DelPlan::from_conf(&conf),
+            Err(e) => e,
+        };
+        eprintln!("bridge: DEL removes everything the attachment can hold, as its configuration is invalid: {invalid}");
+        let mut refused = None;
+        let ipam = req.conf.ipam_type().and_then(|t| {
+            if config::valid_plugin_type(t) {
+                Some(t.to_string())
+            } else {
+                refused = Some(invalid.clone());
+                None
+            }
+        });
+        DelPlan {
+            network: req.conf.name.clone(),
+            ipam,
+            masquerade: MasqueradeDel::Everywhere,
+            macspoof: firewall::nftables_usable(),
+            refused,
+        }
+    }
+
+    fn from_conf(conf: &BridgeConf) -> DelPlan {
+        let masquerade = match firewall::choose(conf.ip_masq_backend.as_deref()) {
+            _ if !conf.ip_masq => MasqueradeDel::None,
+            Ok(kind) => MasqueradeDel::Backend {
+                kind,
+                leftovers: conf.ip_masq_backend.is_none() && kind == firewall::BackendKind::Nftables,
+            },
+            // The name was validated while parsing; should it not parse here, look everywhere.
+            Err(_) => MasqueradeDel::Everywhere,
+        };
+        DelPlan {
+            network: conf.network.clone(),
+            ipam: conf.ipam_type.clone(),
+            masquerade,
+            macspoof: conf.macspoofchk,
+            refused: None,
+        }
+    }
+}
+
+/// DEL's firewall part: masquerade and MAC spoof check rules; the errors, in order.
+fn del_firewall(req: &Request, plan: &DelPlan) -> Vec<Error> {
+    let mut errs = Vec::new();
+    let (network, id, ifname) = (&plan.network, &req.container_id, &req.ifname);
+    match plan.masquerade {
+        MasqueradeDel::None => {}
+        MasqueradeDel::Backend { kind, leftovers } => {
+            errs.extend(firewall::open(kind).del_masquerade(network, id, ifname).err());
+            if leftovers {
+                errs.extend(firewall::del_reference_leftovers(network, id, ifname, false).err());
+            }
+        }
+        MasqueradeDel::Everywhere => {
+            errs.extend(firewall::del_everywhere(firewall::Rules::Masquerade, network, id, ifname).err());
+        }
+    }
+    if plan.macspoof {
+        errs.extend(firewall::del_macspoof(network, id, ifname).err());
     }
     errs
 }

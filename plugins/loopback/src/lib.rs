@@ -2,23 +2,21 @@
 
 use libcni::types::{CniResult, Interface, IpConfig};
 use libcni::{code, Error, Plugin, Request, Result};
-use netkit::{NetNs, Netlink};
-use std::path::Path;
+use netkit::Netlink;
 
 pub struct Loopback;
-
-fn netns_path(req: &Request) -> Result<&Path> {
-    req.netns.as_deref().ok_or_else(|| Error::env("required env variables [CNI_NETNS] missing"))
-}
 
 fn lo(nl: &Netlink) -> Result<netkit::Link> {
     nl.link("lo")?.ok_or_else(|| Error::network("the network namespace has no \"lo\" interface"))
 }
 
 impl Plugin for Loopback {
+    fn reads_cni_args(&self) -> bool {
+        false
+    }
+
     fn add(&self, req: &Request) -> Result<CniResult> {
-        let path = netns_path(req)?;
-        let ns = NetNs::open(path)?;
+        let ns = netkit::container_netns(req)?;
         let nl = Netlink::open_in(&ns)?;
         let lo = lo(&nl)?;
         nl.set_up(lo.index).map_err(|e| e.context("set lo up"))?;
@@ -35,7 +33,7 @@ impl Plugin for Loopback {
             cni_version: req.conf.cni_version.clone(),
             interfaces: vec![Interface {
                 name: "lo".into(),
-                sandbox: Some(path.display().to_string()),
+                sandbox: Some(ns.path().display().to_string()),
                 ..Default::default()
             }],
             ips,
@@ -44,8 +42,8 @@ impl Plugin for Loopback {
     }
 
     fn del(&self, req: &Request) -> Result<()> {
-        let Some(path) = req.netns.as_deref() else { return Ok(()) };
-        let Some(ns) = NetNs::open_if_exists(path)? else { return Ok(()) };
+        // Unset or gone: nothing to do. The plugin's own namespace is refused: the node's lo stays up.
+        let Some(ns) = netkit::container_netns_for_del(req)? else { return Ok(()) };
         let nl = Netlink::open_in(&ns)?;
         if let Some(lo) = nl.link("lo")? {
             nl.set_down(lo.index).map_err(|e| e.context("set lo down"))?;
@@ -54,7 +52,7 @@ impl Plugin for Loopback {
     }
 
     fn check(&self, req: &Request) -> Result<()> {
-        let ns = NetNs::open(netns_path(req)?)?;
+        let ns = netkit::container_netns(req)?;
         let nl = Netlink::open_in(&ns)?;
         if lo(&nl)?.up {
             Ok(())

@@ -117,6 +117,10 @@ fn flush_udp(conf: &Config, v4: bool, v6: bool) {
 }
 
 impl Plugin for PortMap {
+    fn reads_cni_args(&self) -> bool {
+        false
+    }
+
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = Config::parse(req)?;
         let prev = prev_result(req)?;
@@ -144,10 +148,20 @@ impl Plugin for PortMap {
     }
 
     fn del(&self, req: &Request) -> Result<()> {
-        let conf = Config::parse(req)?;
-        firewall::open(conf.backend).del_portmap(&req.conf.name, &req.container_id, &req.ifname)?;
+        let (network, id, ifname) = (&req.conf.name, &req.container_id, &req.ifname);
+        let conf = match Config::parse(req) {
+            Ok(conf) => conf,
+            Err(invalid) => {
+                // The rules are found by network, container id and ifname alone: a configuration
+                // that does not validate (a bad mapping, an unknown backend) still says which
+                // attachment to clean up, just not on which backend, so DEL looks on every one.
+                eprintln!("portmap: DEL removes the attachment's rules on every backend, as its configuration is invalid: {invalid}");
+                return firewall::del_everywhere(firewall::Rules::PortMap, network, id, ifname);
+            }
+        };
+        firewall::open(conf.backend).del_portmap(network, id, ifname)?;
         if conf.backend_detected && conf.backend == BackendKind::Nftables {
-            firewall::del_reference_leftovers(&req.conf.name, &req.container_id, &req.ifname, true)?;
+            firewall::del_reference_leftovers(network, id, ifname, true)?;
         }
         flush_udp(&conf, true, true);
         Ok(())

@@ -95,6 +95,39 @@ pub fn del_reference_leftovers(network: &str, container_id: &str, ifname: &str, 
     }
 }
 
+/// Whether nftables works on this node (`nft` installed, the kernel answers nf_tables).
+pub fn nftables_usable() -> bool {
+    nftables::usable()
+}
+
+/// What a container's rules are, for [`del_everywhere`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rules {
+    PortMap,
+    Masquerade,
+}
+
+/// Removes a container's rules from every backend this node can run: for a DEL whose configuration
+/// does not validate, so it cannot say which backend holds them. Rules are found by network,
+/// container id and ifname alone, and what is not there is success.
+pub fn del_everywhere(rules: Rules, network: &str, container_id: &str, ifname: &str) -> Result<()> {
+    let mut errs = libcni::Errors::new();
+    let mut backends: Vec<Box<dyn Firewall>> = Vec::new();
+    if nftables::usable() {
+        backends.push(Box::new(NftablesBackend));
+    }
+    if exec::find("iptables").is_some() {
+        backends.push(Box::new(IptablesBackend));
+    }
+    for fw in backends {
+        errs.record(match rules {
+            Rules::PortMap => fw.del_portmap(network, container_id, ifname),
+            Rules::Masquerade => fw.del_masquerade(network, container_id, ifname),
+        });
+    }
+    errs.finish()
+}
+
 /// The backend of that kind.
 pub fn open(kind: BackendKind) -> Box<dyn Firewall> {
     match kind {
