@@ -111,8 +111,8 @@ fn written_cache_has_the_upstream_keys() {
 fn reads_the_upstream_cache_file_and_dels_with_it() {
     let gold_dir = testdata().join("libcni-cache");
     let gold_file = gold_dir.join("goldnet-0123456789abcdef-eth0");
-    let gold_bytes = std::fs::read(&gold_file)
-        .unwrap_or_else(|e| panic!("test data {} missing ({e}); set CNI_TESTDATA", gold_file.display()));
+    let gold_bytes =
+        std::fs::read(&gold_file).unwrap_or_else(|e| panic!("test data {} missing ({e})", gold_file.display()));
     let conflist_bytes = std::fs::read(gold_dir.join("goldnet.conflist")).unwrap();
     let entry = cache::parse(&gold_bytes, ("goldnet", "0123456789abcdef", "eth0")).unwrap();
     assert!(!entry.legacy);

@@ -7,19 +7,9 @@ use libcni::{code, version::SUPPORTED};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
-/// `CNI_TESTDATA` may name the directory or the file itself; a missing file fails the test.
+/// Upstream's vectors, kept in the repository (tests/testdata/README.md says where they came from).
 fn vectors() -> Vec<Value> {
-    let path = match std::env::var_os("CNI_TESTDATA") {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            if p.is_dir() {
-                p.join("conversions.json")
-            } else {
-                p
-            }
-        }
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/conversions.json"),
-    };
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/conversions.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("test vectors {}: {e}", path.display()));
     let all: Vec<Value> = serde_json::from_str(&text).unwrap();
     assert_eq!(all.len(), 54, "{} should hold 54 vectors", path.display());
