@@ -374,12 +374,12 @@ fn run_inner(args: &[String], env: &dyn Env, out: &mut dyn Write) -> Result<(), 
             match cli.verb {
                 Verb::Add => {
                     let result = cfg.add_network_list(&list, &rt)?;
-                    let text = if cli.json {
-                        result.to_value(&result.cni_version)?.to_string()
+                    if cli.json {
+                        writeln!(out, "{}", result.to_value(&result.cni_version)?).map_err(write_err)
                     } else {
-                        result.to_pretty(&result.cni_version)?
-                    };
-                    writeln!(out, "{text}").map_err(write_err)
+                        // Upstream's Print(), byte for byte: no trailing newline.
+                        write!(out, "{}", result.to_pretty(&result.cni_version)?).map_err(write_err)
+                    }
                 }
                 Verb::Check => Ok(cfg.check_network_list(&list, &rt)?),
                 _ => Ok(cfg.del_network_list(&list, &rt)?),
