@@ -35,6 +35,8 @@ options:
       --json                 machine-readable output (errors as CNI error JSON on stdout)
   -h, --help                 this help
 
+Arguments after those a command uses are ignored, as upstream's cnitool does.
+
 environment:
   NETCONFPATH    configuration directory (default /etc/cni/net.d)
   CNI_PATH       plugin directories, ':'-separated (required except for list)
@@ -150,15 +152,17 @@ pub fn parse_cli(args: &[String]) -> Result<Cli, Failure> {
         "help" => Verb::Help,
         other => return Err(usage_error(format!("unknown command {other:?}"))),
     };
+    // Arguments after the ones a command uses are ignored, as upstream's cnitool does (its commands
+    // take a minimum number of arguments only).
     let (min, max) = match verb {
-        Verb::Add | Verb::Check | Verb::Del => (2, 2),
-        Verb::Gc | Verb::Status => (1, 2),
+        Verb::Add | Verb::Check | Verb::Del => (2, usize::MAX),
+        Verb::Gc | Verb::Status => (1, usize::MAX),
         Verb::List | Verb::Help => (0, 0),
     };
     if positional.len() < min || positional.len() > max {
         let want = match verb {
-            Verb::Add | Verb::Check | Verb::Del => "<network> <netns>",
-            Verb::Gc | Verb::Status => "<network> [<netns>]",
+            Verb::Add | Verb::Check | Verb::Del => "at least <network> <netns>",
+            Verb::Gc | Verb::Status => "at least <network>",
             Verb::List | Verb::Help => "no arguments",
         };
         return Err(usage_error(format!("{verb:?} takes {want}, got {} argument(s)", positional.len()).to_lowercase()));
@@ -547,9 +551,16 @@ mod tests {
         assert_eq!(c.keep.unwrap()[1], Attachment { container_id: "c2".into(), ifname: "net1".into() });
         assert_eq!(parse_cli(&args("--ifname=e1 del n ns")).unwrap().ifname.as_deref(), Some("e1"));
         assert_eq!(parse_cli(&[]).unwrap().verb, Verb::Help);
+        // Trailing arguments are ignored, as upstream.
+        let c = parse_cli(&args("del n ns extra more -i e2")).unwrap();
+        assert_eq!(
+            (c.verb, &c.positional[..2], c.ifname.as_deref()),
+            (Verb::Del, &["n".to_string(), "ns".to_string()][..], Some("e2"))
+        );
+        assert_eq!(parse_cli(&args("status n ns x")).unwrap().verb, Verb::Status);
         for bad in [
             "add n",
-            "add n ns extra",
+            "list extra",
             "bogus n ns",
             "add n ns -x",
             "add n ns -i",

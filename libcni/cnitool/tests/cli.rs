@@ -167,6 +167,14 @@ fn add_check_del_round_trip() {
     let out = e.run(&["add", "demo", "ns3"], &[("CNI_IFNAME", "net9")]);
     assert!(out.status.success());
     assert_eq!(e.log()[4][2], "net9");
+
+    // Extra trailing arguments are ignored, as upstream's cnitool does.
+    let out = e.run(&["del", "demo", "ns3", "trailing", "args"], &[("CNI_IFNAME", "net9")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        e.log()[5][..4],
+        ["DEL".to_string(), netns_id(&e.root, "ns3").1, "net9".into(), netns_id(&e.root, "ns3").0]
+    );
 }
 
 #[test]
