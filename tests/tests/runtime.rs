@@ -142,9 +142,12 @@ fn reads_the_upstream_cache_file_and_dels_with_it() {
     let calls = f.calls();
     let types: Vec<&str> = calls.iter().map(|c| c["stdin"]["type"].as_str().unwrap()).collect();
     assert_eq!(types, ["loopback", "portmap", "bridge"]);
+    // The cached 1.0.0 result as libcni >= 1.2 sends it: its empty dns left out.
+    let mut prev = entry.result.clone().unwrap();
+    assert_eq!(prev.as_object_mut().unwrap().remove("dns"), Some(json!({})));
     for c in &calls {
         assert_eq!(c["command"], "DEL");
-        assert_eq!(c["stdin"]["prevResult"], *entry.result.as_ref().unwrap());
+        assert_eq!(c["stdin"]["prevResult"], prev);
         assert_eq!(c["stdin"]["name"], "goldnet");
     }
     assert!(!f.cache_file("goldnet", "0123456789abcdef", "eth0").exists());
@@ -171,7 +174,7 @@ fn capabilities_become_runtime_config() {
         calls[0]["stdin"]["runtimeConfig"],
         json!({"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}], "ips": ["10.0.0.9/24"]})
     );
-    assert_eq!(calls[0]["stdin"]["capabilities"]["bandwidth"], false, "capabilities are kept");
+    assert!(calls.iter().all(|c| c["stdin"].get("capabilities").is_none()), "capabilities reached a plugin");
     assert_eq!(calls[1]["stdin"]["runtimeConfig"], json!({"keep": true}));
     let union = f.config().validate_network_list(&list).unwrap();
     assert_eq!(union, ["dns", "ips", "mac", "portMappings"]);
@@ -577,4 +580,187 @@ fn delegation_passes_env_and_stdin_through() {
     assert_eq!((e.code, e.msg.as_str()), (101, "pool exhausted"));
     assert_eq!(invoke::delegate_add("../noop", &req).unwrap_err().code, 7);
     assert_eq!(invoke::delegate_del("absent", &req).unwrap_err().code, 7);
+}
+
+/// The spec: `capabilities` is the runtime's; a plugin never gets it, on any verb (only the
+/// `runtimeConfig` built from it). Any spelling Go would match is removed.
+#[test]
+fn plugins_never_see_capabilities() {
+    let f = Fixture::new("nocaps");
+    let mut a = f.plugin("a", json!({"reportResult": result_with_iface("1.1.0", "eth0", "10.0.0.2/24")}));
+    a["capabilities"] = json!({"portMappings": true});
+    let mut b = f.plugin("b", json!({}));
+    b["Capabilities"] = json!({"ips": true});
+    let list = f.list("nocaps", "1.1.0", vec![a, b]);
+    let mut conf = rt("c1", "eth0");
+    conf.capability_args.insert("portMappings".into(), json!([{"hostPort": 80, "containerPort": 8080}]));
+    conf.capability_args.insert("ips".into(), json!(["10.0.0.2/24"]));
+    let cni = f.config();
+    cni.add_network_list(&list, &conf).unwrap();
+    cni.check_network_list(&list, &conf).unwrap();
+    cni.status_network_list(&list).unwrap();
+    cni.gc_network_list(&list, Some(&[Attachment { container_id: "c1".into(), ifname: "eth0".into() }])).unwrap();
+    cni.del_network_list(&list, &conf).unwrap();
+    let calls = f.calls();
+    assert_eq!(calls.len(), 10, "{:?}", f.trace());
+    for c in &calls {
+        let stdin = c["stdin"].as_object().unwrap();
+        assert!(!stdin.keys().any(|k| k.eq_ignore_ascii_case("capabilities")), "{}: {}", c["command"], c["stdin"]);
+    }
+    assert_eq!(calls[0]["stdin"]["runtimeConfig"]["portMappings"][0]["hostPort"], 80);
+    assert_eq!(calls[1]["stdin"]["runtimeConfig"]["ips"][0], "10.0.0.2/24");
+    // The cache keeps the list as written, capabilities included (it is the runtime's record).
+    let single = json!({"cniVersion": "1.1.0", "name": "one", "type": "noop", "debugFile": f.debug("one", json!({})),
+                        "capabilities": {"mac": true}});
+    let single = conflist::conf_from_bytes(single.to_string().as_bytes()).unwrap();
+    f.clear_log();
+    cni.add_network(&single, &rt("c2", "eth0")).unwrap();
+    assert!(f.calls()[0]["stdin"].get("capabilities").is_none());
+    let (cached, _) = cni.get_network_cached_config(&single, &rt("c2", "eth0")).unwrap().unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&cached).unwrap()["capabilities"]["mac"], true);
+}
+
+/// CHECK of an attachment without a cached result is refused (code 3) before any plugin runs: the
+/// spec forbids CHECK before ADD or after DEL, and a plugin cannot check without `prevResult`
+/// (upstream libcni would run the plugins without it).
+#[test]
+fn check_without_a_cached_result_is_refused() {
+    let f = Fixture::new("nocache");
+    let r = result_with_iface("1.0.0", "eth0", "10.0.0.2/24");
+    let list = f.list("ncnet", "1.0.0", vec![f.plugin("a", json!({"reportResult": r})), f.plugin("b", json!({}))]);
+    let conf = rt("c1", "eth0");
+    let cni = f.config();
+    let e = cni.check_network_list(&list, &conf).unwrap_err();
+    assert_eq!(e.code, libcni::code::UNKNOWN_CONTAINER, "{e}");
+    assert!(e.msg.contains("no cached result") && e.msg.contains("\"c1\"") && e.msg.contains("ncnet"), "{e}");
+    assert!(f.calls().is_empty(), "a plugin ran: {:?}", f.trace());
+
+    cni.add_network_list(&list, &conf).unwrap();
+    cni.check_network_list(&list, &conf).unwrap();
+    cni.del_network_list(&list, &conf).unwrap();
+    f.clear_log();
+    assert_eq!(cni.check_network_list(&list, &conf).unwrap_err().code, libcni::code::UNKNOWN_CONTAINER);
+    assert!(f.calls().is_empty(), "a plugin ran after DEL: {:?}", f.trace());
+
+    // A cache entry without a result (possible in upstream's format) is no result either.
+    let entry = cache::CacheEntry {
+        container_id: "c1".into(),
+        config: list.bytes.clone(),
+        ifname: "eth0".into(),
+        network_name: "ncnet".into(),
+        ..Default::default()
+    };
+    cache::write(&f.cache, &entry).unwrap();
+    assert_eq!(cni.check_network_list(&list, &conf).unwrap_err().code, libcni::code::UNKNOWN_CONTAINER);
+    // The single-plugin CHECK too.
+    let single = conflist::conf_from_bytes(br#"{"cniVersion":"1.0.0","name":"ncone","type":"noop"}"#).unwrap();
+    assert_eq!(cni.check_network(&single, &conf).unwrap_err().code, libcni::code::UNKNOWN_CONTAINER);
+    assert!(f.calls().is_empty(), "a plugin ran: {:?}", f.trace());
+}
+
+/// The single-plugin calls, conf loading and injection, and typed not-found errors, as Go's libcni.
+#[test]
+fn single_plugin_api_as_upstream() {
+    use libcni::conflist::{LoadError, NoConfigsFoundError, NotFoundError};
+    let f = Fixture::new("single");
+    let r = result_with_iface("1.0.0", "eth0", "10.0.0.7/24");
+    let debug = f.debug("one", json!({"reportResult": r}));
+    let bytes =
+        json!({"cniVersion": "1.0.0", "name": "one", "type": "noop", "tag": "one", "debugFile": debug}).to_string();
+    let file = f.conf.join("10-one.conf");
+    std::fs::write(&file, &bytes).unwrap();
+
+    // ConfFromBytes / ConfFromFile.
+    let net = conflist::conf_from_bytes(bytes.as_bytes()).unwrap();
+    assert_eq!(
+        (net.name.as_str(), net.cni_version.as_str(), net.plugin.plugin_type.as_str()),
+        ("one", "1.0.0", "noop")
+    );
+    assert_eq!(net.bytes, bytes.as_bytes());
+    assert_eq!(conflist::conf_from_file(&file).unwrap(), net);
+    assert_eq!(conflist::conf_from_bytes(br#"{"name":"x"}"#).unwrap_err().code, 7, "no type");
+    assert_eq!(conflist::conf_from_bytes(b"{").unwrap_err().code, 6);
+    assert_eq!(conflist::conf_from_file(&f.conf.join("absent.conf")).unwrap_err().code, 5);
+
+    // InjectConf: keys set over the conf; empty keys and null values refused.
+    let mut values = serde_json::Map::new();
+    values.insert("tag".into(), json!("injected"));
+    values.insert("extra".into(), json!({"k": [1]}));
+    let injected = conflist::inject_conf(&net, &values).unwrap();
+    let v: Value = serde_json::from_slice(&injected.bytes).unwrap();
+    assert_eq!(
+        (v["tag"].clone(), v["extra"]["k"][0].clone(), v["name"].clone()),
+        (json!("injected"), json!(1), json!("one"))
+    );
+    assert_eq!(injected.plugin.raw["tag"], "injected");
+    for (k, bad) in [("", json!(1)), ("x", Value::Null)] {
+        let mut m = serde_json::Map::new();
+        m.insert(k.into(), bad);
+        assert_eq!(conflist::inject_conf(&net, &m).unwrap_err().code, 7, "{k:?}");
+    }
+
+    // AddNetwork / GetNetworkCachedResult / GetNetworkCachedConfig / CheckNetwork / DelNetwork.
+    let cni = f.config();
+    let mut conf = rt("c1", "eth0");
+    conf.args = vec![("K".into(), "V".into())];
+    conf.capability_args.insert("mac".into(), json!("0a:58:00:00:00:01"));
+    let result = cni.add_network(&net, &conf).unwrap();
+    assert_eq!(result.ips[0].address.to_string(), "10.0.0.7/24");
+    assert!(f.calls()[0]["stdin"].get("prevResult").is_none());
+    assert!(f.cache_file("one", "c1", "eth0").exists());
+    let cached = cni.get_network_cached_result(&net, &conf).unwrap().unwrap();
+    assert_eq!(cached.ips[0].address.to_string(), "10.0.0.7/24");
+    let (cached_bytes, cached_rt) = cni.get_network_cached_config(&net, &rt("c1", "eth0")).unwrap().unwrap();
+    assert_eq!(cached_bytes, bytes.as_bytes());
+    assert_eq!(cached_rt.args, conf.args);
+    assert_eq!(cached_rt.capability_args, conf.capability_args);
+    assert!(cni.get_network_cached_config(&net, &rt("c9", "eth0")).unwrap().is_none());
+    f.clear_log();
+    cni.check_network(&net, &conf).unwrap();
+    assert_eq!(f.calls()[0]["stdin"]["prevResult"]["ips"][0]["address"], "10.0.0.7/24");
+    assert_eq!(f.calls()[0]["command"], "CHECK");
+    cni.del_network(&net, &conf).unwrap();
+    assert_eq!(f.calls()[1]["command"], "DEL");
+    assert_eq!(f.calls()[1]["stdin"]["prevResult"]["ips"][0]["address"], "10.0.0.7/24");
+    assert!(!f.cache_file("one", "c1", "eth0").exists());
+    assert!(cni.get_network_cached_result(&net, &conf).unwrap().is_none());
+    assert_eq!(cni.validate_network(&net).unwrap(), Vec::<String>::new());
+    let old = conflist::conf_from_bytes(br#"{"cniVersion":"0.3.1","name":"one","type":"noop"}"#).unwrap();
+    assert_eq!(cni.check_network(&old, &conf).unwrap_err().code, 1);
+    assert!(cni.add_network(&conflist::conf_from_bytes(br#"{"type":"noop"}"#).unwrap(), &conf).is_err(), "no name");
+
+    // ConfListFromBytes / ConfListFromFile (with <dir>/<name>/*.conf appended).
+    let list_bytes = json!({"cniVersion": "1.0.0", "name": "lst", "plugins": [{"type": "noop"}]}).to_string();
+    assert_eq!(conflist::conf_list_from_bytes(list_bytes.as_bytes()).unwrap().plugins.len(), 1);
+    let list_file = f.conf.join("20-lst.conflist");
+    std::fs::write(&list_file, &list_bytes).unwrap();
+    std::fs::create_dir_all(f.conf.join("lst")).unwrap();
+    std::fs::write(f.conf.join("lst/extra.conf"), br#"{"type":"tuning"}"#).unwrap();
+    let list = conflist::conf_list_from_file(&list_file).unwrap();
+    assert_eq!(list.plugins.iter().map(|p| p.plugin_type.as_str()).collect::<Vec<_>>(), ["noop", "tuning"]);
+
+    // Typed not-found errors a caller can match on.
+    match conflist::load_network_conf(&f.conf, "nope") {
+        Err(LoadError::NotFound(NotFoundError { dir, name, .. })) => {
+            assert_eq!((dir, name.as_str()), (f.conf.clone(), "nope"))
+        }
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    let empty = f.root.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    for missing in [empty.clone(), f.root.join("absent")] {
+        match conflist::load_network_conf(&missing, "x") {
+            Err(LoadError::NoConfigsFound(NoConfigsFoundError { dir })) => assert_eq!(dir, missing),
+            other => panic!("expected NoConfigsFound, got {other:?}"),
+        }
+        assert!(matches!(conflist::load_conf(&missing, "x"), Err(LoadError::NoConfigsFound(_))));
+    }
+    let e = libcni::Error::from(conflist::load_network_conf(&f.conf, "nope").unwrap_err());
+    assert_eq!(
+        (e.code, e.msg.clone()),
+        (7, format!("no net configuration with name \"nope\" in {}", f.conf.display()))
+    );
+    assert_eq!(conflist::load_conf(&f.conf, "one").unwrap(), net);
+    assert!(matches!(conflist::load_conf(&f.conf, "lst"), Err(LoadError::NotFound(_))));
+    assert_eq!(conflist::load_network_conf(&f.conf, "one").unwrap().plugins[0].plugin_type, "noop");
 }
