@@ -764,3 +764,36 @@ fn single_plugin_api_as_upstream() {
     assert!(matches!(conflist::load_conf(&f.conf, "lst"), Err(LoadError::NotFound(_))));
     assert_eq!(conflist::load_network_conf(&f.conf, "one").unwrap().plugins[0].plugin_type, "noop");
 }
+
+/// A delegate that fails writes its diagnostics to stderr; they reach the delegating plugin's stderr
+/// (what the runtime logs), not only its error JSON. bridge's STATUS delegates to its IPAM first.
+#[test]
+fn failing_delegate_stderr_reaches_ours() {
+    let f = Fixture::new("stderr");
+    let ipam = f.bin.join("chatty-ipam");
+    std::fs::write(
+        &ipam,
+        "#!/bin/sh\ncat >/dev/null\necho \"chatty-ipam: the lease database is locked by pid 4242\" >&2\n\
+         echo '{\"cniVersion\":\"1.1.0\",\"code\":11,\"msg\":\"try again\"}'\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&ipam, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bridge = std::path::Path::new(common::NOOP).with_file_name("bridge");
+    let stdin = json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "bridge": "cnistderr0",
+                       "ipam": {"type": "chatty-ipam"}});
+    let mut child = std::process::Command::new(&bridge)
+        .env("CNI_COMMAND", "STATUS")
+        .env("CNI_PATH", &f.bin)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {}: {e} (cargo build --bins first)", bridge.display()));
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(stdin.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((out.status.code(), stdout["code"].clone()), (Some(1), json!(11)), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("chatty-ipam: the lease database is locked by pid 4242"), "stderr: {stderr:?}");
+}

@@ -320,11 +320,12 @@ fn lossy_trimmed(bytes: &[u8]) -> String {
 /// error that says what went wrong.
 fn interpret(plugin: &Path, out: RawOutput) -> Result<Vec<u8>> {
     let name = plugin_name(plugin);
+    // The plugin's logs reach our stderr, whether it succeeded or not: a failing delegate's
+    // diagnostics are what a runtime's log needs most (upstream copies them only on success).
+    if !out.stderr.is_empty() {
+        let _ = std::io::stderr().write_all(&out.stderr);
+    }
     if out.exit_code == Some(0) {
-        if !out.stderr.is_empty() {
-            // As upstream: a successful plugin's logs reach the runtime's stderr.
-            let _ = std::io::stderr().write_all(&out.stderr);
-        }
         return Ok(out.stdout);
     }
     let exit = match out.exit_code {
