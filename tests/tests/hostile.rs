@@ -398,6 +398,9 @@ fn bridge_cases(f: &Fixture) -> Vec<Case> {
             CONFIG,
         ),
         case("ipam plugin missing", with(&b, "ipam", json!({ "type": "no-such-ipam" })), CONFIG),
+        case("ipam.type bridge (itself: a cycle)", with(&b, "ipam", json!({ "type": "bridge" })), CONFIG),
+        case("ipam.type portmap (not IPAM)", with(&b, "ipam", json!({ "type": "portmap" })), CONFIG),
+        case("ipam.type loopback (not IPAM)", with(&b, "ipam", json!({ "type": "loopback" })), CONFIG),
         env_case("CNI_ARGS MAC not a MAC", &b, vec![("CNI_ARGS", Some("MAC=nope".into()))], CONFIG),
         env_case("CNI_ARGS IP not an IP (delegated)", &b, vec![("CNI_ARGS", Some("IP=10.210.1.300".into()))], ENV),
     ]);

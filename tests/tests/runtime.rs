@@ -797,3 +797,133 @@ fn failing_delegate_stderr_reaches_ours() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("chatty-ipam: the lease database is locked by pid 4242"), "stderr: {stderr:?}");
 }
+
+/// Run a plugin binary (as `argv0`) with `env` and `stdin`: exit code, stdout as JSON (null if
+/// empty), stderr.
+fn run_plugin(
+    bin: &std::path::Path,
+    argv0: &str,
+    env: &[(&str, String)],
+    stdin: &Value,
+) -> (Option<i32>, Value, String) {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg0(argv0)
+        .env_remove(libcni::invoke::DELEGATION_DEPTH_ENV)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("run {}: {e} (cargo build --bins first)", bin.display()));
+    child.stdin.take().unwrap().write_all(stdin.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = if out.stdout.is_empty() { Value::Null } else { serde_json::from_slice(&out.stdout).unwrap() };
+    (out.status.code(), stdout, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A wrapper delegate that logs each run, then runs `bin` as `argv0`; past 20 runs it answers an
+/// error instead, so a cycle that is not cut cannot run away.
+fn logging_wrapper(dir: &std::path::Path, name: &str, bin: &std::path::Path, argv0: &str, log: &std::path::Path) {
+    let script = format!(
+        "#!/bin/bash\necho \"$CNI_COMMAND ${{CNI_RS_DELEGATION_DEPTH:-unset}}\" >> {log}\n\
+         if [ \"$(wc -l < {log})\" -gt 20 ]; then echo '{{\"code\":99,\"msg\":\"runaway\"}}'; exit 1; fi\n\
+         exec -a {argv0} {bin}\n",
+        log = log.display(),
+        bin = bin.display()
+    );
+    let p = dir.join(name);
+    std::fs::write(&p, script).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn log_lines(log: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(log).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+/// `"ipam": {"type": "bridge"}` (or any main plugin) is refused with code 7 before anything runs, by
+/// the separate binaries and by the multi-call binary (which recursed in process until the stack
+/// overflowed); a cycle through a name we cannot know (a copy of bridge under another name) stops at
+/// the delegation depth bound. DEL of such an attachment succeeds: nothing was ever held there.
+#[test]
+fn ipam_type_cycles_are_cut() {
+    let f = Fixture::new("cycle");
+    let target = std::path::Path::new(common::NOOP).parent().unwrap().to_path_buf();
+    let bridge = target.join("bridge");
+    let multi = target.join("cni-rs");
+    let conf = |ipam: &str| {
+        json!({"cniVersion": "1.1.0", "name": "cyc", "type": "bridge", "bridge": "cnicyc0",
+                                   "ipam": {"type": ipam}})
+    };
+    let env = |path: &std::path::Path, command: &str| {
+        vec![
+            ("CNI_COMMAND", command.to_string()),
+            ("CNI_CONTAINERID", "cyc1".to_string()),
+            ("CNI_IFNAME", "eth0".to_string()),
+            ("CNI_PATH", path.display().to_string()),
+        ]
+    };
+
+    // Separate binaries: the bridge on CNI_PATH (and a copy named mybr) are logging wrappers.
+    let log = f.root.join("runs.log");
+    logging_wrapper(&f.bin, "bridge", &bridge, "bridge", &log);
+    logging_wrapper(&f.bin, "mybr", &bridge, "bridge", &log);
+    // A multi-call install: cni-rs hard-linked as bridge and host-local (delegates to either run in
+    // process), and mybr, a wrapper that runs cni-rs as bridge.
+    let multi_dir = target.join(cni_tests_unique("cycle-multi"));
+    std::fs::create_dir_all(&multi_dir).unwrap();
+    for name in ["bridge", "host-local"] {
+        std::fs::hard_link(&multi, multi_dir.join(name)).unwrap();
+    }
+    let multi_log = f.root.join("multi-runs.log");
+    logging_wrapper(&multi_dir, "mybr", &multi, "bridge", &multi_log);
+
+    for (what, bin, path) in [("separate", &bridge, &f.bin), ("multi-call", &multi, &multi_dir)] {
+        for verb in ["STATUS", "CHECK", "ADD"] {
+            let mut stdin = conf("bridge");
+            if verb == "CHECK" {
+                stdin["prevResult"] = result_with_iface("1.1.0", "eth0", "10.0.0.2/24");
+            }
+            let mut e = env(path, verb);
+            e.push(("CNI_NETNS", "/proc/self/ns/net".to_string()));
+            let (code, out, stderr) = run_plugin(bin, "bridge", &e, &stdin);
+            let msg = out["msg"].as_str().unwrap_or_default().to_string();
+            if verb == "STATUS" {
+                assert_eq!((code, out["code"].clone()), (Some(1), json!(7)), "{what} {verb}: {out} {stderr}");
+                assert!(
+                    msg.contains("ipam type \"bridge\" is not an IPAM plugin") && msg.contains("host-local"),
+                    "{msg}"
+                );
+            } else {
+                // ADD and CHECK may stop earlier (the netns is the plugin's own): never run the delegate.
+                assert_eq!(code, Some(1), "{what} {verb}: {out} {stderr}");
+                assert_ne!(out["code"], json!(110), "{what} {verb}: {out}");
+            }
+        }
+        let (code, out, stderr) = run_plugin(bin, "bridge", &env(path, "DEL"), &conf("bridge"));
+        assert_eq!(code, Some(0), "{what} DEL: {out} {stderr}");
+
+        // A cycle through a name we cannot know: cut at the depth bound.
+        let (code, out, stderr) = run_plugin(bin, "bridge", &env(path, "STATUS"), &conf("mybr"));
+        assert_eq!((code, out["code"].clone()), (Some(1), json!(7)), "{what}: {out} {stderr}");
+        assert!(out["msg"].as_str().unwrap().contains("would nest delegations 5 deep (at most 4)"), "{out}");
+        let (code, out, stderr) = run_plugin(bin, "bridge", &env(path, "DEL"), &conf("mybr"));
+        assert_eq!(code, Some(0), "{what} cyclic DEL: {out} {stderr}");
+    }
+    // Nothing ran the "bridge" wrapper; each cut cycle ran mybr 4 times (depths 1-4), for STATUS and DEL.
+    let expected: Vec<String> =
+        ["STATUS", "DEL"].iter().flat_map(|v| (1..=4).map(move |d| format!("{v} {d}"))).collect();
+    assert_eq!(log_lines(&log), expected);
+    assert_eq!(log_lines(&multi_log), expected);
+    let _ = std::fs::remove_dir_all(&multi_dir);
+}
+
+fn cni_tests_unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    )
+}
