@@ -278,13 +278,15 @@ fn runtime_config(env: &dyn Env) -> Result<CniConfig, Failure> {
 
 fn load(env: &dyn Env, name: &str) -> Result<NetworkConfigList, Failure> {
     let dir = conf_dir(env);
-    conflist::load_network(&dir, name).map_err(|e| {
-        let hint = if e.msg.starts_with("no net configuration") {
-            format!("run `cnitool list` to see the networks in {} (set NETCONFPATH to look elsewhere)", dir.display())
-        } else {
-            format!("fix the configuration file in {}", dir.display())
+    conflist::load_network_conf(&dir, name).map_err(|e| {
+        let hint = match &e {
+            conflist::LoadError::NotFound(_) | conflist::LoadError::NoConfigsFound(_) => format!(
+                "run `cnitool list` to see the networks in {} (set NETCONFPATH to look elsewhere)",
+                dir.display()
+            ),
+            conflist::LoadError::Other(_) => format!("fix the configuration file in {}", dir.display()),
         };
-        with_hint(e, hint)
+        with_hint(e.into(), hint)
     })
 }
 
