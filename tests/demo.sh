@@ -32,6 +32,7 @@ ip netns add "$pod"
 step "cnitool add cni-rs-demo $nspath (hostPort 8080 -> containerPort 80)"
 export NETCONFPATH="$PWD/conf" CNI_PATH="$bin" CAP_ARGS='{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}'
 "$bin/cnitool" add cni-rs-demo "$nspath"
+echo   # cnitool prints the result as upstream's does, without a final newline
 
 step "addresses in the pod"
 ip -n "$pod" -br addr

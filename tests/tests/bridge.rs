@@ -247,3 +247,61 @@ fn gc_removes_masquerade_and_spoof_checks_of_attachments_not_kept() {
     net.cni.del_network_list(&net.list, &ra).expect("DEL a");
     net.cni.del_network_list(&net.list, &rb).expect("DEL b without cache");
 }
+
+/// Chained after another plugin, bridge keeps that plugin's interfaces, addresses, routes and DNS in
+/// its result (the spec: a plugin outputs the prevResult it got, modified); its own addresses point
+/// at its own interfaces, after the earlier ones, and CHECK passes on the whole result.
+#[test]
+fn add_keeps_the_earlier_plugins_result() {
+    let bridge = unique("cnb");
+    let _bridge_guard = LinkGuard(bridge.clone());
+    let data = TempDir::new("cnb-ipam");
+    let cache = TempDir::new("cnb-cache");
+    let pod = Netns::new("cnbk");
+    // The earlier plugin's interface and address, for real in the pod.
+    for args in [
+        &["link", "add", "net0", "type", "veth", "peer", "name", "net0p"][..],
+        &["addr", "add", "10.99.0.5/24", "dev", "net0"],
+        &["link", "set", "net0p", "up"],
+        &["link", "set", "net0", "up"],
+        &["route", "add", "10.99.0.0/16", "dev", "net0"],
+    ] {
+        pod.sh("ip", args);
+    }
+    let earlier = json!({
+        "cniVersion": "1.1.0",
+        "interfaces": [{ "name": "net0", "mac": "0a:58:0a:63:00:05", "sandbox": pod.path }],
+        "ips": [{ "address": "10.99.0.5/24", "gateway": "10.99.0.1", "interface": 0 }],
+        "routes": [{ "dst": "10.99.0.0/16" }],
+        "dns": { "nameservers": ["10.99.0.53"] }
+    });
+    let debug = data.path().join("earlier.json");
+    std::fs::write(&debug, json!({ "reportResult": earlier }).to_string()).expect("debug file");
+    let list = json!({ "cniVersion": "1.1.0", "name": unique("netb"), "plugins": [
+        { "type": "cni-noop", "debugFile": debug },
+        { "type": "bridge", "bridge": bridge, "isGateway": true,
+          "ipam": { "type": "host-local", "ranges": [[{ "subnet": "10.201.9.0/24" }]], "dataDir": data.path() } }
+    ]});
+    let list = NetworkConfigList::from_bytes(list.to_string().as_bytes()).expect("conflist");
+    let cni = CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf());
+    let r = rt(&pod);
+    let result = cni.add_network_list(&list, &r).expect("ADD");
+
+    let names: Vec<&str> = result.interfaces.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert_eq!((names[0], names[1], names[3]), ("net0", bridge.as_str(), "eth0"), "{names:?}");
+    assert_eq!(result.interfaces[0].mac.as_deref(), Some("0a:58:0a:63:00:05"));
+    let ips: Vec<(String, Option<usize>)> =
+        result.ips.iter().map(|ip| (ip.address.to_string(), ip.interface)).collect();
+    assert_eq!(ips, [("10.99.0.5/24".to_string(), Some(0)), ("10.201.9.2/24".to_string(), Some(3))]);
+    assert!(result.routes.iter().any(|rt| rt.dst.to_string() == "10.99.0.0/16"), "{:?}", result.routes);
+    assert_eq!(result.dns.nameservers, ["10.99.0.53"]);
+    // bridge's own address is on its own interface, the earlier one untouched.
+    let eth0 = pod.sh("ip", &["-o", "addr", "show", "dev", "eth0"]);
+    assert!(eth0.contains("10.201.9.2/24"), "{eth0}");
+    assert!(pod.sh("ip", &["-o", "addr", "show", "dev", "net0"]).contains("10.99.0.5/24"));
+    assert!(pings(&pod, "10.201.9.1"));
+    cni.check_network_list(&list, &r).expect("CHECK on the chained result");
+    cni.del_network_list(&list, &r).expect("DEL");
+    assert!(bridge_ports(&bridge).is_empty());
+}

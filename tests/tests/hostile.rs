@@ -421,6 +421,9 @@ fn bridge_cases(f: &Fixture) -> Vec<Case> {
             CONFIG,
         ),
         case("ipam plugin missing", with(&b, "ipam", json!({ "type": "no-such-ipam" })), CONFIG),
+        case("ipam.type bridge (itself: a cycle)", with(&b, "ipam", json!({ "type": "bridge" })), CONFIG),
+        case("ipam.type portmap (not IPAM)", with(&b, "ipam", json!({ "type": "portmap" })), CONFIG),
+        case("ipam.type loopback (not IPAM)", with(&b, "ipam", json!({ "type": "loopback" })), CONFIG),
         env_case("CNI_ARGS MAC not a MAC", &b, vec![("CNI_ARGS", Some("MAC=nope".into()))], CONFIG),
         env_case("CNI_ARGS IP not an IP (delegated)", &b, vec![("CNI_ARGS", Some("IP=10.210.1.300".into()))], ENV),
     ]);
@@ -885,7 +888,8 @@ fn cnitool_refuses_hostile_input() {
     let rows: Vec<Row> = vec![
         ("unknown command", vec!["attach", net, pod], vec![], ENV),
         ("unknown option", vec!["add", "--frobnicate", net, pod], vec![], ENV),
-        ("too many arguments", vec!["add", net, pod, "extra"], vec![], ENV),
+        // Arguments after <network> <netns> are ignored, as upstream's cnitool does.
+        ("no arguments to add", vec!["add"], vec![], ENV),
         ("missing netns", vec!["add", net], vec![], ENV),
         ("network that does not exist", vec!["add", "nosuchnet", pod], vec![], CONFIG),
         ("network name with /", vec!["add", "../../etc", pod], vec![], CONFIG),

@@ -111,8 +111,8 @@ fn written_cache_has_the_upstream_keys() {
 fn reads_the_upstream_cache_file_and_dels_with_it() {
     let gold_dir = testdata().join("libcni-cache");
     let gold_file = gold_dir.join("goldnet-0123456789abcdef-eth0");
-    let gold_bytes = std::fs::read(&gold_file)
-        .unwrap_or_else(|e| panic!("test data {} missing ({e}); set CNI_TESTDATA", gold_file.display()));
+    let gold_bytes =
+        std::fs::read(&gold_file).unwrap_or_else(|e| panic!("test data {} missing ({e})", gold_file.display()));
     let conflist_bytes = std::fs::read(gold_dir.join("goldnet.conflist")).unwrap();
     let entry = cache::parse(&gold_bytes, ("goldnet", "0123456789abcdef", "eth0")).unwrap();
     assert!(!entry.legacy);
@@ -142,9 +142,12 @@ fn reads_the_upstream_cache_file_and_dels_with_it() {
     let calls = f.calls();
     let types: Vec<&str> = calls.iter().map(|c| c["stdin"]["type"].as_str().unwrap()).collect();
     assert_eq!(types, ["loopback", "portmap", "bridge"]);
+    // The cached 1.0.0 result as libcni >= 1.2 sends it: its empty dns left out.
+    let mut prev = entry.result.clone().unwrap();
+    assert_eq!(prev.as_object_mut().unwrap().remove("dns"), Some(json!({})));
     for c in &calls {
         assert_eq!(c["command"], "DEL");
-        assert_eq!(c["stdin"]["prevResult"], *entry.result.as_ref().unwrap());
+        assert_eq!(c["stdin"]["prevResult"], prev);
         assert_eq!(c["stdin"]["name"], "goldnet");
     }
     assert!(!f.cache_file("goldnet", "0123456789abcdef", "eth0").exists());
@@ -171,7 +174,7 @@ fn capabilities_become_runtime_config() {
         calls[0]["stdin"]["runtimeConfig"],
         json!({"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}], "ips": ["10.0.0.9/24"]})
     );
-    assert_eq!(calls[0]["stdin"]["capabilities"]["bandwidth"], false, "capabilities are kept");
+    assert!(calls.iter().all(|c| c["stdin"].get("capabilities").is_none()), "capabilities reached a plugin");
     assert_eq!(calls[1]["stdin"]["runtimeConfig"], json!({"keep": true}));
     let union = f.config().validate_network_list(&list).unwrap();
     assert_eq!(union, ["dns", "ips", "mac", "portMappings"]);
@@ -578,4 +581,350 @@ fn delegation_passes_env_and_stdin_through() {
     assert_eq!((e.code, e.msg.as_str()), (101, "pool exhausted"));
     assert_eq!(invoke::delegate_add("../noop", &req).unwrap_err().code, 7);
     assert_eq!(invoke::delegate_del("absent", &req).unwrap_err().code, 7);
+}
+
+/// The spec: `capabilities` is the runtime's; a plugin never gets it, on any verb (only the
+/// `runtimeConfig` built from it). Any spelling Go would match is removed.
+#[test]
+fn plugins_never_see_capabilities() {
+    let f = Fixture::new("nocaps");
+    let mut a = f.plugin("a", json!({"reportResult": result_with_iface("1.1.0", "eth0", "10.0.0.2/24")}));
+    a["capabilities"] = json!({"portMappings": true});
+    let mut b = f.plugin("b", json!({}));
+    b["Capabilities"] = json!({"ips": true});
+    let list = f.list("nocaps", "1.1.0", vec![a, b]);
+    let mut conf = rt("c1", "eth0");
+    conf.capability_args.insert("portMappings".into(), json!([{"hostPort": 80, "containerPort": 8080}]));
+    conf.capability_args.insert("ips".into(), json!(["10.0.0.2/24"]));
+    let cni = f.config();
+    cni.add_network_list(&list, &conf).unwrap();
+    cni.check_network_list(&list, &conf).unwrap();
+    cni.status_network_list(&list).unwrap();
+    cni.gc_network_list(&list, Some(&[Attachment { container_id: "c1".into(), ifname: "eth0".into() }])).unwrap();
+    cni.del_network_list(&list, &conf).unwrap();
+    let calls = f.calls();
+    assert_eq!(calls.len(), 10, "{:?}", f.trace());
+    for c in &calls {
+        let stdin = c["stdin"].as_object().unwrap();
+        assert!(!stdin.keys().any(|k| k.eq_ignore_ascii_case("capabilities")), "{}: {}", c["command"], c["stdin"]);
+    }
+    assert_eq!(calls[0]["stdin"]["runtimeConfig"]["portMappings"][0]["hostPort"], 80);
+    assert_eq!(calls[1]["stdin"]["runtimeConfig"]["ips"][0], "10.0.0.2/24");
+    // The cache keeps the list as written, capabilities included (it is the runtime's record).
+    let single = json!({"cniVersion": "1.1.0", "name": "one", "type": "noop", "debugFile": f.debug("one", json!({})),
+                        "capabilities": {"mac": true}});
+    let single = conflist::conf_from_bytes(single.to_string().as_bytes()).unwrap();
+    f.clear_log();
+    cni.add_network(&single, &rt("c2", "eth0")).unwrap();
+    assert!(f.calls()[0]["stdin"].get("capabilities").is_none());
+    let (cached, _) = cni.get_network_cached_config(&single, &rt("c2", "eth0")).unwrap().unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&cached).unwrap()["capabilities"]["mac"], true);
+}
+
+/// CHECK of an attachment without a cached result is refused (code 3) before any plugin runs: the
+/// spec forbids CHECK before ADD or after DEL, and a plugin cannot check without `prevResult`
+/// (upstream libcni would run the plugins without it).
+#[test]
+fn check_without_a_cached_result_is_refused() {
+    let f = Fixture::new("nocache");
+    let r = result_with_iface("1.0.0", "eth0", "10.0.0.2/24");
+    let list = f.list("ncnet", "1.0.0", vec![f.plugin("a", json!({"reportResult": r})), f.plugin("b", json!({}))]);
+    let conf = rt("c1", "eth0");
+    let cni = f.config();
+    let e = cni.check_network_list(&list, &conf).unwrap_err();
+    assert_eq!(e.code, libcni::code::UNKNOWN_CONTAINER, "{e}");
+    assert!(e.msg.contains("no cached result") && e.msg.contains("\"c1\"") && e.msg.contains("ncnet"), "{e}");
+    assert!(f.calls().is_empty(), "a plugin ran: {:?}", f.trace());
+
+    cni.add_network_list(&list, &conf).unwrap();
+    cni.check_network_list(&list, &conf).unwrap();
+    cni.del_network_list(&list, &conf).unwrap();
+    f.clear_log();
+    assert_eq!(cni.check_network_list(&list, &conf).unwrap_err().code, libcni::code::UNKNOWN_CONTAINER);
+    assert!(f.calls().is_empty(), "a plugin ran after DEL: {:?}", f.trace());
+
+    // A cache entry without a result (possible in upstream's format) is no result either.
+    let entry = cache::CacheEntry {
+        container_id: "c1".into(),
+        config: list.bytes.clone(),
+        ifname: "eth0".into(),
+        network_name: "ncnet".into(),
+        ..Default::default()
+    };
+    cache::write(&f.cache, &entry).unwrap();
+    assert_eq!(cni.check_network_list(&list, &conf).unwrap_err().code, libcni::code::UNKNOWN_CONTAINER);
+    // The single-plugin CHECK too.
+    let single = conflist::conf_from_bytes(br#"{"cniVersion":"1.0.0","name":"ncone","type":"noop"}"#).unwrap();
+    assert_eq!(cni.check_network(&single, &conf).unwrap_err().code, libcni::code::UNKNOWN_CONTAINER);
+    assert!(f.calls().is_empty(), "a plugin ran: {:?}", f.trace());
+}
+
+/// The single-plugin calls, conf loading and injection, and typed not-found errors, as Go's libcni.
+#[test]
+fn single_plugin_api_as_upstream() {
+    use libcni::conflist::{LoadError, NoConfigsFoundError, NotFoundError};
+    let f = Fixture::new("single");
+    let r = result_with_iface("1.0.0", "eth0", "10.0.0.7/24");
+    let debug = f.debug("one", json!({"reportResult": r}));
+    let bytes =
+        json!({"cniVersion": "1.0.0", "name": "one", "type": "noop", "tag": "one", "debugFile": debug}).to_string();
+    let file = f.conf.join("10-one.conf");
+    std::fs::write(&file, &bytes).unwrap();
+
+    // ConfFromBytes / ConfFromFile.
+    let net = conflist::conf_from_bytes(bytes.as_bytes()).unwrap();
+    assert_eq!(
+        (net.name.as_str(), net.cni_version.as_str(), net.plugin.plugin_type.as_str()),
+        ("one", "1.0.0", "noop")
+    );
+    assert_eq!(net.bytes, bytes.as_bytes());
+    assert_eq!(conflist::conf_from_file(&file).unwrap(), net);
+    assert_eq!(conflist::conf_from_bytes(br#"{"name":"x"}"#).unwrap_err().code, 7, "no type");
+    assert_eq!(conflist::conf_from_bytes(b"{").unwrap_err().code, 6);
+    assert_eq!(conflist::conf_from_file(&f.conf.join("absent.conf")).unwrap_err().code, 5);
+
+    // InjectConf: keys set over the conf; empty keys and null values refused.
+    let mut values = serde_json::Map::new();
+    values.insert("tag".into(), json!("injected"));
+    values.insert("extra".into(), json!({"k": [1]}));
+    let injected = conflist::inject_conf(&net, &values).unwrap();
+    let v: Value = serde_json::from_slice(&injected.bytes).unwrap();
+    assert_eq!(
+        (v["tag"].clone(), v["extra"]["k"][0].clone(), v["name"].clone()),
+        (json!("injected"), json!(1), json!("one"))
+    );
+    assert_eq!(injected.plugin.raw["tag"], "injected");
+    for (k, bad) in [("", json!(1)), ("x", Value::Null)] {
+        let mut m = serde_json::Map::new();
+        m.insert(k.into(), bad);
+        assert_eq!(conflist::inject_conf(&net, &m).unwrap_err().code, 7, "{k:?}");
+    }
+
+    // AddNetwork / GetNetworkCachedResult / GetNetworkCachedConfig / CheckNetwork / DelNetwork.
+    let cni = f.config();
+    let mut conf = rt("c1", "eth0");
+    conf.args = vec![("K".into(), "V".into())];
+    conf.capability_args.insert("mac".into(), json!("0a:58:00:00:00:01"));
+    let result = cni.add_network(&net, &conf).unwrap();
+    assert_eq!(result.ips[0].address.to_string(), "10.0.0.7/24");
+    assert!(f.calls()[0]["stdin"].get("prevResult").is_none());
+    assert!(f.cache_file("one", "c1", "eth0").exists());
+    let cached = cni.get_network_cached_result(&net, &conf).unwrap().unwrap();
+    assert_eq!(cached.ips[0].address.to_string(), "10.0.0.7/24");
+    let (cached_bytes, cached_rt) = cni.get_network_cached_config(&net, &rt("c1", "eth0")).unwrap().unwrap();
+    assert_eq!(cached_bytes, bytes.as_bytes());
+    assert_eq!(cached_rt.args, conf.args);
+    assert_eq!(cached_rt.capability_args, conf.capability_args);
+    assert!(cni.get_network_cached_config(&net, &rt("c9", "eth0")).unwrap().is_none());
+    f.clear_log();
+    cni.check_network(&net, &conf).unwrap();
+    assert_eq!(f.calls()[0]["stdin"]["prevResult"]["ips"][0]["address"], "10.0.0.7/24");
+    assert_eq!(f.calls()[0]["command"], "CHECK");
+    cni.del_network(&net, &conf).unwrap();
+    assert_eq!(f.calls()[1]["command"], "DEL");
+    assert_eq!(f.calls()[1]["stdin"]["prevResult"]["ips"][0]["address"], "10.0.0.7/24");
+    assert!(!f.cache_file("one", "c1", "eth0").exists());
+    assert!(cni.get_network_cached_result(&net, &conf).unwrap().is_none());
+    assert_eq!(cni.validate_network(&net).unwrap(), Vec::<String>::new());
+    let old = conflist::conf_from_bytes(br#"{"cniVersion":"0.3.1","name":"one","type":"noop"}"#).unwrap();
+    assert_eq!(cni.check_network(&old, &conf).unwrap_err().code, 1);
+    assert!(cni.add_network(&conflist::conf_from_bytes(br#"{"type":"noop"}"#).unwrap(), &conf).is_err(), "no name");
+
+    // ConfListFromBytes / ConfListFromFile (with <dir>/<name>/*.conf appended).
+    let list_bytes = json!({"cniVersion": "1.0.0", "name": "lst", "plugins": [{"type": "noop"}]}).to_string();
+    assert_eq!(conflist::conf_list_from_bytes(list_bytes.as_bytes()).unwrap().plugins.len(), 1);
+    let list_file = f.conf.join("20-lst.conflist");
+    std::fs::write(&list_file, &list_bytes).unwrap();
+    std::fs::create_dir_all(f.conf.join("lst")).unwrap();
+    std::fs::write(f.conf.join("lst/extra.conf"), br#"{"type":"tuning"}"#).unwrap();
+    let list = conflist::conf_list_from_file(&list_file).unwrap();
+    assert_eq!(list.plugins.iter().map(|p| p.plugin_type.as_str()).collect::<Vec<_>>(), ["noop", "tuning"]);
+
+    // Typed not-found errors a caller can match on.
+    match conflist::load_network_conf(&f.conf, "nope") {
+        Err(LoadError::NotFound(NotFoundError { dir, name, .. })) => {
+            assert_eq!((dir, name.as_str()), (f.conf.clone(), "nope"))
+        }
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    let empty = f.root.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    for missing in [empty.clone(), f.root.join("absent")] {
+        match conflist::load_network_conf(&missing, "x") {
+            Err(LoadError::NoConfigsFound(NoConfigsFoundError { dir })) => assert_eq!(dir, missing),
+            other => panic!("expected NoConfigsFound, got {other:?}"),
+        }
+        assert!(matches!(conflist::load_conf(&missing, "x"), Err(LoadError::NoConfigsFound(_))));
+    }
+    let e = libcni::Error::from(conflist::load_network_conf(&f.conf, "nope").unwrap_err());
+    assert_eq!(
+        (e.code, e.msg.clone()),
+        (7, format!("no net configuration with name \"nope\" in {}", f.conf.display()))
+    );
+    assert_eq!(conflist::load_conf(&f.conf, "one").unwrap(), net);
+    assert!(matches!(conflist::load_conf(&f.conf, "lst"), Err(LoadError::NotFound(_))));
+    assert_eq!(conflist::load_network_conf(&f.conf, "one").unwrap().plugins[0].plugin_type, "noop");
+}
+
+/// A delegate that fails writes its diagnostics to stderr; they reach the delegating plugin's stderr
+/// (what the runtime logs), not only its error JSON. bridge's STATUS delegates to its IPAM first.
+#[test]
+fn failing_delegate_stderr_reaches_ours() {
+    let f = Fixture::new("stderr");
+    let ipam = f.bin.join("chatty-ipam");
+    std::fs::write(
+        &ipam,
+        "#!/bin/sh\ncat >/dev/null\necho \"chatty-ipam: the lease database is locked by pid 4242\" >&2\n\
+         echo '{\"cniVersion\":\"1.1.0\",\"code\":11,\"msg\":\"try again\"}'\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&ipam, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bridge = std::path::Path::new(common::NOOP).with_file_name("bridge");
+    let stdin = json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "bridge": "cnistderr0",
+                       "ipam": {"type": "chatty-ipam"}});
+    let mut child = std::process::Command::new(&bridge)
+        .env("CNI_COMMAND", "STATUS")
+        .env("CNI_PATH", &f.bin)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {}: {e} (cargo build --bins first)", bridge.display()));
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(stdin.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((out.status.code(), stdout["code"].clone()), (Some(1), json!(11)), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("chatty-ipam: the lease database is locked by pid 4242"), "stderr: {stderr:?}");
+}
+
+/// Run a plugin binary (as `argv0`) with `env` and `stdin`: exit code, stdout as JSON (null if
+/// empty), stderr.
+fn run_plugin(
+    bin: &std::path::Path,
+    argv0: &str,
+    env: &[(&str, String)],
+    stdin: &Value,
+) -> (Option<i32>, Value, String) {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg0(argv0)
+        .env_remove(libcni::invoke::DELEGATION_DEPTH_ENV)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("run {}: {e} (cargo build --bins first)", bin.display()));
+    child.stdin.take().unwrap().write_all(stdin.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = if out.stdout.is_empty() { Value::Null } else { serde_json::from_slice(&out.stdout).unwrap() };
+    (out.status.code(), stdout, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A wrapper delegate that logs each run, then runs `bin` as `argv0`; past 20 runs it answers an
+/// error instead, so a cycle that is not cut cannot run away.
+fn logging_wrapper(dir: &std::path::Path, name: &str, bin: &std::path::Path, argv0: &str, log: &std::path::Path) {
+    let script = format!(
+        "#!/bin/bash\necho \"$CNI_COMMAND ${{CNI_RS_DELEGATION_DEPTH:-unset}}\" >> {log}\n\
+         if [ \"$(wc -l < {log})\" -gt 20 ]; then echo '{{\"code\":99,\"msg\":\"runaway\"}}'; exit 1; fi\n\
+         exec -a {argv0} {bin}\n",
+        log = log.display(),
+        bin = bin.display()
+    );
+    let p = dir.join(name);
+    std::fs::write(&p, script).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn log_lines(log: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(log).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+/// `"ipam": {"type": "bridge"}` (or any main plugin) is refused with code 7 before anything runs, by
+/// the separate binaries and by the multi-call binary (which recursed in process until the stack
+/// overflowed); a cycle through a name we cannot know (a copy of bridge under another name) stops at
+/// the delegation depth bound. DEL of such an attachment succeeds: nothing was ever held there.
+#[test]
+fn ipam_type_cycles_are_cut() {
+    let f = Fixture::new("cycle");
+    let target = std::path::Path::new(common::NOOP).parent().unwrap().to_path_buf();
+    let bridge = target.join("bridge");
+    let multi = target.join("cni-rs");
+    let conf = |ipam: &str| {
+        json!({"cniVersion": "1.1.0", "name": "cyc", "type": "bridge", "bridge": "cnicyc0",
+                                   "ipam": {"type": ipam}})
+    };
+    let env = |path: &std::path::Path, command: &str| {
+        vec![
+            ("CNI_COMMAND", command.to_string()),
+            ("CNI_CONTAINERID", "cyc1".to_string()),
+            ("CNI_IFNAME", "eth0".to_string()),
+            ("CNI_PATH", path.display().to_string()),
+        ]
+    };
+
+    // Separate binaries: the bridge on CNI_PATH (and a copy named mybr) are logging wrappers.
+    let log = f.root.join("runs.log");
+    logging_wrapper(&f.bin, "bridge", &bridge, "bridge", &log);
+    logging_wrapper(&f.bin, "mybr", &bridge, "bridge", &log);
+    // A multi-call install: cni-rs hard-linked as bridge and host-local (delegates to either run in
+    // process), and mybr, a wrapper that runs cni-rs as bridge.
+    let multi_dir = target.join(cni_tests_unique("cycle-multi"));
+    std::fs::create_dir_all(&multi_dir).unwrap();
+    for name in ["bridge", "host-local"] {
+        std::fs::hard_link(&multi, multi_dir.join(name)).unwrap();
+    }
+    let multi_log = f.root.join("multi-runs.log");
+    logging_wrapper(&multi_dir, "mybr", &multi, "bridge", &multi_log);
+
+    for (what, bin, path) in [("separate", &bridge, &f.bin), ("multi-call", &multi, &multi_dir)] {
+        for verb in ["STATUS", "CHECK", "ADD"] {
+            let mut stdin = conf("bridge");
+            if verb == "CHECK" {
+                stdin["prevResult"] = result_with_iface("1.1.0", "eth0", "10.0.0.2/24");
+            }
+            let mut e = env(path, verb);
+            e.push(("CNI_NETNS", "/proc/self/ns/net".to_string()));
+            let (code, out, stderr) = run_plugin(bin, "bridge", &e, &stdin);
+            let msg = out["msg"].as_str().unwrap_or_default().to_string();
+            if verb == "STATUS" {
+                assert_eq!((code, out["code"].clone()), (Some(1), json!(7)), "{what} {verb}: {out} {stderr}");
+                assert!(
+                    msg.contains("ipam type \"bridge\" is not an IPAM plugin") && msg.contains("host-local"),
+                    "{msg}"
+                );
+            } else {
+                // ADD and CHECK may stop earlier (the netns is the plugin's own): never run the delegate.
+                assert_eq!(code, Some(1), "{what} {verb}: {out} {stderr}");
+                assert_ne!(out["code"], json!(110), "{what} {verb}: {out}");
+            }
+        }
+        let (code, out, stderr) = run_plugin(bin, "bridge", &env(path, "DEL"), &conf("bridge"));
+        assert_eq!(code, Some(0), "{what} DEL: {out} {stderr}");
+
+        // A cycle through a name we cannot know: cut at the depth bound.
+        let (code, out, stderr) = run_plugin(bin, "bridge", &env(path, "STATUS"), &conf("mybr"));
+        assert_eq!((code, out["code"].clone()), (Some(1), json!(7)), "{what}: {out} {stderr}");
+        assert!(out["msg"].as_str().unwrap().contains("would nest delegations 5 deep (at most 4)"), "{out}");
+        let (code, out, stderr) = run_plugin(bin, "bridge", &env(path, "DEL"), &conf("mybr"));
+        assert_eq!(code, Some(0), "{what} cyclic DEL: {out} {stderr}");
+    }
+    // Nothing ran the "bridge" wrapper; each cut cycle ran mybr 4 times (depths 1-4), for STATUS and DEL.
+    let expected: Vec<String> =
+        ["STATUS", "DEL"].iter().flat_map(|v| (1..=4).map(move |d| format!("{v} {d}"))).collect();
+    assert_eq!(log_lines(&log), expected);
+    assert_eq!(log_lines(&multi_log), expected);
+    let _ = std::fs::remove_dir_all(&multi_dir);
+}
+
+fn cni_tests_unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    )
 }

@@ -234,6 +234,85 @@ impl NetworkConfigList {
     }
 }
 
+/// One plugin configuration on its own, as a `.conf` file holds it (upstream's `NetworkConfig` /
+/// `PluginConfig`): what the single-plugin calls of the runtime API run
+/// ([`crate::runtime::CniConfig::add_network`] and the others).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkConfig {
+    /// The network name (`name`; may be empty here, ADD refuses it).
+    pub name: String,
+    /// `cniVersion` as written ("" if none).
+    pub cni_version: String,
+    pub plugin: PluginConf,
+    /// The configuration's bytes, as cached with an ADD.
+    pub bytes: Vec<u8>,
+}
+
+impl NetworkConfig {
+    /// Upstream's `ConfFromBytes`: one plugin object with a non-empty `type`.
+    pub fn from_bytes(bytes: &[u8]) -> Result<NetworkConfig> {
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| Error::decode(format!("network configuration is not valid JSON: {e}")))?;
+        let Value::Object(obj) = &value else {
+            return Err(Error::decode(format!("network configuration must be a JSON object, got {}", kind(&value))));
+        };
+        let plugin = PluginConf::from_value(&value)?;
+        let string = |key: &str| -> Result<String> {
+            match get_ci(obj, key) {
+                None | Some(Value::Null) => Ok(String::new()),
+                Some(Value::String(v)) => Ok(v.clone()),
+                Some(other) => Err(Error::config(format!("{key:?} must be a string, got {}", kind(other)))),
+            }
+        };
+        Ok(NetworkConfig { name: string("name")?, cni_version: string("cniVersion")?, plugin, bytes: bytes.to_vec() })
+    }
+
+    /// This configuration as a list of one plugin (upstream's `ConfListFromConf`).
+    pub fn to_list(&self) -> Result<NetworkConfigList> {
+        NetworkConfigList::from_single_conf(&self.bytes)
+    }
+}
+
+/// Upstream's `ConfFromBytes`.
+pub fn conf_from_bytes(bytes: &[u8]) -> Result<NetworkConfig> {
+    NetworkConfig::from_bytes(bytes)
+}
+
+/// Upstream's `ConfFromFile`: a `.conf` file holding one plugin configuration.
+pub fn conf_from_file(path: &Path) -> Result<NetworkConfig> {
+    NetworkConfig::from_bytes(&read_file(path)?).map_err(|e| e.context(path.display()))
+}
+
+/// Upstream's `ConfListFromBytes`.
+pub fn conf_list_from_bytes(bytes: &[u8]) -> Result<NetworkConfigList> {
+    NetworkConfigList::from_bytes(bytes)
+}
+
+/// Upstream's `ConfListFromFile`: a `.conflist`, with `<dir>/<name>/*.conf` appended unless
+/// `loadOnlyInlinedPlugins` (see [`load_conflist_file`]).
+pub fn conf_list_from_file(path: &Path) -> Result<NetworkConfigList> {
+    load_conflist_file(path)
+}
+
+/// Upstream's `InjectConf`: `conf` with every key of `values` set at its top level (replacing any
+/// value it had). An empty key or a null value is refused (code 7), as upstream does.
+pub fn inject_conf(conf: &NetworkConfig, values: &Map<String, Value>) -> Result<NetworkConfig> {
+    let mut obj: Map<String, Value> = serde_json::from_slice(&conf.bytes)
+        .map_err(|e| Error::decode(format!("network configuration is not a JSON object: {e}")))?;
+    for (key, value) in values {
+        if key.is_empty() {
+            return Err(Error::config("inject into a network configuration: keys cannot be empty"));
+        }
+        if value.is_null() {
+            return Err(Error::config(format!(
+                "inject into a network configuration: key {key:?} value must not be null"
+            )));
+        }
+        obj.insert(key.clone(), value.clone());
+    }
+    NetworkConfig::from_bytes(Value::Object(obj).to_string().as_bytes())
+}
+
 /// Files in `dir` (not recursive) whose extension is one of `extensions` (without the dot), sorted.
 /// A missing directory has no files.
 pub fn conf_files(dir: &Path, extensions: &[&str]) -> Result<Vec<PathBuf>> {
@@ -336,24 +415,111 @@ pub fn scan_dir(dir: &Path) -> Result<DirScan> {
     Ok(scan)
 }
 
-/// Upstream's LoadNetworkConf: the network called `name` in `dir`. Unlike upstream, a malformed file
-/// for another network does not stop this one from loading; when `name` is not found, the files that
-/// failed are named in the error, since one of them may be the one meant. Not found is code 7.
-pub fn load_network(dir: &Path, name: &str) -> Result<NetworkConfigList> {
-    let scan = scan_dir(dir)?;
+/// No configuration in `dir` is called `name` (upstream's `NotFoundError`). `failed` lists the
+/// files that could not be loaded, since one of them may be the one meant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotFoundError {
+    pub dir: PathBuf,
+    pub name: String,
+    pub failed: Vec<(PathBuf, Error)>,
+}
+
+/// `dir` holds no configuration at all (upstream's `NoConfigsFoundError`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoConfigsFoundError {
+    pub dir: PathBuf,
+}
+
+/// Why loading a network by name failed, so a caller can tell "not there" from "broken".
+#[derive(Debug, Clone, PartialEq)]
+pub enum LoadError {
+    NotFound(NotFoundError),
+    NoConfigsFound(NoConfigsFoundError),
+    /// The directory could not be read.
+    Other(Error),
+}
+
+impl std::fmt::Display for NotFoundError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no net configuration with name {:?} in {}", self.name, self.dir.display())?;
+        if !self.failed.is_empty() {
+            let failed: Vec<String> = self.failed.iter().map(|(p, e)| format!("{}: {}", p.display(), e.msg)).collect();
+            write!(f, " (files that failed to load: {})", failed.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for NoConfigsFoundError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no net configurations found in {}", self.dir.display())
+    }
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::NotFound(e) => e.fmt(f),
+            LoadError::NoConfigsFound(e) => e.fmt(f),
+            LoadError::Other(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for NotFoundError {}
+impl std::error::Error for NoConfigsFoundError {}
+impl std::error::Error for LoadError {}
+
+/// Not found and no configs are code 7: it is the configuration that names a network we do not have.
+impl From<LoadError> for Error {
+    fn from(e: LoadError) -> Error {
+        match e {
+            LoadError::Other(e) => e,
+            other => Error::config(other.to_string()),
+        }
+    }
+}
+
+fn not_found(dir: &Path, name: &str, scan: DirScan) -> LoadError {
+    if scan.networks.is_empty() && scan.failures.is_empty() && scan.shadowed.is_empty() {
+        LoadError::NoConfigsFound(NoConfigsFoundError { dir: dir.to_path_buf() })
+    } else {
+        LoadError::NotFound(NotFoundError { dir: dir.to_path_buf(), name: name.to_string(), failed: scan.failures })
+    }
+}
+
+/// Upstream's LoadNetworkConf (and LoadConfList): the network called `name` in `dir`, with typed
+/// errors for "not there". Unlike upstream, a malformed file for another network does not stop this
+/// one from loading; when `name` is not found, the files that failed are named in the error.
+pub fn load_network_conf(dir: &Path, name: &str) -> Result<NetworkConfigList, LoadError> {
+    let scan = scan_dir(dir).map_err(LoadError::Other)?;
     if let Some(found) = scan.get(name) {
         return Ok(found.list.clone());
     }
-    let mut msg = if scan.networks.is_empty() && scan.failures.is_empty() {
-        format!("no net configurations found in {}", dir.display())
-    } else {
-        format!("no net configuration with name {name:?} in {}", dir.display())
-    };
-    if !scan.failures.is_empty() {
-        let failed: Vec<String> = scan.failures.iter().map(|(f, e)| format!("{}: {}", f.display(), e.msg)).collect();
-        msg.push_str(&format!(" (files that failed to load: {})", failed.join("; ")));
+    Err(not_found(dir, name, scan))
+}
+
+/// [`load_network_conf`] with its error as a CNI error (code 7 when not found).
+pub fn load_network(dir: &Path, name: &str) -> Result<NetworkConfigList> {
+    load_network_conf(dir, name).map_err(Error::from)
+}
+
+/// Upstream's LoadConf: the single-plugin `.conf`/`.json` configuration called `name` in `dir`
+/// (files sorted; one that fails to parse is skipped and named if `name` is not found).
+pub fn load_conf(dir: &Path, name: &str) -> Result<NetworkConfig, LoadError> {
+    let files = conf_files(dir, &["conf", "json"]).map_err(LoadError::Other)?;
+    if files.is_empty() {
+        return Err(LoadError::NoConfigsFound(NoConfigsFoundError { dir: dir.to_path_buf() }));
     }
-    Err(Error::config(msg))
+    let mut failed = Vec::new();
+    for file in files {
+        match conf_from_file(&file) {
+            Ok(conf) if conf.name == name => return Ok(conf),
+            Ok(_) => {}
+            Err(e) => failed.push((file, e)),
+        }
+    }
+    Err(LoadError::NotFound(NotFoundError { dir: dir.to_path_buf(), name: name.to_string(), failed }))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -101,12 +102,15 @@ fn exec_error(msg: String) -> Error {
     Error::new(code::PLUGIN_EXEC, msg)
 }
 
-fn spawn(plugin: &Path, env: &CniEnv) -> Result<Child> {
+fn spawn(plugin: &Path, env: &CniEnv, extra_env: &[(&str, String)]) -> Result<Child> {
     let mut tries = 0;
     loop {
         let mut cmd = std::process::Command::new(plugin);
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for (k, v) in env.vars() {
+            cmd.env(k, v);
+        }
+        for (k, v) in extra_env {
             cmd.env(k, v);
         }
         match cmd.spawn() {
@@ -195,10 +199,21 @@ fn poll_until(fds: &mut [libc::pollfd], deadline: Option<Instant>) -> bool {
 /// One thread does it all: the config is written, stdout and stderr are read under `poll`, and the
 /// exit is awaited on a pidfd, so nothing sleeps between the plugin exiting and us seeing it.
 pub fn exec_raw(plugin: &Path, stdin: &[u8], env: &CniEnv, timeout: Option<Duration>) -> Result<RawOutput> {
+    exec_raw_with(plugin, stdin, env, timeout, &[])
+}
+
+/// [`exec_raw`] with more variables set for the plugin (over the inherited environment).
+fn exec_raw_with(
+    plugin: &Path,
+    stdin: &[u8],
+    env: &CniEnv,
+    timeout: Option<Duration>,
+    extra_env: &[(&str, String)],
+) -> Result<RawOutput> {
     let name = plugin_name(plugin);
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
-    let mut child = spawn(plugin, env)?;
+    let mut child = spawn(plugin, env, extra_env)?;
     let (Some(child_stdin), Some(child_stdout), Some(child_stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -320,11 +335,12 @@ fn lossy_trimmed(bytes: &[u8]) -> String {
 /// error that says what went wrong.
 fn interpret(plugin: &Path, out: RawOutput) -> Result<Vec<u8>> {
     let name = plugin_name(plugin);
+    // The plugin's logs reach our stderr, whether it succeeded or not: a failing delegate's
+    // diagnostics are what a runtime's log needs most (upstream copies them only on success).
+    if !out.stderr.is_empty() {
+        let _ = std::io::stderr().write_all(&out.stderr);
+    }
     if out.exit_code == Some(0) {
-        if !out.stderr.is_empty() {
-            // As upstream: a successful plugin's logs reach the runtime's stderr.
-            let _ = std::io::stderr().write_all(&out.stderr);
-        }
         return Ok(out.stdout);
     }
     let exit = match out.exit_code {
@@ -486,11 +502,93 @@ fn is_this_executable(plugin: &Path) -> bool {
     }
 }
 
-/// Run a delegate: in process when it is this executable and a runner is registered, else as a process.
+/// The variable that tells an executed delegate how deep in a chain of delegations it runs.
+pub const DELEGATION_DEPTH_ENV: &str = "CNI_RS_DELEGATION_DEPTH";
+
+/// Delegations nest at most this deep (a plugin's IPAM is depth 1; a meta plugin's main plugin's
+/// IPAM would be 2). Deeper is a cycle, such as an IPAM type that is a copy of the plugin itself,
+/// which would otherwise start processes (or recurse in process) without end.
+pub const MAX_DELEGATION_DEPTH: usize = 4;
+
+/// In-process delegations under way in this process (the multi-call binary runs a delegate that is
+/// itself in process, so no variable reaches it). A process serves one request, so this counts the
+/// nesting of that request's delegations.
+static IN_PROCESS_DEPTH: AtomicUsize = AtomicUsize::new(0);
+
+/// How deep in a chain of delegations this code runs: what our parent told us plus the in-process
+/// delegations we are inside of.
+fn delegation_depth() -> usize {
+    let inherited =
+        std::env::var(DELEGATION_DEPTH_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or_default();
+    inherited.saturating_add(IN_PROCESS_DEPTH.load(Ordering::SeqCst))
+}
+
+/// Undoes one in-process nesting level when the delegate returns (or unwinds).
+struct InProcessLevel;
+
+impl InProcessLevel {
+    fn enter() -> InProcessLevel {
+        IN_PROCESS_DEPTH.fetch_add(1, Ordering::SeqCst);
+        InProcessLevel
+    }
+}
+
+impl Drop for InProcessLevel {
+    fn drop(&mut self) {
+        IN_PROCESS_DEPTH.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Plugin types known to be main or meta plugins (ours and the reference's), never IPAM plugins:
+/// delegating IPAM to one of them runs a plugin that delegates again, without end.
+const NOT_IPAM: [&str; 16] = [
+    "bridge",
+    "portmap",
+    "loopback",
+    "cni-rs",
+    "ptp",
+    "macvlan",
+    "ipvlan",
+    "vlan",
+    "host-device",
+    "dummy",
+    "tap",
+    "vrf",
+    "bandwidth",
+    "firewall",
+    "tuning",
+    "sbr",
+];
+
+/// Why `plugin_type` may not be delegated to now: a main/meta plugin named as IPAM, or delegation
+/// nested too deep. Code 7: it is the configuration that makes this happen.
+fn refused_delegate(plugin_type: &str) -> Option<Error> {
+    if NOT_IPAM.contains(&plugin_type) {
+        return Some(Error::config(format!(
+            "ipam type {plugin_type:?} is not an IPAM plugin (it is a main or meta plugin, and delegating to it \
+             would delegate again without end): set \"ipam\": {{\"type\": ...}} to an IPAM plugin such as \
+             host-local (ours), or static or dhcp"
+        )));
+    }
+    let depth = delegation_depth();
+    if depth >= MAX_DELEGATION_DEPTH {
+        return Some(Error::config(format!(
+            "delegating to {plugin_type:?} would nest delegations {} deep (at most {MAX_DELEGATION_DEPTH}): the \
+             ipam types of these plugins delegate to each other in a cycle; check that \"ipam\": {{\"type\": \
+             {plugin_type:?}}} names an IPAM plugin",
+            depth + 1
+        )));
+    }
+    None
+}
+
+/// Run a delegate: in process when it is this executable and a runner is registered, else as a
+/// process told its depth.
 fn run_delegate(plugin_type: &str, plugin: &Path, req: &Request, env: &CniEnv) -> Result<RawOutput> {
     if let Some(runner) = IN_PROCESS.get() {
         if is_this_executable(plugin) {
             let vars: HashMap<String, String> = env.vars().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let _level = InProcessLevel::enter();
             if let Some(out) = runner(plugin_type, &vars, &req.stdin) {
                 return Ok(RawOutput {
                     stdout: out.stdout.into_bytes(),
@@ -500,23 +598,38 @@ fn run_delegate(plugin_type: &str, plugin: &Path, req: &Request, env: &CniEnv) -
             }
         }
     }
-    exec_raw(plugin, &req.stdin, env, None)
+    let depth = (DELEGATION_DEPTH_ENV, (delegation_depth() + 1).to_string());
+    exec_raw_with(plugin, &req.stdin, env, None, &[depth])
 }
 
 fn delegate(command: Command, plugin_type: &str, req: &Request) -> Result<()> {
+    if let Some(refused) = refused_delegate(plugin_type) {
+        return Err(refused);
+    }
     let plugin = find_plugin(plugin_type, &req.cni_path)?;
     let out = run_delegate(plugin_type, &plugin, req, &delegate_env(command, req))?;
     interpret(&plugin, out).map(|_| ())
 }
 
-/// ADD through a delegate (IPAM): same environment and stdin as this plugin got.
+/// ADD through a delegate (IPAM): same environment and stdin as this plugin got. A type that is a
+/// main or meta plugin, or delegation nested deeper than [`MAX_DELEGATION_DEPTH`], is refused (code 7),
+/// on every verb but DEL.
 pub fn delegate_add(plugin_type: &str, req: &Request) -> Result<CniResult> {
+    if let Some(refused) = refused_delegate(plugin_type) {
+        return Err(refused);
+    }
     let plugin = find_plugin(plugin_type, &req.cni_path)?;
     let out = run_delegate(plugin_type, &plugin, req, &delegate_env(Command::Add, req))?;
     result_of(&plugin, out, &req.conf.cni_version)
 }
 
+/// DEL through a delegate. A delegate that ADD refuses (see [`delegate_add`]) never held anything:
+/// DEL has nothing to release there and succeeds, so a misconfigured attachment can still be removed.
 pub fn delegate_del(plugin_type: &str, req: &Request) -> Result<()> {
+    if let Some(refused) = refused_delegate(plugin_type) {
+        let _ = writeln!(std::io::stderr(), "DEL: nothing to release through the IPAM plugin: {refused}");
+        return Ok(());
+    }
     delegate(Command::Del, plugin_type, req)
 }
 
@@ -552,8 +665,21 @@ mod tests {
         p
     }
 
-    /// A runner standing in for a multi-call binary's plugins: answers for type "inproc" only.
+    /// How often the runner ran type "recurse".
+    static RECURSIONS: AtomicUsize = AtomicUsize::new(0);
+
+    /// A runner standing in for a multi-call binary's plugins: answers for type "inproc", and for
+    /// type "recurse" delegates to "recurse" again (a plugin whose IPAM type is itself).
     fn test_runner(plugin_type: &str, env: &HashMap<String, String>, stdin: &[u8]) -> Option<Outcome> {
+        if plugin_type == "recurse" {
+            RECURSIONS.fetch_add(1, Ordering::SeqCst);
+            let path = env.get("CNI_PATH").map(|p| vec![PathBuf::from(p)]).unwrap_or_default();
+            let req = request(Command::Add, std::str::from_utf8(stdin).unwrap(), path);
+            return Some(match delegate_add("recurse", &req) {
+                Ok(r) => Outcome { stdout: r.to_pretty("1.0.0").unwrap(), exit_code: 0 },
+                Err(e) => Outcome { stdout: e.to_json("1.0.0").to_string(), exit_code: 1 },
+            });
+        }
         if plugin_type != "inproc" {
             return None;
         }
@@ -604,7 +730,31 @@ mod tests {
         script(&d.join("other"), "inproc", r#"echo '{"code":7,"msg":"the file was executed"}'; exit 1"#);
         let e = delegate_add("inproc", &request(Command::Add, stdin, vec![d.join("other")])).unwrap_err();
         assert!(e.msg.contains("the file was executed"), "{e}");
+
+        // A delegate that delegates to itself in process stops at the depth bound (in this test, not
+        // in one of its own: the depth counter is per process).
+        std::fs::hard_link(&exe, d.join("same/recurse")).unwrap();
+        let stdin = r#"{"cniVersion":"1.0.0","name":"n","type":"recurse"}"#;
+        let e = delegate_add("recurse", &request(Command::Add, stdin, vec![d.join("same")])).unwrap_err();
+        assert_eq!(e.code, code::INVALID_CONFIG, "{e}");
+        assert!(e.msg.contains("would nest delegations 5 deep (at most 4)"), "{e}");
+        assert_eq!(RECURSIONS.load(Ordering::SeqCst), MAX_DELEGATION_DEPTH);
+        assert_eq!(IN_PROCESS_DEPTH.load(Ordering::SeqCst), 0, "every level was left");
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn main_plugins_are_refused_as_ipam() {
+        let req = request(Command::Add, r#"{"cniVersion":"1.0.0","name":"n","type":"bridge"}"#, vec![]);
+        for t in ["bridge", "portmap", "loopback", "cni-rs", "macvlan", "tuning"] {
+            let e = delegate_add(t, &req).unwrap_err();
+            assert_eq!(e.code, code::INVALID_CONFIG, "{t}: {e}");
+            assert!(e.msg.contains(&format!("ipam type {t:?} is not an IPAM plugin")), "{e}");
+            assert!(e.msg.contains("host-local"), "{e}");
+            assert_eq!(delegate_check(t, &req).unwrap_err().code, code::INVALID_CONFIG);
+            // Nothing can be held there: DEL succeeds without running anything.
+            delegate_del(t, &req).unwrap();
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use crate::cache::{self, CacheEntry};
 use crate::conf::{valid_name, Attachment};
-use crate::conflist::{NetworkConfigList, PluginConf};
+use crate::conflist::{NetworkConfig, NetworkConfigList, PluginConf};
 use crate::error::{code, Error, Errors, Result};
 use crate::invoke::{self, CniEnv, PluginInfo};
 use crate::skel::{validate_ifname, Command};
@@ -70,24 +70,55 @@ impl CniConfig {
     /// result is cached and returned (unconverted, as the last plugin gave it).
     pub fn add_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<CniResult> {
         validate_attachment(&list.name, rt)?;
-        let env = self.env(Command::Add, rt);
         let mut prev: Option<CniResult> = None;
         for plugin in &list.plugins {
-            let run = || -> Result<CniResult> {
-                let path = self.find_plugin(&plugin.plugin_type)?;
-                let prev_value = prev.as_ref().map(|r| r.to_value(&r.cni_version)).transpose()?;
-                let stdin = plugin_stdin(list, plugin, prev_value, rt)?;
-                invoke::exec_with_result(&path, &stdin, &env, self.timeout, &list.cni_version)
-            };
-            let result = run().map_err(|e| e.context(format!("{} failed (add)", plugin.description())))?;
+            let result = self
+                .add_one(&list.name, &list.cni_version, plugin, prev.as_ref(), rt)
+                .map_err(|e| e.context(format!("{} failed (add)", plugin.description())))?;
             prev = Some(result);
         }
         let result = prev.ok_or_else(|| Error::config(format!("network {:?} has no plugins to run", list.name)))?;
+        self.cache_add(&list.name, &list.bytes, &result, rt)?;
+        Ok(result)
+    }
+
+    /// ADD of one plugin of network `name`, with `prev` as its `prevResult`.
+    fn add_one(
+        &self,
+        name: &str,
+        cni_version: &str,
+        plugin: &PluginConf,
+        prev: Option<&CniResult>,
+        rt: &RuntimeConf,
+    ) -> Result<CniResult> {
+        let path = self.find_plugin(&plugin.plugin_type)?;
+        let prev_value = prev.map(|r| r.to_value(&r.cni_version)).transpose()?;
+        let stdin = stdin_for(name, cni_version, plugin, prev_value, rt)?;
+        invoke::exec_with_result(&path, &stdin, &self.env(Command::Add, rt), self.timeout, cni_version)
+    }
+
+    /// A verb without a result (CHECK, DEL) of one plugin of network `name`.
+    fn run_one(
+        &self,
+        command: Command,
+        name: &str,
+        cni_version: &str,
+        plugin: &PluginConf,
+        prev: Option<Value>,
+        rt: &RuntimeConf,
+    ) -> Result<()> {
+        let path = self.find_plugin(&plugin.plugin_type)?;
+        let stdin = stdin_for(name, cni_version, plugin, prev, rt)?;
+        invoke::exec_without_result(&path, &stdin, &self.env(command, rt), self.timeout)
+    }
+
+    /// Cache a successful ADD (only then, as upstream).
+    fn cache_add(&self, network: &str, config: &[u8], result: &CniResult, rt: &RuntimeConf) -> Result<()> {
         let entry = CacheEntry {
             container_id: rt.container_id.clone(),
-            config: list.bytes.clone(),
+            config: config.to_vec(),
             ifname: rt.ifname.clone(),
-            network_name: list.name.clone(),
+            network_name: network.to_string(),
             netns: rt.netns.clone(),
             cni_args: rt.args.clone(),
             capability_args: rt.capability_args.clone(),
@@ -95,8 +126,28 @@ impl CniConfig {
             legacy: false,
         };
         cache::write(&self.cache_dir, &entry)
-            .map_err(|e| e.context(format!("network {:?}: cache the ADD result", list.name)))?;
-        Ok(result)
+            .map_err(|e| e.context(format!("network {network:?}: cache the ADD result")))?;
+        Ok(())
+    }
+
+    /// The cached result CHECK sends as `prevResult`. Refused (code 3) when there is none: the spec
+    /// lets a runtime CHECK only an attachment it ADDed and has not DELed, and a plugin cannot check
+    /// anything without the result. (Upstream libcni runs the plugins without `prevResult` instead.)
+    fn check_prev_result(&self, network: &str, cni_version: &str, rt: &RuntimeConf) -> Result<Value> {
+        self.cached_value(network, cni_version, rt)
+            .map_err(|e| e.context(format!("failed to get network {network:?} cached result")))?
+            .ok_or_else(|| {
+                Error::new(
+                    code::UNKNOWN_CONTAINER,
+                    format!(
+                        "network {network:?}: no cached result for container {:?} interface {:?} in {}: CHECK needs \
+                         the result of its ADD (was it ADDed through this cache directory, or DELed since?)",
+                        rt.container_id,
+                        rt.ifname,
+                        self.cache_dir.display()
+                    ),
+                )
+            })
     }
 
     /// CHECK every plugin in order against the cached result. Refused below 0.4.0 (code 1); a no-op
@@ -111,17 +162,10 @@ impl CniConfig {
         if list.disable_check {
             return Ok(());
         }
-        let cached = self
-            .cached_result_value(list, rt)
-            .map_err(|e| e.context(format!("failed to get network {:?} cached result", list.name)))?;
-        let env = self.env(Command::Check, rt);
+        let cached = self.check_prev_result(&list.name, &list.cni_version, rt)?;
         for plugin in &list.plugins {
-            let run = || -> Result<()> {
-                let path = self.find_plugin(&plugin.plugin_type)?;
-                let stdin = plugin_stdin(list, plugin, cached.clone(), rt)?;
-                invoke::exec_without_result(&path, &stdin, &env, self.timeout)
-            };
-            run().map_err(|e| e.context(format!("{} failed (check)", plugin.description())))?;
+            self.run_one(Command::Check, &list.name, &list.cni_version, plugin, Some(cached.clone()), rt)
+                .map_err(|e| e.context(format!("{} failed (check)", plugin.description())))?;
         }
         Ok(())
     }
@@ -130,27 +174,73 @@ impl CniConfig {
     /// the list's version) as `prevResult`; an unreadable cache is deleted and none is sent. The
     /// first failure stops it and keeps the cache so DEL can be retried; success removes it.
     pub fn del_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<()> {
-        let mut cached = None;
-        if version::at_least(&list.cni_version, "0.4.0") {
-            match self.cached_result_value(list, rt) {
-                Ok(v) => cached = v,
-                Err(_) => {
-                    let _ = cache::delete(&self.cache_dir, &list.name, &rt.container_id, &rt.ifname);
-                }
-            }
-        }
-        let env = self.env(Command::Del, rt);
+        let cached = self.del_prev_result(&list.name, &list.cni_version, rt);
         for plugin in list.plugins.iter().rev() {
-            let run = || -> Result<()> {
-                let path = self.find_plugin(&plugin.plugin_type)?;
-                let stdin = plugin_stdin(list, plugin, cached.clone(), rt)?;
-                invoke::exec_without_result(&path, &stdin, &env, self.timeout)
-            };
-            run().map_err(|e| e.context(format!("{} failed (delete)", plugin.description())))?;
+            self.run_one(Command::Del, &list.name, &list.cni_version, plugin, cached.clone(), rt)
+                .map_err(|e| e.context(format!("{} failed (delete)", plugin.description())))?;
         }
         // Names a runtime could never have ADDed have no cache file to remove.
         let _ = cache::delete(&self.cache_dir, &list.name, &rt.container_id, &rt.ifname);
         Ok(())
+    }
+
+    /// What DEL sends as `prevResult`: from 0.4.0 on the cached result; an unreadable cache is
+    /// deleted and none is sent.
+    fn del_prev_result(&self, network: &str, cni_version: &str, rt: &RuntimeConf) -> Option<Value> {
+        if !version::at_least(cni_version, "0.4.0") {
+            return None;
+        }
+        match self.cached_value(network, cni_version, rt) {
+            Ok(v) => v,
+            Err(_) => {
+                let _ = cache::delete(&self.cache_dir, network, &rt.container_id, &rt.ifname);
+                None
+            }
+        }
+    }
+
+    /// Upstream's `AddNetwork`: ADD of a single plugin configuration, cached like a list's.
+    pub fn add_network(&self, net: &NetworkConfig, rt: &RuntimeConf) -> Result<CniResult> {
+        validate_attachment(&net.name, rt)?;
+        let result = self.add_one(&net.name, &net.cni_version, &net.plugin, None, rt)?;
+        self.cache_add(&net.name, &net.bytes, &result, rt)?;
+        Ok(result)
+    }
+
+    /// Upstream's `CheckNetwork`: CHECK of a single plugin configuration against its cached result
+    /// (refused below 0.4.0, code 1, and without a cached result, code 3).
+    pub fn check_network(&self, net: &NetworkConfig, rt: &RuntimeConf) -> Result<()> {
+        if !version::at_least(&net.cni_version, "0.4.0") {
+            return Err(Error::version(format!(
+                "configuration version {:?} does not support the CHECK command",
+                net.cni_version
+            )));
+        }
+        let cached = self.check_prev_result(&net.name, &net.cni_version, rt)?;
+        self.run_one(Command::Check, &net.name, &net.cni_version, &net.plugin, Some(cached), rt)
+    }
+
+    /// Upstream's `DelNetwork`: DEL of a single plugin configuration; the cache goes on success.
+    pub fn del_network(&self, net: &NetworkConfig, rt: &RuntimeConf) -> Result<()> {
+        let cached = self.del_prev_result(&net.name, &net.cni_version, rt);
+        self.run_one(Command::Del, &net.name, &net.cni_version, &net.plugin, cached, rt)?;
+        let _ = cache::delete(&self.cache_dir, &net.name, &rt.container_id, &rt.ifname);
+        Ok(())
+    }
+
+    /// Upstream's `ValidateNetwork`: the plugin speaks the configuration's version; returns the
+    /// capabilities it enables, sorted.
+    pub fn validate_network(&self, net: &NetworkConfig) -> Result<Vec<String>> {
+        let info = self.get_version_info(&net.plugin.plugin_type)?;
+        if !info.supports(&net.cni_version) {
+            return Err(Error::version(format!(
+                "plugin {} does not support config version {:?} (it supports [{}])",
+                net.plugin.plugin_type,
+                net.cni_version,
+                info.supported_versions.join(", ")
+            )));
+        }
+        Ok(net.plugin.capabilities.iter().filter(|(_, on)| **on).map(|(c, _)| c.clone()).collect())
     }
 
     /// Garbage-collect: DEL every cached attachment of this network that is not in `valid`
@@ -261,8 +351,55 @@ impl CniConfig {
 
     /// The cached ADD result of an attachment, converted to the list's version; None if not cached.
     pub fn get_cached_result(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<Option<CniResult>> {
-        let Some(value) = self.cached_result_value(list, rt)? else { return Ok(None) };
-        CniResult::parse(&value, &list.cni_version).map(Some)
+        self.cached_result(&list.name, &list.cni_version, rt)
+    }
+
+    /// Upstream's `GetNetworkCachedResult`: the cached ADD result of a single plugin configuration's
+    /// attachment, converted to its version; None if not cached.
+    pub fn get_network_cached_result(&self, net: &NetworkConfig, rt: &RuntimeConf) -> Result<Option<CniResult>> {
+        self.cached_result(&net.name, &net.cni_version, rt)
+    }
+
+    /// Upstream's `GetNetworkListCachedConfig`: the configuration bytes cached with the ADD, and `rt`
+    /// with the cached CNI_ARGS and capability arguments. None if not cached; a legacy cache file
+    /// (a bare result, no configuration) is an error, as upstream.
+    pub fn get_network_list_cached_config(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+    ) -> Result<Option<(Vec<u8>, RuntimeConf)>> {
+        self.cached_config(&list.name, rt)
+    }
+
+    /// Upstream's `GetNetworkCachedConfig`, for a single plugin configuration.
+    pub fn get_network_cached_config(
+        &self,
+        net: &NetworkConfig,
+        rt: &RuntimeConf,
+    ) -> Result<Option<(Vec<u8>, RuntimeConf)>> {
+        self.cached_config(&net.name, rt)
+    }
+
+    fn cached_config(&self, network: &str, rt: &RuntimeConf) -> Result<Option<(Vec<u8>, RuntimeConf)>> {
+        let Some(entry) = cache::read(&self.cache_dir, network, &rt.container_id, &rt.ifname)? else {
+            return Ok(None);
+        };
+        if entry.legacy {
+            return Err(Error::decode(format!(
+                "cached network {network:?} config has wrong kind: the cache file holds only a result"
+            )));
+        }
+        let mut cached_rt = rt.clone();
+        if !entry.cni_args.is_empty() {
+            cached_rt.args = entry.cni_args;
+        }
+        cached_rt.capability_args = entry.capability_args;
+        Ok(Some((entry.config, cached_rt)))
+    }
+
+    fn cached_result(&self, network: &str, cni_version: &str, rt: &RuntimeConf) -> Result<Option<CniResult>> {
+        let Some(value) = self.cached_value(network, cni_version, rt)? else { return Ok(None) };
+        CniResult::parse(&value, cni_version).map(Some)
     }
 
     /// The whole cache entry of an attachment (config bytes, args, capability args, result).
@@ -275,13 +412,13 @@ impl CniConfig {
         cache::attachments(&self.cache_dir, container_id)
     }
 
-    /// The cached result JSON converted to the list's version.
-    fn cached_result_value(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<Option<Value>> {
-        let Some(entry) = cache::read(&self.cache_dir, &list.name, &rt.container_id, &rt.ifname)? else {
+    /// The cached result JSON converted to `cni_version`.
+    fn cached_value(&self, network: &str, cni_version: &str, rt: &RuntimeConf) -> Result<Option<Value>> {
+        let Some(entry) = cache::read(&self.cache_dir, network, &rt.container_id, &rt.ifname)? else {
             return Ok(None);
         };
         let Some(result) = entry.result else { return Ok(None) };
-        types::convert(&result, &list.cni_version).map(Some)
+        types::convert(&result, cni_version).map(Some)
     }
 }
 
@@ -302,9 +439,12 @@ fn validate_attachment(network: &str, rt: &RuntimeConf) -> Result<()> {
     validate_ifname(&rt.ifname)
 }
 
-/// A plugin object with `inject` keys set over it, as JSON bytes (keys sorted).
+/// A plugin object with `inject` keys set over it, as JSON bytes (keys sorted). `capabilities` is
+/// the runtime's to read and never reaches the plugin (the spec: it must not be set in what a plugin
+/// gets; upstream libcni forwards it). Go matches it in any case, so every spelling is removed.
 fn injected(plugin: &PluginConf, inject: &Map<String, Value>) -> Result<Vec<u8>> {
     let mut obj = plugin.raw.clone();
+    obj.retain(|k, _| !k.eq_ignore_ascii_case("capabilities"));
     for (k, v) in inject {
         obj.insert(k.clone(), v.clone());
     }
@@ -312,18 +452,29 @@ fn injected(plugin: &PluginConf, inject: &Map<String, Value>) -> Result<Vec<u8>>
         .map_err(|e| Error::new(code::INTERNAL, format!("encode plugin configuration: {e}")))
 }
 
-/// What one plugin gets on ADD, CHECK and DEL: its object plus the list's `name` and `cniVersion`,
-/// `prevResult` when there is one, and `runtimeConfig` made of the capability arguments for the
-/// capabilities it enables (replacing any `runtimeConfig` it had; left alone when none apply).
+/// What one plugin gets on ADD, CHECK and DEL: its object (without `capabilities`) plus the list's
+/// `name` and `cniVersion`, `prevResult` when there is one, and `runtimeConfig` made of the capability
+/// arguments for the capabilities it enables (replacing any `runtimeConfig` it had; left alone when
+/// none apply).
 pub fn plugin_stdin(
     list: &NetworkConfigList,
     plugin: &PluginConf,
     prev_result: Option<Value>,
     rt: &RuntimeConf,
 ) -> Result<Vec<u8>> {
+    stdin_for(&list.name, &list.cni_version, plugin, prev_result, rt)
+}
+
+fn stdin_for(
+    name: &str,
+    cni_version: &str,
+    plugin: &PluginConf,
+    prev_result: Option<Value>,
+    rt: &RuntimeConf,
+) -> Result<Vec<u8>> {
     let mut inject = Map::new();
-    inject.insert("name".into(), Value::String(list.name.clone()));
-    inject.insert("cniVersion".into(), Value::String(list.cni_version.clone()));
+    inject.insert("name".into(), Value::String(name.to_string()));
+    inject.insert("cniVersion".into(), Value::String(cni_version.to_string()));
     if let Some(prev) = prev_result {
         inject.insert("prevResult".into(), prev);
     }

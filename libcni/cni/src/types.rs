@@ -186,14 +186,21 @@ impl CniResult {
             .map_err(|e| Error::new(code::INTERNAL, format!("render result: {e}")))
     }
 
-    /// Upstream's `Print()`: 4-space indented JSON, keys in Go's field order, no trailing newline.
+    /// Upstream's `Print()` as libcni >= 1.2 prints it: 4-space indented JSON, no trailing newline,
+    /// `<`, `>`, `&` escaped as Go does. A 1.x result goes through a Go map there (its `MarshalJSON`
+    /// drops an empty `dns`), so its keys are sorted at every level; 0.x results keep Go's field order
+    /// and their `"dns":{}`.
     pub fn to_pretty(&self, version: &str) -> Result<String> {
         let rendered = self.render(version)?;
-        let mut out = Vec::new();
-        let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-        let mut ser = serde_json::Serializer::with_formatter(&mut out, formatter);
-        rendered.serialize(&mut ser).map_err(|e| Error::new(code::INTERNAL, format!("render result: {e}")))?;
-        String::from_utf8(out).map_err(|e| Error::new(code::INTERNAL, format!("render result: {e}")))
+        let text = match &rendered {
+            Wire::Modern(m) if m.sorted_keys => {
+                let value = serde_json::to_value(&rendered)
+                    .map_err(|e| Error::new(code::INTERNAL, format!("render result: {e}")))?;
+                pretty(&value)?
+            }
+            _ => pretty(&rendered)?,
+        };
+        Ok(go_escape(text))
     }
 
     /// This result as it reads after conversion to `version` (what a consumer of that version sees).
@@ -240,7 +247,9 @@ impl CniResult {
                 let interfaces = self.interfaces.iter().map(|i| WireInterface::new(i, modern)).collect();
                 let ips = self.ips.iter().map(|ip| WireIp::new(ip, modern)).collect();
                 let routes = self.routes.iter().map(WireRoute::from).collect();
-                Ok(Wire::Modern(WireModern { cni_version: version, interfaces, ips, routes, dns }))
+                // The 1.x Go type's MarshalJSON drops an empty dns; the 0.4 type cannot omit the struct.
+                let dns = (!(modern && dns.is_empty())).then_some(dns);
+                Ok(Wire::Modern(WireModern { cni_version: version, interfaces, ips, routes, dns, sorted_keys: modern }))
             }
         }
     }
@@ -430,6 +439,35 @@ fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<Str
 
 // ---- Rendering, in Go's field order so that `to_pretty` matches upstream's text ----
 
+/// 4-space indented JSON, as Go's `json.MarshalIndent(v, "", "    ")`.
+fn pretty<T: Serialize>(value: &T) -> Result<String> {
+    let mut out = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, formatter);
+    value.serialize(&mut ser).map_err(|e| Error::new(code::INTERNAL, format!("render result: {e}")))?;
+    String::from_utf8(out).map_err(|e| Error::new(code::INTERNAL, format!("render result: {e}")))
+}
+
+/// Go's encoder escapes `<`, `>`, `&`, U+2028 and U+2029 in strings. None of them can appear in JSON
+/// outside a string, so replacing them in the whole text escapes exactly the strings.
+fn go_escape(text: String) -> String {
+    if !text.contains(['<', '>', '&', '\u{2028}', '\u{2029}']) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 fn is_v4(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(_) => true,
@@ -495,7 +533,11 @@ struct WireModern<'a> {
     ips: Vec<WireIp>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     routes: Vec<WireRoute>,
-    dns: &'a Dns,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dns: Option<&'a Dns>,
+    /// Printed with keys sorted (1.x: Go marshals it through a map).
+    #[serde(skip)]
+    sorted_keys: bool,
 }
 
 #[derive(Serialize)]

@@ -7,23 +7,38 @@ use libcni::{code, version::SUPPORTED};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
-/// `CNI_TESTDATA` may name the directory or the file itself; a missing file fails the test.
+#[path = "support/gojson.rs"]
+mod gojson;
+use gojson::{go_1_2_print, Ordered};
+
+/// Upstream's vectors, kept in the repository (tests/testdata/README.md says where they came from).
 fn vectors() -> Vec<Value> {
-    let path = match std::env::var_os("CNI_TESTDATA") {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            if p.is_dir() {
-                p.join("conversions.json")
-            } else {
-                p
-            }
-        }
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/conversions.json"),
-    };
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("test vectors {}: {e}", path.display()));
-    let all: Vec<Value> = serde_json::from_str(&text).unwrap();
-    assert_eq!(all.len(), 54, "{} should hold 54 vectors", path.display());
+    let all: Vec<Value> = serde_json::from_str(&vectors_text()).unwrap();
+    assert_eq!(all.len(), 54, "conversions.json should hold 54 vectors");
     all
+}
+
+fn vectors_text() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/conversions.json");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("test vectors {}: {e}", path.display()))
+}
+
+/// The vectors with every object's keys in the order upstream wrote them (Go's field order).
+fn ordered_vectors() -> Vec<Ordered> {
+    match Ordered::parse(&vectors_text()) {
+        Ordered::Array(items) => items,
+        other => panic!("conversions.json is not an array: {other:?}"),
+    }
+}
+
+/// A vector's output as libcni >= 1.2 gives it: the 1.x type leaves out an empty `dns` (the vectors
+/// come from v1.1.2, which kept it).
+fn go_1_2_value(output: &Value, to: &str) -> Value {
+    let mut out = output.clone();
+    if to.starts_with("1.") && out["dns"] == json!({}) {
+        out.as_object_mut().unwrap().remove("dns");
+    }
+    out
 }
 
 fn s(v: &Value) -> &str {
@@ -32,6 +47,7 @@ fn s(v: &Value) -> &str {
 
 #[test]
 fn upstream_vectors() {
+    let ordered = ordered_vectors();
     for (i, vector) in vectors().iter().enumerate() {
         let (from, to) = (s(&vector["from"]), s(&vector["to"]));
         let label = format!("vector {i}: {from} -> {to}");
@@ -47,11 +63,13 @@ fn upstream_vectors() {
             }
             None => {
                 let got = got.unwrap_or_else(|e| panic!("{label}: {e}"));
-                assert_eq!(got, vector["output"], "{label}");
-                assert_eq!(via_convert.unwrap(), vector["output"], "{label}");
-                // Print() must be the same JSON, only indented.
+                let expected = go_1_2_value(&vector["output"], to);
+                assert_eq!(got, expected, "{label}");
+                assert_eq!(via_convert.unwrap(), expected, "{label}");
+                // Print() is upstream's text, byte for byte.
                 let text = parsed.to_pretty(to).unwrap();
-                assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), got, "{label}");
+                let upstream = go_1_2_print(ordered[i].get("output").unwrap(), to);
+                assert_eq!(text, upstream, "{label}");
             }
         }
     }
@@ -64,7 +82,7 @@ fn upstream_inputs_to_1_1_0() {
     let to_100 = all.iter().filter(|v| v["to"] == "1.0.0");
     let mut seen = 0;
     for vector in to_100 {
-        let mut expected = vector["output"].clone();
+        let mut expected = go_1_2_value(&vector["output"], "1.1.0");
         expected["cniVersion"] = json!("1.1.0");
         assert_eq!(convert(&vector["input"], "1.1.0").unwrap(), expected, "{}", vector["input"]);
         seen += 1;
@@ -140,74 +158,92 @@ fn full_110_parses_into_every_field() {
 #[test]
 fn full_110_pretty_is_go_print() {
     let r = CniResult::parse(&full_110(), "").unwrap();
+    // libcni >= 1.2 prints a 1.x result through a Go map: keys sorted at every level.
     let expected = r#"{
     "cniVersion": "1.1.0",
+    "dns": {
+        "domain": "cluster.local",
+        "nameservers": [
+            "10.96.0.10"
+        ],
+        "options": [
+            "ndots:5"
+        ],
+        "search": [
+            "svc.cluster.local"
+        ]
+    },
     "interfaces": [
         {
-            "name": "br0",
             "mac": "0a:58:0a:f4:00:01",
-            "mtu": 9000
+            "mtu": 9000,
+            "name": "br0"
         },
         {
-            "name": "eth0",
             "mac": "0a:58:0a:f4:00:05",
             "mtu": 1450,
+            "name": "eth0",
+            "pciID": "0000:00:1f.6",
             "sandbox": "/var/run/netns/pod9",
-            "socketPath": "/run/vhost/sock0",
-            "pciID": "0000:00:1f.6"
+            "socketPath": "/run/vhost/sock0"
         }
     ],
     "ips": [
         {
-            "interface": 1,
             "address": "10.244.0.5/24",
-            "gateway": "10.244.0.1"
+            "gateway": "10.244.0.1",
+            "interface": 1
         },
         {
-            "interface": 1,
             "address": "fd00:10:244::5/64",
-            "gateway": "fd00:10:244::1"
+            "gateway": "fd00:10:244::1",
+            "interface": 1
         },
         {
-            "interface": 0,
-            "address": "10.244.0.1/24"
+            "address": "10.244.0.1/24",
+            "interface": 0
         }
     ],
     "routes": [
         {
+            "advmss": 1360,
             "dst": "0.0.0.0/0",
             "gw": "10.244.0.1",
             "mtu": 1400,
-            "advmss": 1360,
             "priority": 100,
-            "table": 0,
-            "scope": 0
+            "scope": 0,
+            "table": 0
         },
         {
             "dst": "10.96.0.0/12",
-            "table": 254,
-            "scope": 253
+            "scope": 253,
+            "table": 254
         },
         {
             "dst": "::/0",
             "gw": "fd00:10:244::1",
             "priority": 1024
         }
-    ],
-    "dns": {
-        "nameservers": [
-            "10.96.0.10"
-        ],
-        "domain": "cluster.local",
-        "search": [
-            "svc.cluster.local"
-        ],
-        "options": [
-            "ndots:5"
-        ]
-    }
+    ]
 }"#;
     assert_eq!(r.to_pretty("1.1.0").unwrap(), expected);
+    // The same text the Go printer model gives for the struct-ordered input.
+    assert_eq!(expected, go_1_2_print(&Ordered::parse(&full_110().to_string()), "1.1.0"));
+
+    // An empty dns is left out of a 1.x result, kept in 0.x ones; strings are escaped as Go does.
+    let bare = CniResult {
+        cni_version: "1.0.0".into(),
+        interfaces: vec![Interface { name: "a<b>&c\u{2028}".into(), ..Interface::default() }],
+        ..CniResult::default()
+    };
+    assert_eq!(
+        bare.to_pretty("1.0.0").unwrap(),
+        "{\n    \"cniVersion\": \"1.0.0\",\n    \"interfaces\": [\n        {\n            \"name\": \"a\\u003cb\\u003e\\u0026c\\u2028\"\n        }\n    ]\n}"
+    );
+    assert_eq!(
+        bare.to_pretty("0.4.0").unwrap(),
+        "{\n    \"cniVersion\": \"0.4.0\",\n    \"interfaces\": [\n        {\n            \"name\": \"a\\u003cb\\u003e\\u0026c\\u2028\"\n        }\n    ],\n    \"dns\": {}\n}"
+    );
 }
 
 /// 1.1.0 down to every older version: the lossy rules in one place.
@@ -266,7 +302,6 @@ fn every_version_to_110() {
             "cniVersion": "1.1.0",
             "ips": [{"address": "10.1.2.3/24"}, {"address": "fd00::3/64", "gateway": "fd00::1"}],
             "routes": [{"dst": "10.0.0.0/8", "gw": "10.1.2.1"}],
-            "dns": {},
         })
     );
     let mut from_010 = from_020.clone();
@@ -288,7 +323,6 @@ fn every_version_to_110() {
                 "interfaces": [{"name": "eth0"}],
                 "ips": [{"interface": 0, "address": "10.0.0.2/8"}],
                 "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.1", "table": 100}],
-                "dns": {},
             }),
             "from {v}"
         );
@@ -297,7 +331,7 @@ fn every_version_to_110() {
     let from_100 = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "mtu": 1500}]});
     assert_eq!(
         convert(&from_100, "1.1.0").unwrap(),
-        json!({"cniVersion": "1.1.0", "interfaces": [{"name": "eth0", "mtu": 1500}], "dns": {}})
+        json!({"cniVersion": "1.1.0", "interfaces": [{"name": "eth0", "mtu": 1500}]})
     );
 }
 
@@ -463,7 +497,7 @@ fn go_decoder_leniency() {
     assert_eq!(
         zero.to_value("1.1.0").unwrap(),
         json!({"cniVersion": "1.1.0", "interfaces": [{"name": ""}],
-               "routes": [{"dst": "0.0.0.0/0", "table": 0, "scope": 0}], "dns": {}})
+               "routes": [{"dst": "0.0.0.0/0", "table": 0, "scope": 0}]})
     );
 }
 
@@ -490,8 +524,7 @@ fn hand_built_result() {
     assert_eq!(
         r.to_value("1.0.0").unwrap(),
         json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "mtu": 1500}],
-               "ips": [{"interface": 0, "address": "192.168.1.10/24", "gateway": "192.168.1.1"}],
-               "dns": {}})
+               "ips": [{"interface": 0, "address": "192.168.1.10/24", "gateway": "192.168.1.1"}]})
     );
     assert_eq!(
         r.to_value("0.2.0").unwrap(),

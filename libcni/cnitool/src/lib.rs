@@ -35,6 +35,8 @@ options:
       --json                 machine-readable output (errors as CNI error JSON on stdout)
   -h, --help                 this help
 
+Arguments after those a command uses are ignored, as upstream's cnitool does.
+
 environment:
   NETCONFPATH    configuration directory (default /etc/cni/net.d)
   CNI_PATH       plugin directories, ':'-separated (required except for list)
@@ -150,15 +152,17 @@ pub fn parse_cli(args: &[String]) -> Result<Cli, Failure> {
         "help" => Verb::Help,
         other => return Err(usage_error(format!("unknown command {other:?}"))),
     };
+    // Arguments after the ones a command uses are ignored, as upstream's cnitool does (its commands
+    // take a minimum number of arguments only).
     let (min, max) = match verb {
-        Verb::Add | Verb::Check | Verb::Del => (2, 2),
-        Verb::Gc | Verb::Status => (1, 2),
+        Verb::Add | Verb::Check | Verb::Del => (2, usize::MAX),
+        Verb::Gc | Verb::Status => (1, usize::MAX),
         Verb::List | Verb::Help => (0, 0),
     };
     if positional.len() < min || positional.len() > max {
         let want = match verb {
-            Verb::Add | Verb::Check | Verb::Del => "<network> <netns>",
-            Verb::Gc | Verb::Status => "<network> [<netns>]",
+            Verb::Add | Verb::Check | Verb::Del => "at least <network> <netns>",
+            Verb::Gc | Verb::Status => "at least <network>",
             Verb::List | Verb::Help => "no arguments",
         };
         return Err(usage_error(format!("{verb:?} takes {want}, got {} argument(s)", positional.len()).to_lowercase()));
@@ -274,13 +278,15 @@ fn runtime_config(env: &dyn Env) -> Result<CniConfig, Failure> {
 
 fn load(env: &dyn Env, name: &str) -> Result<NetworkConfigList, Failure> {
     let dir = conf_dir(env);
-    conflist::load_network(&dir, name).map_err(|e| {
-        let hint = if e.msg.starts_with("no net configuration") {
-            format!("run `cnitool list` to see the networks in {} (set NETCONFPATH to look elsewhere)", dir.display())
-        } else {
-            format!("fix the configuration file in {}", dir.display())
+    conflist::load_network_conf(&dir, name).map_err(|e| {
+        let hint = match &e {
+            conflist::LoadError::NotFound(_) | conflist::LoadError::NoConfigsFound(_) => format!(
+                "run `cnitool list` to see the networks in {} (set NETCONFPATH to look elsewhere)",
+                dir.display()
+            ),
+            conflist::LoadError::Other(_) => format!("fix the configuration file in {}", dir.display()),
         };
-        with_hint(e, hint)
+        with_hint(e.into(), hint)
     })
 }
 
@@ -374,12 +380,12 @@ fn run_inner(args: &[String], env: &dyn Env, out: &mut dyn Write) -> Result<(), 
             match cli.verb {
                 Verb::Add => {
                     let result = cfg.add_network_list(&list, &rt)?;
-                    let text = if cli.json {
-                        result.to_value(&result.cni_version)?.to_string()
+                    if cli.json {
+                        writeln!(out, "{}", result.to_value(&result.cni_version)?).map_err(write_err)
                     } else {
-                        result.to_pretty(&result.cni_version)?
-                    };
-                    writeln!(out, "{text}").map_err(write_err)
+                        // Upstream's Print(), byte for byte: no trailing newline.
+                        write!(out, "{}", result.to_pretty(&result.cni_version)?).map_err(write_err)
+                    }
                 }
                 Verb::Check => Ok(cfg.check_network_list(&list, &rt)?),
                 _ => Ok(cfg.del_network_list(&list, &rt)?),
@@ -547,9 +553,16 @@ mod tests {
         assert_eq!(c.keep.unwrap()[1], Attachment { container_id: "c2".into(), ifname: "net1".into() });
         assert_eq!(parse_cli(&args("--ifname=e1 del n ns")).unwrap().ifname.as_deref(), Some("e1"));
         assert_eq!(parse_cli(&[]).unwrap().verb, Verb::Help);
+        // Trailing arguments are ignored, as upstream.
+        let c = parse_cli(&args("del n ns extra more -i e2")).unwrap();
+        assert_eq!(
+            (c.verb, &c.positional[..2], c.ifname.as_deref()),
+            (Verb::Del, &["n".to_string(), "ns".to_string()][..], Some("e2"))
+        );
+        assert_eq!(parse_cli(&args("status n ns x")).unwrap().verb, Verb::Status);
         for bad in [
             "add n",
-            "add n ns extra",
+            "list extra",
             "bogus n ns",
             "add n ns -x",
             "add n ns -i",

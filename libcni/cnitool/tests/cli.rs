@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+#[path = "../../cni/tests/support/gojson.rs"]
+mod gojson;
+
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 struct Env {
@@ -98,6 +101,35 @@ fn netns_id(root: &Path, rel: &str) -> (String, String) {
     (abs.clone(), cnitool::container_id(&abs))
 }
 
+/// `cnitool add` prints what upstream's cnitool (libcni >= 1.2) prints, byte for byte, for every
+/// result version of the upstream vectors: the plugin answers with a vector's input, the list is
+/// of that version, and the text must be Go's `Print()` of it (no trailing newline).
+#[test]
+fn add_prints_upstream_text_for_the_vectors() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cni/tests/testdata/conversions.json");
+    let gojson::Ordered::Array(vectors) = gojson::Ordered::parse(&std::fs::read_to_string(path).unwrap()) else {
+        panic!("conversions.json is not an array");
+    };
+    let mut seen = 0;
+    for v in vectors.iter().filter(|v| v.get("from") == v.get("to") && v.get("output").is_some()) {
+        let version = v.get("from").and_then(|f| f.as_str()).unwrap();
+        let e = Env::new("print");
+        let input: Value = serde_json::from_str(&gojson::marshal_indent(v.get("input").unwrap())).unwrap();
+        let answer = e.root.join("answer.json");
+        std::fs::write(&answer, input.to_string()).unwrap();
+        let plugin = e.root.join("bin/answer");
+        std::fs::write(&plugin, format!("#!/bin/sh\ncat >/dev/null\ncat {}\n", answer.display())).unwrap();
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        e.conf("10-p.conflist", &format!(r#"{{"cniVersion":"{version}","name":"p","plugins":[{{"type":"answer"}}]}}"#));
+        let out = e.run(&["add", "p", "ns1"], &[]);
+        assert!(out.status.success(), "{version}: {}", text(&out.stderr));
+        let expected = gojson::go_1_2_print(v.get("output").unwrap(), version);
+        assert_eq!(text(&out.stdout), expected, "{}", v.get("description").and_then(|d| d.as_str()).unwrap());
+        seen += 1;
+    }
+    assert_eq!(seen, 9, "one vector per input result");
+}
+
 #[test]
 fn add_check_del_round_trip() {
     let e = Env::new("round");
@@ -135,6 +167,14 @@ fn add_check_del_round_trip() {
     let out = e.run(&["add", "demo", "ns3"], &[("CNI_IFNAME", "net9")]);
     assert!(out.status.success());
     assert_eq!(e.log()[4][2], "net9");
+
+    // Extra trailing arguments are ignored, as upstream's cnitool does.
+    let out = e.run(&["del", "demo", "ns3", "trailing", "args"], &[("CNI_IFNAME", "net9")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        e.log()[5][..4],
+        ["DEL".to_string(), netns_id(&e.root, "ns3").1, "net9".into(), netns_id(&e.root, "ns3").0]
+    );
 }
 
 #[test]

@@ -108,7 +108,7 @@ impl Plugin for Bridge {
         let host = Netlink::open()?;
         let mut undo = Undo::default();
         match add(req, &conf, &ns, &host, &mut undo) {
-            Ok(r) => Ok(r),
+            Ok(r) => Ok(chained(req.conf.prev_result.as_ref(), r)),
             Err(e) => {
                 undo.run(req, &conf, &host);
                 Err(e)
@@ -501,6 +501,29 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
     Ok(result)
 }
 
+/// What ADD outputs when chained: the spec has a plugin given a `prevResult` output it, modified. The
+/// earlier plugins' interfaces, addresses and routes stay first, ours are appended (our addresses'
+/// interface indices shifted past theirs, theirs unchanged), and their DNS stays unless we set one.
+fn chained(prev: Option<&CniResult>, own: CniResult) -> CniResult {
+    let Some(prev) = prev else { return own };
+    let offset = prev.interfaces.len();
+    let mut out = CniResult {
+        cni_version: own.cni_version,
+        interfaces: prev.interfaces.clone(),
+        ips: prev.ips.clone(),
+        routes: prev.routes.clone(),
+        dns: if own.dns.is_empty() { prev.dns.clone() } else { own.dns },
+    };
+    out.interfaces.extend(own.interfaces);
+    out.ips.extend(own.ips.into_iter().map(|ip| IpConfig { interface: ip.interface.map(|i| i + offset), ..ip }));
+    for route in own.routes {
+        if !out.routes.contains(&route) {
+            out.routes.push(route);
+        }
+    }
+    out
+}
+
 fn route_defaults() -> Route {
     Route { dst: default_dst(true), gw: None, mtu: None, advmss: None, priority: None, table: None, scope: None }
 }
@@ -665,10 +688,12 @@ fn check(req: &Request, conf: &BridgeConf, prev: &CniResult, ns: &NetNs) -> Resu
             return Err(failed(format!("route to {} is missing in {}", r.dst, ns.path().display())));
         }
     }
-    let host_name = prev
-        .interfaces
-        .iter()
-        .find(|i| i.sandbox.is_none() && i.name != conf.bridge)
+    // Ours are [bridge, host veth, pod interface], after any earlier plugin's interfaces.
+    let host_name = sandbox_idx
+        .and_then(|i| i.checked_sub(1))
+        .and_then(|i| prev.interfaces.get(i))
+        .filter(|i| i.sandbox.is_none() && i.name != conf.bridge)
+        .or_else(|| prev.interfaces.iter().find(|i| i.sandbox.is_none() && i.name != conf.bridge))
         .map(|i| i.name.clone())
         .unwrap_or_else(|| host_veth_name(&req.container_id, &req.ifname, 0));
     let host_link = host.link(&host_name)?.ok_or_else(|| failed(format!("host veth {host_name} is missing")))?;
@@ -683,7 +708,12 @@ fn check(req: &Request, conf: &BridgeConf, prev: &CniResult, ns: &NetNs) -> Resu
             network: conf.network.clone(),
             container_id: req.container_id.clone(),
             ifname: req.ifname.clone(),
-            addresses: prev.ips.iter().map(|ip| ip.address).collect(),
+            addresses: prev
+                .ips
+                .iter()
+                .filter(|ip| ip.interface.is_none() || ip.interface == sandbox_idx)
+                .map(|ip| ip.address)
+                .collect(),
         })?;
     }
     Ok(())

@@ -114,10 +114,8 @@ pub fn rt(cid: &str, ifname: &str) -> libcni::runtime::RuntimeConf {
     }
 }
 
-/// The shared test data directory (env CNI_TESTDATA, else the repo's ../shared/testdata).
+/// Upstream's test vectors, kept in the repository (libcni/cni/tests/testdata/README.md says where
+/// they came from).
 pub fn testdata() -> PathBuf {
-    match std::env::var_os("CNI_TESTDATA") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata"),
-    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../libcni/cni/tests/testdata")
 }
