@@ -134,7 +134,7 @@ impl World {
     }
 
     /// A UDP server on `port` in `ns` (IPv4) that answers each datagram with what the socat address
-    /// `reply` gives it (`EXEC:cat` echoes it back).
+    /// `reply` gives it (`EXEC:cat` echoes it back); returns once it listens.
     fn udp_server(&mut self, ns: &str, port: u16, reply: &str) {
         let child = Command::new("ip")
             .args(["netns", "exec", ns, "socat", &format!("UDP4-RECVFROM:{port},fork"), reply])
@@ -143,7 +143,12 @@ impl World {
             .spawn()
             .unwrap();
         self.servers.push(child);
-        std::thread::sleep(Duration::from_millis(200));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let listening = format!("ip netns exec {ns} ss -Hlun 'sport = :{port}'");
+        while must(&listening).trim().is_empty() {
+            assert!(Instant::now() < deadline, "udp server on port {port} in {ns} did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// A UDP echo server on `port` in `ns` (IPv4).
@@ -152,9 +157,11 @@ impl World {
     }
 
     /// A UDP server on `port` in `ns` (IPv4) that answers each datagram with the address it came
-    /// from, as the pod sees it.
+    /// from, as the pod sees it. The shell reads the datagram before it answers: socat writes the
+    /// datagram to the shell's stdin, and a shell that has already exited makes that write fail
+    /// with EPIPE, and socat then drops the answer (about one datagram in three under load).
     fn udp_peer(&mut self, ns: &str, port: u16) {
-        self.udp_server(ns, port, "SYSTEM:echo $SOCAT_PEERADDR");
+        self.udp_server(ns, port, "SYSTEM:read -r line; echo $SOCAT_PEERADDR");
     }
 }
 
