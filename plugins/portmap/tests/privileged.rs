@@ -136,17 +136,22 @@ impl World {
     /// A UDP server on `port` in `ns` (IPv4) that answers each datagram with what the socat address
     /// `reply` gives it (`EXEC:cat` echoes it back); returns once it listens.
     fn udp_server(&mut self, ns: &str, port: u16, reply: &str) {
+        self.socat_server(ns, &format!("UDP4-RECVFROM:{port},fork"), reply, "u", port);
+    }
+
+    /// `socat <listen> <reply>` in `ns`; returns once `ss -l<kind>` (`t`, `u`) lists the port.
+    fn socat_server(&mut self, ns: &str, listen: &str, reply: &str, kind: &str, port: u16) {
         let child = Command::new("ip")
-            .args(["netns", "exec", ns, "socat", &format!("UDP4-RECVFROM:{port},fork"), reply])
+            .args(["netns", "exec", ns, "socat", listen, reply])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
         self.servers.push(child);
         let deadline = Instant::now() + Duration::from_secs(5);
-        let listening = format!("ip netns exec {ns} ss -Hlun 'sport = :{port}'");
+        let listening = format!("ip netns exec {ns} ss -Hl{kind}n 'sport = :{port}'");
         while must(&listening).trim().is_empty() {
-            assert!(Instant::now() < deadline, "udp server on port {port} in {ns} did not start");
+            assert!(Instant::now() < deadline, "{listen} in {ns} did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -403,6 +408,79 @@ fn sources(backend: &str) {
     assert_eq!(seen(&w.remote, NODE_UP).as_deref(), Some(NODE_BR), "masqAll: a remote client is masqueraded too");
     assert!(plugin(ours(), &call("CHECK"), &all).0, "CHECK with masqAll");
     assert!(plugin(ours(), &call("DEL"), &all).0, "DEL");
+}
+
+/// What a pod reaches on the node's loopback: a TCP and a UDP service bound to 127.0.0.1 on the
+/// node, which write down every connection or datagram that reaches them. The pod routes
+/// 127.0.0.0/8 through its gateway (its own loopback address removed, so the kernel routes it out).
+fn loopback_services(w: &mut World, log: &std::path::Path) {
+    let node = w.node.clone();
+    let note = |what: &str| format!("echo {what} >> {}", log.display());
+    let tcp = format!("SYSTEM:{}; echo node-tcp", note("tcp"));
+    w.socat_server(&node, "TCP4-LISTEN:7001,bind=127.0.0.1,reuseaddr,fork", &tcp, "t", 7001);
+    let udp = format!("SYSTEM:read -r line; {}; echo node-udp", note("udp"));
+    w.socat_server(&node, "UDP4-RECVFROM:7002,bind=127.0.0.1,fork", &udp, "u", 7002);
+    must(&format!(
+        "ip netns exec {} sh -c 'ip addr del 127.0.0.1/8 dev lo && sysctl -qw net.ipv4.conf.eth0.route_localnet=1 && \
+         ip route add 127.0.0.0/8 via {NODE_BR} dev eth0'",
+        w.pod2
+    ));
+}
+
+fn tcp_line(ns: &str, ip: &str, port: u16) -> Option<String> {
+    let out = sh(&format!("ip netns exec {ns} socat -T 2 - TCP4:{ip}:{port},connect-timeout=2 </dev/null"));
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!text.is_empty()).then_some(text)
+}
+
+/// portmap turns route_localnet on for the bridge (127.0.0.1:hostPort from the node), and a pod
+/// that routes 127.0.0.0/8 through its gateway must still not reach the node's 127.0.0.1-only
+/// services, by TCP or UDP (CVE-2020-8558): the node drops such packets unless they were DNATed.
+/// 127.0.0.1:hostPort keeps working from the node, the host port from a remote host, and a pod
+/// sending to 127.0.0.1:hostPort is DNATed to the port's pod.
+fn localnet(backend: &str) {
+    if !privileged() {
+        return;
+    }
+    let mut w = World::new();
+    w.http_server(&w.pod1.clone(), "pod1");
+    let log = w.dir.join("loopback-hits");
+    loopback_services(&mut w, &log);
+    let hits = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(tcp_line(&w.node, "127.0.0.1", 7001).as_deref(), Some("node-tcp"), "the node reaches its own service");
+    assert_eq!(udp(&w.node, "127.0.0.1", 7002, "x").as_deref(), Some("node-udp"), "the node reaches its own service");
+    assert_eq!(hits(), "tcp\nudp\n");
+    std::fs::remove_file(&log).unwrap();
+    // Without route_localnet the kernel drops them itself.
+    assert_eq!(tcp_line(&w.pod2, "127.0.0.1", 7001), None);
+
+    let network = format!("pmlo-{}", unique());
+    let cid = format!("ctr-{}", unique());
+    let pod_ns = format!("/run/netns/{}", w.pod1);
+    let prev = prev_result(&w.pod1, POD1, Some(POD1_V6));
+    let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
+    let conf = netconf("1.1.0", &network, Some(backend), &prev, Some(mappings()));
+    assert!(plugin(ours(), &call("ADD"), &conf).0, "ADD");
+    assert_eq!(must(&format!("ip netns exec {} sysctl -n net.ipv4.conf.br0.route_localnet", w.node)).trim(), "1");
+
+    let from_pod = (tcp_line(&w.pod2, "127.0.0.1", 7001), udp(&w.pod2, "127.0.0.1", 7002, "x"));
+    assert_eq!((from_pod, hits()), ((None, None), String::new()), "a pod reached the node's 127.0.0.1 services");
+
+    assert_eq!(http(&w.node, "127.0.0.1", 8080).as_deref(), Some("pod1"), "127.0.0.1:hostPort from the node");
+    assert_eq!(http(&w.remote, NODE_UP, 8080).as_deref(), Some("pod1"), "the host port from a remote host");
+    assert_eq!(http(&w.pod2, "127.0.0.1", 8080).as_deref(), Some("pod1"), "127.0.0.1:hostPort from a pod (DNATed)");
+    assert_eq!(tcp_line(&w.node, "127.0.0.1", 7001).as_deref(), Some("node-tcp"), "the node still reaches its service");
+    assert!(plugin(ours(), &call("DEL"), &conf).0, "DEL");
+}
+
+#[test]
+fn nftables_localnet() {
+    localnet("nftables");
+}
+
+#[test]
+fn iptables_localnet() {
+    localnet("iptables");
 }
 
 #[test]

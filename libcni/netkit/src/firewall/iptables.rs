@@ -14,6 +14,15 @@
 //! Masquerade: `POSTROUTING -s <pod>/32 -j CNI-<hash>` and in `CNI-<hash>`: `-d <subnet> -j ACCEPT`,
 //! `! -d 224.0.0.0/4 -j MASQUERADE`, all commented `name: "<net>" id: "<cid>"`.
 //!
+//! Localhost hostPorts (filter table, IPv4): portmap turns `route_localnet` on, so the node drops
+//! what reaches its loopback from elsewhere, with kube-proxy's rule (CVE-2020-8558), in a chain of
+//! ours that INPUT jumps to first:
+//! ```text
+//! INPUT (first):  -j CNI-LOCALNET
+//! CNI-LOCALNET:   ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections"
+//!                 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP
+//! ```
+//!
 //! Hashes are the reference's: `CNI-` (or `CNI-DN-`) followed by sha512(network + container id) in
 //! hex, cut to 28 characters. Every operation reads the nat table once (`iptables-save -t nat`)
 //! and applies its whole change with one `iptables-restore --noflush`. Declaring a chain in a
@@ -31,6 +40,9 @@ use std::fs::File;
 const TOP_DNAT: &str = "CNI-HOSTPORT-DNAT";
 const SETMARK: &str = "CNI-HOSTPORT-SETMARK";
 const MARK_MASQ: &str = "CNI-HOSTPORT-MASQ";
+const LOCALNET: &str = "CNI-LOCALNET";
+/// The drop as iptables-save prints it.
+const LOCALNET_RULE: &str = "-A CNI-LOCALNET ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP";
 const LOCK_DIR: &str = "/run/cni-rs";
 const LOCK_FILE: &str = "/run/cni-rs/iptables.lock";
 /// multiport takes at most 15 ports per rule.
@@ -135,13 +147,15 @@ pub(crate) struct NatTable {
 }
 
 impl NatTable {
-    pub(crate) fn parse(save: &str) -> NatTable {
+    /// The chains and rules of `table` (`nat`, `filter`) in an iptables-save output.
+    pub(crate) fn parse(save: &str, table: &str) -> NatTable {
         let mut t = NatTable::default();
         let mut in_nat = false;
+        let head = format!("*{table}");
         for line in save.lines() {
             let line = line.trim_end();
             if line.starts_with('*') {
-                in_nat = line == "*nat";
+                in_nat = line == head;
             } else if !in_nat {
                 continue;
             } else if let Some(decl) = line.strip_prefix(':') {
@@ -187,8 +201,8 @@ fn remove_chain_lines(t: &NatTable, chain: &str, out: &mut Vec<String>) {
     }
 }
 
-fn restore_text(lines: &[String]) -> String {
-    let mut s = String::from("*nat\n");
+fn restore_text(table: &str, lines: &[String]) -> String {
+    let mut s = format!("*{table}\n");
     for l in lines {
         s.push_str(l);
         s.push('\n');
@@ -198,12 +212,16 @@ fn restore_text(lines: &[String]) -> String {
 }
 
 fn save(ipv: Ipv) -> Result<NatTable> {
-    let out = run_ok(ipv.save_tool(), &["-t", "nat"], None, "read the nat table")?;
-    Ok(NatTable::parse(&out))
+    save_table(ipv, "nat")
 }
 
-fn restore(ipv: Ipv, lines: &[String], what: &str) -> Result<()> {
-    run_ok(ipv.restore_tool(), &["--noflush", "-w"], Some(&restore_text(lines)), what).map(|_| ())
+fn save_table(ipv: Ipv, table: &str) -> Result<NatTable> {
+    let out = run_ok(ipv.save_tool(), &["-t", table], None, &format!("read the {table} table"))?;
+    Ok(NatTable::parse(&out, table))
+}
+
+fn restore(ipv: Ipv, table: &str, lines: &[String], what: &str) -> Result<()> {
+    run_ok(ipv.restore_tool(), &["--noflush", "-w"], Some(&restore_text(table, lines)), what).map(|_| ())
 }
 
 /// Serializes our read-modify-write cycles (the xtables lock covers one process only). Without a
@@ -217,15 +235,20 @@ fn lock() -> Option<nix::fcntl::Flock<File>> {
 /// Reads the table and applies the lines `plan` derives from it; a failed restore (someone else
 /// changed the table between the two) is retried from a fresh read.
 fn transact(ipv: Ipv, what: &str, plan: impl Fn(&NatTable) -> Vec<String>) -> Result<()> {
+    transact_in(ipv, "nat", what, plan)
+}
+
+/// [`transact`] on another table (`filter`).
+fn transact_in(ipv: Ipv, table: &str, what: &str, plan: impl Fn(&NatTable) -> Vec<String>) -> Result<()> {
     let _guard = lock();
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        let table = save(ipv).map_err(|e| e.context(what))?;
-        let lines = plan(&table);
+        let t = save_table(ipv, table).map_err(|e| e.context(what))?;
+        let lines = plan(&t);
         if lines.is_empty() {
             return Ok(());
         }
-        match restore(ipv, &lines, what) {
+        match restore(ipv, table, &lines, what) {
             Ok(()) => return Ok(()),
             Err(e) => last = Some(e),
         }
@@ -376,6 +399,22 @@ pub(crate) fn portmap_add_lines(t: &NatTable, p: &PortMap, addr: &IpNetwork) -> 
     all.extend(plan.rules);
     all.extend(plan.entries);
     all
+}
+
+/// The filter-table lines that make INPUT drop packets to 127.0.0.0/8 from elsewhere that were
+/// not DNATed (nothing when the table has them). Declaring the chain flushes it, so a chain
+/// holding anything else than the drop is refilled. The jump goes first in INPUT, before any
+/// ACCEPT, and is only checked for presence afterwards.
+pub(crate) fn localnet_lines(t: &NatTable) -> Vec<String> {
+    let mut out = Vec::new();
+    if t.rules_of(LOCALNET).ne([LOCALNET_RULE]) {
+        out.push(format!(":{LOCALNET} - [0:0]"));
+        out.push(LOCALNET_RULE.to_string());
+    }
+    if !t.has_rule(&format!("-A INPUT -j {LOCALNET}")) {
+        out.push(format!("-I INPUT 1 -j {LOCALNET}"));
+    }
+    out
 }
 
 /// The restore lines that remove a container's port mappings (the DN chain and the old SN one).
@@ -529,6 +568,10 @@ impl Firewall for IptablesBackend {
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("add port mappings for container {}", p.container_id);
+        if p.localnet() {
+            let what = format!("{what}: drop packets to 127.0.0.0/8 from elsewhere");
+            transact_in(Ipv::V4, "filter", &what, localnet_lines)?;
+        }
         for addr in p.targets() {
             let ipv = Ipv::of(&addr);
             if !p.mappings.iter().any(|m| m.applies_to(ipv == Ipv::V6)) {
@@ -682,7 +725,7 @@ mod tests {
              -A POSTROUTING -s 10.0.0.9/32 -m comment --comment \"name: \\\"net\\\" id: \\\"gone\\\"\" -j {masq}\n\
              -A {masq} ! -d 224.0.0.0/4 -m comment --comment \"name: \\\"net\\\" id: \\\"gone\\\"\" -j MASQUERADE\nCOMMIT\n"
         );
-        let t = NatTable::parse(&save);
+        let t = NatTable::parse(&save, "nat");
         assert!(t.has_chain(&dn));
         assert!(!t.has_rule("-A FORWARD -j ACCEPT"));
         let keep = vec![Attachment { container_id: "kept".into(), ifname: "eth0".into() }];
@@ -721,6 +764,22 @@ mod tests {
         let v6 = masq_add_lines(&NatTable::default(), &m, Ipv::V6);
         assert!(v6[2].contains("! -d ff00::/8"));
         assert!(v6[3].contains("-s fd00::5/128"));
+    }
+
+    #[test]
+    fn localnet_drop_lines() {
+        let none = localnet_lines(&NatTable::default());
+        assert_eq!(
+            none,
+            vec![":CNI-LOCALNET - [0:0]".to_string(), LOCALNET_RULE.to_string(), "-I INPUT 1 -j CNI-LOCALNET".into()]
+        );
+        let save = format!(
+            "*filter\n:INPUT ACCEPT [0:0]\n:CNI-LOCALNET - [0:0]\n-A INPUT -j CNI-LOCALNET\n{LOCALNET_RULE}\nCOMMIT\n"
+        );
+        assert!(localnet_lines(&NatTable::parse(&save, "filter")).is_empty());
+        assert_eq!(localnet_lines(&NatTable::parse(&save, "nat")), none, "another table's chains do not count");
+        let extra = save.replace("COMMIT", "-A CNI-LOCALNET -j ACCEPT\nCOMMIT");
+        assert_eq!(localnet_lines(&NatTable::parse(&extra, "filter")), none[..2]);
     }
 
     #[test]

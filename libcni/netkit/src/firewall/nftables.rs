@@ -290,6 +290,12 @@ pub(crate) static PORTMAP: Table = Table {
             rules: &[("fib daddr type local jump dispatch", jump_dispatch)],
         },
         SharedChain {
+            name: LOCALNET_CHAIN,
+            spec: Some("type filter hook input priority 0; policy accept;"),
+            base: base_chain(Hook::Input, 0, ChainType::Filter),
+            rules: LOCALNET_RULES,
+        },
+        SharedChain {
             name: "postrouting",
             spec: Some("type nat hook postrouting priority 100; policy accept;"),
             base: base_chain(Hook::Postrouting, 100, ChainType::Nat),
@@ -302,6 +308,61 @@ pub(crate) static PORTMAP: Table = Table {
     ],
     kept_chains: &["hairpin"],
 };
+
+/// The chain that keeps pods away from the node's 127.0.0.1-only services.
+const LOCALNET_CHAIN: &str = "input";
+
+/// kube-proxy's drop for `route_localnet` (CVE-2020-8558): portmap turns `route_localnet` on for
+/// the bridge so that `127.0.0.1:hostPort` works from the node, and that also lets a pod that
+/// routes 127.0.0.0/8 through its gateway reach whatever listens on the node's loopback. A packet
+/// to 127.0.0.0/8 from a non-loopback source that reaches input without being DNATed is dropped,
+/// as kube-proxy's `-d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate
+/// RELATED,ESTABLISHED,DNAT -j DROP` does: the first rule for packets conntrack does not track
+/// (whose `ct status` matches nothing), the second for new connections. `127.0.0.1:hostPort` from
+/// the node is DNATed in output and its replies are established, so it keeps working.
+const LOCALNET_RULES: &[SharedRule] = &[
+    ("ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state invalid,untracked drop", || {
+        inet()
+            .daddr_in(LOOPBACK4)
+            .saddr_not_in(LOOPBACK4)
+            .ct_state_any(nfnl::CT_INVALID | nfnl::CT_UNTRACKED)
+            .verdict(Verdict::Drop)
+    }),
+    ("ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state ! established,related ct status ! dnat drop", || {
+        inet()
+            .daddr_in(LOOPBACK4)
+            .saddr_not_in(LOOPBACK4)
+            .ct_state_none(nfnl::CT_ESTABLISHED | nfnl::CT_RELATED)
+            .ct_status_not_dnat()
+            .verdict(Verdict::Drop)
+    }),
+];
+
+const LOOPBACK4: IpNetwork =
+    IpNetwork::V4(match ipnetwork::Ipv4Network::new_checked(std::net::Ipv4Addr::new(127, 0, 0, 0), 8) {
+        Some(n) => n,
+        None => panic!("127.0.0.0/8"),
+    });
+
+/// Makes sure the portmap table drops packets that reach the node's loopback from elsewhere
+/// ([`LOCALNET_RULES`]) before portmap turns `route_localnet` on: a table set up by an earlier
+/// version lacks the chain, and then its setup is sent again (which refills the shared chains
+/// and adds nothing of any pod). One listing of a two-rule chain when it is there.
+fn ensure_localnet_drop(what: &str) -> Result<()> {
+    let present = |c: &ChainInfo| c.hook && c.comments.len() == LOCALNET_RULES.len();
+    if list_chain(&PORTMAP, LOCALNET_CHAIN)?.as_ref().is_some_and(present) {
+        return Ok(());
+    }
+    match run_plan(&PORTMAP, &mut PORTMAP.setup())? {
+        Outcome::Done => Ok(()),
+        Outcome::Conflict(_) => Err(Error::network(format!("{what}: setting up table {} failed", PORTMAP.t()))),
+        Outcome::Failed(f) => Err(Error::network(format!(
+            "{what}: add the drop of packets to 127.0.0.0/8 from elsewhere to table {}: {}",
+            PORTMAP.t(),
+            f.message
+        ))),
+    }
+}
 
 pub(crate) static MASQ: Table = Table {
     family: "inet",
@@ -1437,6 +1498,9 @@ impl Firewall for NftablesBackend {
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("add port mappings for container {}", p.container_id);
+        if p.localnet() {
+            ensure_localnet_drop(&what)?;
+        }
         if !has_conditions(p) {
             return flat::add_portmap(p, &what);
         }
@@ -1532,7 +1596,10 @@ mod tests {
     #[test]
     fn setup_has_a_constant_set_of_base_chains() {
         let s = render(&PORTMAP, &PORTMAP.setup()).0;
-        assert_eq!(s.matches(" hook ").count(), 3, "{s}");
+        assert_eq!(s.matches(" hook ").count(), 4, "{s}");
+        assert!(s.contains(
+            "add rule inet cni_rs_portmap input ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state ! established,related ct status ! dnat drop"
+        ));
         assert!(s.contains("add rule inet cni_rs_portmap prerouting fib daddr type local jump dispatch"));
         assert!(s.contains("add rule inet cni_rs_portmap dispatch ip daddr . meta l4proto . th dport vmap @hostports4"));
         // The dispatch chain is created before the base chains that jump to it.
@@ -1786,6 +1853,33 @@ mod tests {
             masq_pod(&masq),
             macspoof_pod("n", "c", "eth0", "veth1234abcd", "0a:58:0a:00:00:02").unwrap(),
         ]
+    }
+
+    /// A table set up before the drop of packets to 127.0.0.0/8 existed gets it from the next ADD
+    /// that has portmap turn route_localnet on (snat, IPv4); an ADD without snat leaves it as it is.
+    #[test]
+    fn add_puts_the_localnet_drop_into_an_older_table() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || exec::find("nft").is_none() {
+            eprintln!("SKIP: needs root and nft");
+            return;
+        }
+        in_netns(|| {
+            let rules = || list_chain(&PORTMAP, LOCALNET_CHAIN).unwrap().map(|c| (c.hook, c.comments.len()));
+            let plain = PortMap { conditions_v4: vec![], snat: false, ..pm() };
+            NftablesBackend.add_portmap(&plain).unwrap();
+            assert_eq!(rules(), Some((true, 2)), "a new table has the drop");
+            nft_ok(&["delete", "chain", "inet", PORTMAP_TABLE, LOCALNET_CHAIN], None);
+            let port = |host_port| vec![PortMapping { host_port, ..plain.mappings[0] }];
+            let other = PortMap { container_id: "c2".into(), mappings: port(9090), ..plain.clone() };
+            NftablesBackend.add_portmap(&other).unwrap();
+            assert_eq!(rules(), None);
+            let snat = PortMap { container_id: "c3".into(), mappings: port(9091), snat: true, ..plain.clone() };
+            NftablesBackend.add_portmap(&snat).unwrap();
+            assert_eq!(rules(), Some((true, 2)));
+            NftablesBackend.check_portmap(&plain).unwrap();
+            NftablesBackend.check_portmap(&snat).unwrap();
+        });
     }
 
     /// What netlink creates lists exactly like what the nft text creates, and either can be added
