@@ -8,7 +8,7 @@
 //! The kernel allows 1024 hooks per hook point and copies the hook array on every registration, so
 //! a base chain per container stops ADD at a few hundred pods and makes it slower with every pod;
 //! every new connection would also walk one chain per pod. Here the base chains are shared and fixed
-//! (three in the portmap table, one each in the others); a container owns elements (and, in the
+//! (four in the portmap table, one each in the others); a container owns elements (and, in the
 //! chain layout, regular chains and the map elements that lead to them), so a lookup is one hash
 //! probe however many pods there are.
 //!
@@ -30,6 +30,8 @@
 //!   chain output      { type nat hook output priority -100;       fib daddr type local jump dispatch }
 //!   chain postrouting { type nat hook postrouting priority srcnat;
 //!                       ct status dnat ip daddr vmap @snat4; ct status dnat ip6 daddr vmap @snat6; ... }
+//!   chain input { type filter hook input priority filter;  ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8
+//!                 ... drop }                                 (route_localnet: see LOCALNET_RULES)
 //!   chain pm-<net8>-<id16>-dnat { meta nfproto ipv4 <conditionsV4> [ip daddr H] tcp dport 8080
 //!                                   dnat ip to 10.22.0.5:80 comment "anyports4=tcp . 8080;snat4=10.22.0.5" }
 //!   chain pm-<net8>-<id16>-post { ct status dnat ip daddr 10.22.0.5 ip saddr 10.22.0.0/16
