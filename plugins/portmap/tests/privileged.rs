@@ -269,11 +269,13 @@ fn mappings() -> Value {
     ])
 }
 
-/// Every ruleset of the node, for "nothing of the pod is left" assertions.
+/// Every ruleset of the node without counters or timestamps, for "nothing of the pod is left"
+/// and "nothing changed" assertions.
 fn rulesets(node: &str) -> String {
-    must(&format!(
-        "ip netns exec {node} nft list ruleset; ip netns exec {node} iptables-save; ip netns exec {node} ip6tables-save"
-    ))
+    let all = must(&format!(
+        "ip netns exec {node} nft -s list ruleset; ip netns exec {node} iptables-save; ip netns exec {node} ip6tables-save"
+    ));
+    all.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n")
 }
 
 fn assert_forwarding(w: &World) {
@@ -471,6 +473,64 @@ fn localnet(backend: &str) {
     assert_eq!(http(&w.pod2, "127.0.0.1", 8080).as_deref(), Some("pod1"), "127.0.0.1:hostPort from a pod (DNATed)");
     assert_eq!(tcp_line(&w.node, "127.0.0.1", 7001).as_deref(), Some("node-tcp"), "the node still reaches its service");
     assert!(plugin(ours(), &call("DEL"), &conf).0, "DEL");
+}
+
+/// Two pods cannot map the same host port (protocol, host address): the second ADD fails with
+/// code 100 naming the port and leaves nothing, the first keeps serving (also after the runtime's
+/// DEL of the second), and once the first is deleted the port is free for the second.
+fn port_conflict(backend: &str) {
+    if !privileged() {
+        return;
+    }
+    let mut w = World::new();
+    w.http_server(&w.pod1.clone(), "pod1");
+    w.http_server(&w.pod2.clone(), "pod2");
+    let network = format!("pmcf-{}", unique());
+    let (cid1, cid2) = (format!("ctr-{}", unique()), format!("ctr-{}", unique()));
+    let (ns1, ns2) = (format!("/run/netns/{}", w.pod1), format!("/run/netns/{}", w.pod2));
+    let call = |command, container, netns| Call { node: &w.node, command, container, netns };
+    let conf = |pod: &str, addr: &str, mappings: Value| {
+        netconf("1.1.0", &network, Some(backend), &prev_result(pod, addr, None), Some(mappings))
+    };
+    let any = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
+    let bound = json!([{"hostPort": 8081, "containerPort": 80, "protocol": "tcp", "hostIP": NODE_UP}]);
+    let both = json!([any[0], bound[0]]);
+    let first = conf(&w.pod1, POD1, both.clone());
+    assert!(plugin(ours(), &call("ADD", &cid1, &ns1), &first).0, "first ADD");
+    let before = rulesets(&w.node);
+
+    for (mappings, port) in [(both.clone(), "8080/tcp"), (bound.clone(), "8081/tcp on 192.168.66.1")] {
+        let (ok, err) = plugin(ours(), &call("ADD", &cid2, &ns2), &conf(&w.pod2, "10.66.0.3", mappings));
+        assert!(!ok && err["code"] == 100, "second ADD of a held port must fail with 100: {err}");
+        let msg = err["msg"].as_str().unwrap_or_default();
+        assert!(msg.contains(&format!("host port {port}")) && msg.contains("already mapped by"), "{msg}");
+        if backend == "iptables" {
+            assert!(msg.contains(&cid1), "the holder is named: {msg}");
+        }
+        assert_eq!(rulesets(&w.node), before, "the refused ADD left something");
+    }
+    // The runtime's DEL of the refused attachment leaves the holder alone.
+    let second = conf(&w.pod2, "10.66.0.3", both);
+    assert!(plugin(ours(), &call("DEL", &cid2, &ns2), &second).0, "DEL of the refused attachment");
+    assert_eq!(http(&w.remote, NODE_UP, 8080).as_deref(), Some("pod1"), "the first keeps its port");
+    assert_eq!(http(&w.remote, NODE_UP, 8081).as_deref(), Some("pod1"), "the first keeps its bound port");
+    assert!(plugin(ours(), &call("CHECK", &cid1, &ns1), &first).0, "CHECK of the first");
+
+    assert!(plugin(ours(), &call("DEL", &cid1, &ns1), &first).0, "DEL of the first");
+    assert!(plugin(ours(), &call("ADD", &cid2, &ns2), &second).0, "the port is free after the holder's DEL");
+    assert_eq!(http(&w.remote, NODE_UP, 8080).as_deref(), Some("pod2"));
+    assert_eq!(http(&w.remote, NODE_UP, 8081).as_deref(), Some("pod2"));
+    assert!(plugin(ours(), &call("DEL", &cid2, &ns2), &second).0, "DEL of the second");
+}
+
+#[test]
+fn nftables_port_conflict() {
+    port_conflict("nftables");
+}
+
+#[test]
+fn iptables_port_conflict() {
+    port_conflict("iptables");
 }
 
 #[test]

@@ -36,6 +36,7 @@ use libcni::conf::Attachment;
 use libcni::{code, Error, Errors, Result};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::File;
+use std::net::IpAddr;
 
 const TOP_DNAT: &str = "CNI-HOSTPORT-DNAT";
 const SETMARK: &str = "CNI-HOSTPORT-SETMARK";
@@ -235,16 +236,26 @@ fn lock() -> Option<nix::fcntl::Flock<File>> {
 /// Reads the table and applies the lines `plan` derives from it; a failed restore (someone else
 /// changed the table between the two) is retried from a fresh read.
 fn transact(ipv: Ipv, what: &str, plan: impl Fn(&NatTable) -> Vec<String>) -> Result<()> {
-    transact_in(ipv, "nat", what, plan)
+    let _guard = lock();
+    apply(ipv, "nat", what, None, |t| Ok(plan(t)))
 }
 
-/// [`transact`] on another table (`filter`).
-fn transact_in(ipv: Ipv, table: &str, what: &str, plan: impl Fn(&NatTable) -> Vec<String>) -> Result<()> {
-    let _guard = lock();
+/// [`transact`]'s cycle for a caller that holds the lock, on `table` (`nat`, `filter`), starting
+/// from `saved` when the caller has just read the table. An error from `plan` ends it.
+fn apply(
+    ipv: Ipv,
+    table: &str,
+    what: &str,
+    mut saved: Option<NatTable>,
+    plan: impl Fn(&NatTable) -> Result<Vec<String>>,
+) -> Result<()> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        let t = save_table(ipv, table).map_err(|e| e.context(what))?;
-        let lines = plan(&t);
+        let t = match saved.take() {
+            Some(t) => t,
+            None => save_table(ipv, table).map_err(|e| e.context(what))?,
+        };
+        let lines = plan(&t)?;
         if lines.is_empty() {
             return Ok(());
         }
@@ -417,6 +428,64 @@ pub(crate) fn localnet_lines(t: &NatTable) -> Vec<String> {
     out
 }
 
+/// The host ports a per-container DNAT chain maps: (host address, protocol, port) of each of its
+/// `-j DNAT` rules, as ours and the reference's write them (`[-d <host>/32] -p <proto> -m <proto>
+/// --dport <port> -j DNAT ...`).
+fn mapped_ports(t: &NatTable, chain: &str) -> Vec<(Option<IpAddr>, String, u16)> {
+    let dnat = |r: &&String| r.contains(" -j DNAT ");
+    let parse = |r: &String| {
+        let tokens: Vec<&str> = r.split_whitespace().collect();
+        let after = |flag: &str| tokens.iter().position(|t| *t == flag).and_then(|i| tokens.get(i + 1)).copied();
+        let host = match after("-d") {
+            Some(d) => Some(d.split('/').next()?.parse::<IpAddr>().ok()?),
+            None => None,
+        };
+        Some((host, after("-p")?.to_ascii_lowercase(), after("--dport")?.parse().ok()?))
+    };
+    t.rules_of(chain).filter(dnat).filter_map(parse).collect()
+}
+
+/// A host port of `p` (for `addr`'s family) that another container maps, found in the DNAT
+/// chains `CNI-HOSTPORT-DNAT` leads to (the reference's too): refused with code 100, naming the
+/// port and, from the jump's comment, the container that holds it. The same (host address or
+/// any, protocol, port) conflicts; a mapping bound to one host address and one on any address do
+/// not, as on the nftables backend.
+pub(crate) fn held_port(t: &NatTable, p: &PortMap, addr: &IpNetwork, what: &str) -> Result<()> {
+    let ipv = Ipv::of(addr);
+    let ours = chain_name(&p.network, &p.container_id, "DN-");
+    let mut checked = BTreeSet::new();
+    for entry in t.rules_of(TOP_DNAT) {
+        let Some(chain) = entry.rsplit_once(" -j ").map(|(_, c)| c.trim()) else { continue };
+        if chain == ours || !checked.insert(chain) {
+            continue;
+        }
+        let held = mapped_ports(t, chain);
+        for m in p.mappings.iter().filter(|m| m.applies_to(ipv == Ipv::V6)) {
+            let want = (m.bound_ip(), m.protocol.name().to_string(), m.host_port);
+            if !held.contains(&want) {
+                continue;
+            }
+            let port = match m.bound_ip() {
+                Some(ip) => format!("host port {}/{} on {ip}", m.host_port, m.protocol),
+                None => format!(
+                    "host port {}/{} (any {} host address)",
+                    m.host_port,
+                    m.protocol,
+                    if ipv == Ipv::V6 { "IPv6" } else { "IPv4" }
+                ),
+            };
+            let holder = t
+                .rules_of(TOP_DNAT)
+                .filter(|r| r.ends_with(&format!(" -j {chain}")))
+                .find_map(|r| saved_comment(r).as_deref().and_then(parse_owner))
+                .map(|(net, cid)| format!("container {cid:?} of network {net:?}"))
+                .unwrap_or_else(|| format!("another container (chain {chain})"));
+            return Err(Error::network(format!("{what}: {port} already mapped by {holder}")));
+        }
+    }
+    Ok(())
+}
+
 /// The restore lines that remove a container's port mappings (the DN chain and the old SN one).
 fn portmap_del_lines(t: &NatTable, network: &str, container_id: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -568,16 +637,28 @@ impl Firewall for IptablesBackend {
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("add port mappings for container {}", p.container_id);
-        if p.localnet() {
-            let what = format!("{what}: drop packets to 127.0.0.0/8 from elsewhere");
-            transact_in(Ipv::V4, "filter", &what, localnet_lines)?;
-        }
+        let _guard = lock();
+        // Every family is read and checked for a port another container holds before anything is
+        // added, so a refused ADD adds nothing; each restore then checks again on what it applies to.
+        let mut saved = Vec::new();
         for addr in p.targets() {
             let ipv = Ipv::of(&addr);
             if !p.mappings.iter().any(|m| m.applies_to(ipv == Ipv::V6)) {
                 continue;
             }
-            transact(ipv, &what, |t| portmap_add_lines(t, p, &addr))?;
+            let t = save(ipv).map_err(|e| e.context(&what))?;
+            held_port(&t, p, &addr, &what)?;
+            saved.push((ipv, addr, t));
+        }
+        if p.localnet() {
+            let what = format!("{what}: drop packets to 127.0.0.0/8 from elsewhere");
+            apply(Ipv::V4, "filter", &what, None, |t| Ok(localnet_lines(t)))?;
+        }
+        for (ipv, addr, t) in saved {
+            apply(ipv, "nat", &what, Some(t), |t| {
+                held_port(t, p, &addr, &what)?;
+                Ok(portmap_add_lines(t, p, &addr))
+            })?;
         }
         Ok(())
     }
@@ -764,6 +845,42 @@ mod tests {
         let v6 = masq_add_lines(&NatTable::default(), &m, Ipv::V6);
         assert!(v6[2].contains("! -d ff00::/8"));
         assert!(v6[3].contains("-s fd00::5/128"));
+    }
+
+    #[test]
+    fn ports_held_by_another_container() {
+        // What another container's ADD (ours or the reference's) leaves in the nat table.
+        let other = PortMap { container_id: "c0".into(), ipv4: Some("10.0.0.9/24".parse().unwrap()), ..pm() };
+        let addr = other.ipv4.unwrap();
+        let mut save = String::from("*nat\n");
+        for l in portmap_add_lines(&NatTable::default(), &other, &addr) {
+            save.push_str(&format!("{}\n", l.replacen("-I POSTROUTING 1 ", "-A POSTROUTING ", 1)));
+        }
+        let t = NatTable::parse(&save, "nat");
+        let p = pm();
+        let err = held_port(&t, &p, &addr, "add c1").unwrap_err();
+        assert_eq!(err.code, code::NETWORK);
+        assert_eq!(
+            err.msg,
+            "add c1: host port 8080/tcp (any IPv4 host address) already mapped by container \"c0\" of network \"net\""
+        );
+        // The same container again (a repeated ADD), other ports, another host address: no conflict.
+        let again = PortMap { container_id: "c0".into(), ..pm() };
+        held_port(&t, &again, &addr, "add c0").unwrap();
+        let elsewhere = |host_port, host_ip: Option<&str>| PortMap {
+            mappings: vec![PortMapping {
+                host_port,
+                container_port: 80,
+                protocol: Protocol::Udp,
+                host_ip: host_ip.map(|h| h.parse().unwrap()),
+            }],
+            ..pm()
+        };
+        held_port(&t, &elsewhere(8080, None), &addr, "udp").unwrap();
+        held_port(&t, &elsewhere(53, None), &addr, "any address").unwrap();
+        held_port(&t, &elsewhere(53, Some("192.168.1.2")), &addr, "another address").unwrap();
+        let err = held_port(&t, &elsewhere(53, Some("192.168.1.1")), &addr, "same").unwrap_err();
+        assert!(err.msg.contains("host port 53/udp on 192.168.1.1 already mapped by container \"c0\""), "{err}");
     }
 
     #[test]
