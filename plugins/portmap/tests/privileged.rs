@@ -439,8 +439,9 @@ fn tcp_line(ns: &str, ip: &str, port: u16) -> Option<String> {
 /// that routes 127.0.0.0/8 through its gateway must still not reach the node's 127.0.0.1-only
 /// services, by TCP or UDP (CVE-2020-8558): the node drops such packets unless they were DNATed.
 /// 127.0.0.1:hostPort keeps working from the node, the host port from a remote host, and a pod
-/// sending to 127.0.0.1:hostPort is DNATed to the port's pod.
-fn localnet(backend: &str) {
+/// sending to 127.0.0.1:hostPort is DNATed to the port's pod. `bin` is our portmap, or the
+/// reference's (`guarded` false): it has the hole.
+fn localnet(bin: &str, backend: Option<&str>, guarded: bool) {
     if !privileged() {
         return;
     }
@@ -461,18 +462,23 @@ fn localnet(backend: &str) {
     let pod_ns = format!("/run/netns/{}", w.pod1);
     let prev = prev_result(&w.pod1, POD1, Some(POD1_V6));
     let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
-    let conf = netconf("1.1.0", &network, Some(backend), &prev, Some(mappings()));
-    assert!(plugin(ours(), &call("ADD"), &conf).0, "ADD");
+    let conf = netconf("1.0.0", &network, backend, &prev, Some(mappings()));
+    assert!(plugin(bin, &call("ADD"), &conf).0, "ADD");
     assert_eq!(must(&format!("ip netns exec {} sysctl -n net.ipv4.conf.br0.route_localnet", w.node)).trim(), "1");
 
     let from_pod = (tcp_line(&w.pod2, "127.0.0.1", 7001), udp(&w.pod2, "127.0.0.1", 7002, "x"));
-    assert_eq!((from_pod, hits()), ((None, None), String::new()), "a pod reached the node's 127.0.0.1 services");
+    if guarded {
+        assert_eq!((from_pod, hits()), ((None, None), String::new()), "a pod reached the node's 127.0.0.1 services");
+    } else {
+        let reached = (Some("node-tcp".to_string()), Some("node-udp".to_string()));
+        assert_eq!((from_pod, hits()), (reached, "tcp\nudp\n".to_string()), "the reference's hole");
+    }
 
     assert_eq!(http(&w.node, "127.0.0.1", 8080).as_deref(), Some("pod1"), "127.0.0.1:hostPort from the node");
     assert_eq!(http(&w.remote, NODE_UP, 8080).as_deref(), Some("pod1"), "the host port from a remote host");
     assert_eq!(http(&w.pod2, "127.0.0.1", 8080).as_deref(), Some("pod1"), "127.0.0.1:hostPort from a pod (DNATed)");
     assert_eq!(tcp_line(&w.node, "127.0.0.1", 7001).as_deref(), Some("node-tcp"), "the node still reaches its service");
-    assert!(plugin(ours(), &call("DEL"), &conf).0, "DEL");
+    assert!(plugin(bin, &call("DEL"), &conf).0, "DEL");
 }
 
 /// Two pods cannot map the same host port (protocol, host address): the second ADD fails with
@@ -535,12 +541,24 @@ fn iptables_port_conflict() {
 
 #[test]
 fn nftables_localnet() {
-    localnet("nftables");
+    localnet(ours(), Some("nftables"), true);
 }
 
 #[test]
 fn iptables_localnet() {
-    localnet("iptables");
+    localnet(ours(), Some("iptables"), true);
+}
+
+/// The reference portmap (Debian's /usr/lib/cni/portmap) turns route_localnet on without the drop.
+#[test]
+fn reference_localnet_has_the_hole() {
+    let reference = "/usr/lib/cni/portmap";
+    if !std::path::Path::new(reference).exists() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{reference} missing but CI=true");
+        eprintln!("skipping: {reference} missing (apt-get install containernetworking-plugins)");
+        return;
+    }
+    localnet(reference, None, false);
 }
 
 #[test]
