@@ -478,6 +478,20 @@ fn localnet(bin: &str, backend: Option<&str>, guarded: bool) {
     assert_eq!(http(&w.remote, NODE_UP, 8080).as_deref(), Some("pod1"), "the host port from a remote host");
     assert_eq!(http(&w.pod2, "127.0.0.1", 8080).as_deref(), Some("pod1"), "127.0.0.1:hostPort from a pod (DNATed)");
     assert_eq!(tcp_line(&w.node, "127.0.0.1", 7001).as_deref(), Some("node-tcp"), "the node still reaches its service");
+    if let (true, Some(backend)) = (guarded, backend) {
+        // CHECK finds the drop gone, and a repeated ADD puts it back.
+        assert!(plugin(bin, &call("CHECK"), &conf).0, "CHECK");
+        let remove = match backend {
+            "nftables" => "nft delete chain inet cni_rs_portmap input",
+            _ => "iptables -D INPUT -j CNI-LOCALNET",
+        };
+        must(&format!("ip netns exec {} {remove}", w.node));
+        let (ok, err) = plugin(bin, &call("CHECK"), &conf);
+        assert!(!ok && err["code"] == 103 && err["msg"].as_str().unwrap_or_default().contains("127.0.0.0/8"), "{err}");
+        assert!(plugin(bin, &call("ADD"), &conf).0, "ADD again");
+        assert!(plugin(bin, &call("CHECK"), &conf).0, "CHECK after ADD again");
+        assert_eq!(tcp_line(&w.pod2, "127.0.0.1", 7001), None, "a pod reached the node's 127.0.0.1 TCP service");
+    }
     assert!(plugin(bin, &call("DEL"), &conf).0, "DEL");
 }
 

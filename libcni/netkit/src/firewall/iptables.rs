@@ -670,6 +670,11 @@ impl Firewall for IptablesBackend {
 
     fn check_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("port mappings of container {}", p.container_id);
+        if p.localnet() && !localnet_lines(&save_table(Ipv::V4, "filter")?).is_empty() {
+            return Err(check_failed(format!(
+                "{what}: the filter table's {LOCALNET} chain (the drop of packets to 127.0.0.0/8 from elsewhere) or INPUT's jump to it is missing or changed"
+            )));
+        }
         for addr in p.targets() {
             let ipv = Ipv::of(&addr);
             if !p.mappings.iter().any(|m| m.applies_to(ipv == Ipv::V6)) {

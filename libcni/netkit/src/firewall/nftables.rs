@@ -346,13 +346,17 @@ const LOOPBACK4: IpNetwork =
         None => panic!("127.0.0.0/8"),
     });
 
+/// Whether the listed chain is the drop's (a base chain with its rules).
+fn localnet_present(c: &ChainInfo) -> bool {
+    c.hook && c.comments.len() == LOCALNET_RULES.len()
+}
+
 /// Makes sure the portmap table drops packets that reach the node's loopback from elsewhere
 /// ([`LOCALNET_RULES`]) before portmap turns `route_localnet` on: a table set up by an earlier
 /// version lacks the chain, and then its setup is sent again (which refills the shared chains
 /// and adds nothing of any pod). One listing of a two-rule chain when it is there.
 fn ensure_localnet_drop(what: &str) -> Result<()> {
-    let present = |c: &ChainInfo| c.hook && c.comments.len() == LOCALNET_RULES.len();
-    if list_chain(&PORTMAP, LOCALNET_CHAIN)?.as_ref().is_some_and(present) {
+    if list_chain(&PORTMAP, LOCALNET_CHAIN)?.as_ref().is_some_and(localnet_present) {
         return Ok(());
     }
     match run_plan(&PORTMAP, &mut PORTMAP.setup())? {
@@ -1520,6 +1524,12 @@ impl Firewall for NftablesBackend {
 
     fn check_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("port mappings of container {}", p.container_id);
+        if p.localnet() && !list_chain(&PORTMAP, LOCALNET_CHAIN)?.as_ref().is_some_and(localnet_present) {
+            return Err(check_failed(format!(
+                "{what}: chain {LOCALNET_CHAIN} of table {} (the drop of packets to 127.0.0.0/8 from elsewhere) is missing or changed",
+                PORTMAP.t()
+            )));
+        }
         if has_conditions(p) {
             check_pod(&portmap_pod(p), &what)
         } else {
@@ -1881,6 +1891,12 @@ mod tests {
             assert_eq!(rules(), Some((true, 2)));
             NftablesBackend.check_portmap(&plain).unwrap();
             NftablesBackend.check_portmap(&snat).unwrap();
+            // CHECK of an attachment that relies on the drop finds it missing.
+            nft_ok(&["delete", "chain", "inet", PORTMAP_TABLE, LOCALNET_CHAIN], None);
+            NftablesBackend.check_portmap(&plain).unwrap();
+            let err = NftablesBackend.check_portmap(&snat).unwrap_err();
+            assert_eq!(err.code, code::CHECK_FAILED, "{err}");
+            assert!(err.msg.contains("127.0.0.0/8"), "{err}");
         });
     }
 
