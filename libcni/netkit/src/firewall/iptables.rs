@@ -428,60 +428,55 @@ pub(crate) fn localnet_lines(t: &NatTable) -> Vec<String> {
     out
 }
 
-/// The host ports a per-container DNAT chain maps: (host address, protocol, port) of each of its
-/// `-j DNAT` rules, as ours and the reference's write them (`[-d <host>/32] -p <proto> -m <proto>
-/// --dport <port> -j DNAT ...`).
-fn mapped_ports(t: &NatTable, chain: &str) -> Vec<(Option<IpAddr>, String, u16)> {
-    let dnat = |r: &&String| r.contains(" -j DNAT ");
-    let parse = |r: &String| {
-        let tokens: Vec<&str> = r.split_whitespace().collect();
-        let after = |flag: &str| tokens.iter().position(|t| *t == flag).and_then(|i| tokens.get(i + 1)).copied();
-        let host = match after("-d") {
-            Some(d) => Some(d.split('/').next()?.parse::<IpAddr>().ok()?),
-            None => None,
-        };
-        Some((host, after("-p")?.to_ascii_lowercase(), after("--dport")?.parse().ok()?))
+/// The host port a `-j DNAT` rule of a per-container chain maps: (host address, protocol, port),
+/// as ours and the reference's write it (`[-d <host>/32] -p <proto> -m <proto> --dport <port> -j
+/// DNAT ...`).
+fn dnat_port(rule: &str) -> Option<(Option<IpAddr>, String, u16)> {
+    let tokens: Vec<&str> = rule.split_whitespace().collect();
+    let after = |flag: &str| tokens.iter().position(|t| *t == flag).and_then(|i| tokens.get(i + 1)).copied();
+    let host = match after("-d") {
+        Some(d) => Some(d.split('/').next()?.parse::<IpAddr>().ok()?),
+        None => None,
     };
-    t.rules_of(chain).filter(dnat).filter_map(parse).collect()
+    Some((host, after("-p")?.to_ascii_lowercase(), after("--dport")?.parse().ok()?))
 }
 
 /// A host port of `p` (for `addr`'s family) that another container maps, found in the DNAT
 /// chains `CNI-HOSTPORT-DNAT` leads to (the reference's too): refused with code 100, naming the
 /// port and, from the jump's comment, the container that holds it. The same (host address or
 /// any, protocol, port) conflicts; a mapping bound to one host address and one on any address do
-/// not, as on the nftables backend.
+/// not, as on the nftables backend. One pass over the table's rules, whatever the pod count.
 pub(crate) fn held_port(t: &NatTable, p: &PortMap, addr: &IpNetwork, what: &str) -> Result<()> {
-    let ipv = Ipv::of(addr);
+    let v6 = addr.is_ipv6();
     let ours = chain_name(&p.network, &p.container_id, "DN-");
-    let mut checked = BTreeSet::new();
-    for entry in t.rules_of(TOP_DNAT) {
-        let Some(chain) = entry.rsplit_once(" -j ").map(|(_, c)| c.trim()) else { continue };
-        if chain == ours || !checked.insert(chain) {
+    let wanted: Vec<(Option<IpAddr>, String, u16)> = p
+        .mappings
+        .iter()
+        .filter(|m| m.applies_to(v6))
+        .map(|m| (m.bound_ip(), m.protocol.name().to_string(), m.host_port))
+        .collect();
+    let live: HashSet<&str> = t
+        .rules_of(TOP_DNAT)
+        .filter_map(|r| r.rsplit_once(" -j ").map(|(_, c)| c.trim()))
+        .filter(|c| *c != ours)
+        .collect();
+    for r in &t.rules {
+        let Some(chain) = r.strip_prefix("-A ").and_then(|r| r.split_whitespace().next()) else { continue };
+        if !live.contains(chain) || !r.contains(" -j DNAT ") {
             continue;
         }
-        let held = mapped_ports(t, chain);
-        for m in p.mappings.iter().filter(|m| m.applies_to(ipv == Ipv::V6)) {
-            let want = (m.bound_ip(), m.protocol.name().to_string(), m.host_port);
-            if !held.contains(&want) {
-                continue;
-            }
-            let port = match m.bound_ip() {
-                Some(ip) => format!("host port {}/{} on {ip}", m.host_port, m.protocol),
-                None => format!(
-                    "host port {}/{} (any {} host address)",
-                    m.host_port,
-                    m.protocol,
-                    if ipv == Ipv::V6 { "IPv6" } else { "IPv4" }
-                ),
-            };
-            let holder = t
-                .rules_of(TOP_DNAT)
-                .filter(|r| r.ends_with(&format!(" -j {chain}")))
-                .find_map(|r| saved_comment(r).as_deref().and_then(parse_owner))
-                .map(|(net, cid)| format!("container {cid:?} of network {net:?}"))
-                .unwrap_or_else(|| format!("another container (chain {chain})"));
-            return Err(Error::network(format!("{what}: {port} already mapped by {holder}")));
-        }
+        let Some((host, proto, port)) = dnat_port(r).filter(|held| wanted.contains(held)) else { continue };
+        let fam = if v6 { "IPv6" } else { "IPv4" };
+        let port = match host {
+            Some(ip) => format!("host port {port}/{proto} on {ip}"),
+            None => format!("host port {port}/{proto} (any {fam} host address)"),
+        };
+        let holder = t
+            .jumps_to(chain)
+            .find_map(|r| saved_comment(r).as_deref().and_then(parse_owner))
+            .map(|(net, cid)| format!("container {cid:?} of network {net:?}"))
+            .unwrap_or_else(|| format!("another container (chain {chain})"));
+        return Err(Error::network(format!("{what}: {port} already mapped by {holder}")));
     }
     Ok(())
 }
