@@ -706,6 +706,42 @@ fn portmap_refuses_hostile_input() {
     assert!(!nft.contains("10.210.3.2"), "portmap left a rule for the pod:\n{nft}");
 }
 
+/// A host port another container holds is refused on both backends: code 100 naming the port,
+/// and the refused ADD adds no rule. The plugin runs in a namespace of its own (the "node"), so
+/// the host's rulesets are not touched.
+#[test]
+fn portmap_refuses_a_held_host_port() {
+    let f = Fixture::new();
+    let node = Netns::new("cnhn");
+    let ruleset = || {
+        let out = run("sh", &["-c", &format!("ip netns exec {} nft -s list ruleset", node.name)]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for backend in ["nftables", "iptables"] {
+        let mut conf = f.base("portmap");
+        conf["backend"] = json!(backend);
+        let conf = conf.to_string();
+        let (holder, other) = (f.env("ADD"), f.env("ADD"));
+        let portmap = bin_dir().join("portmap").display().to_string();
+        let in_node = |env: &BTreeMap<String, String>| {
+            exec(Path::new("ip"), &["netns", "exec", &node.name, &portmap], env, conf.as_bytes())
+        };
+        let ran = in_node(&holder);
+        assert_eq!(ran.exit, Some(0), "{backend}: the holder's ADD: {} {}", ran.stdout, ran.stderr);
+        let before = ruleset();
+        let ran = in_node(&other);
+        if let Err(why) = check_error(&ran, 100) {
+            panic!("{backend}: a held host port: {why}");
+        }
+        assert!(ran.stdout.contains("host port 18080/tcp"), "{backend}: {}", ran.stdout);
+        assert_eq!(ruleset(), before, "{backend}: the refused ADD left rules");
+        let mut del = holder.clone();
+        del.insert("CNI_COMMAND".into(), "DEL".into());
+        let ran = in_node(&del);
+        assert_eq!(ran.exit, Some(0), "{backend}: the holder's DEL: {} {}", ran.stdout, ran.stderr);
+    }
+}
+
 /// DEL and CHECK get the same treatment as ADD for input that is bad on every verb.
 #[test]
 fn del_and_check_refuse_hostile_input_too() {

@@ -153,7 +153,7 @@ fn more_pods_than_hooks() {
 
     // The base chains stay as they are however many pods there are, and a pod is elements only
     // (the rules made on demand are one pair per subnet length).
-    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (4, 0));
     assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
     assert_eq!(rules(&ns, "cni_rs_portmap", "dispatch"), 15);
     assert_eq!(rules(&ns, "cni_rs_portmap", "hairpin"), 2);
@@ -197,7 +197,7 @@ fn more_pods_than_hooks() {
     );
 
     settle();
-    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (4, 0));
     assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
     for set in ["dnat4", "own4", "hp4-16", "sp4", "owners"] {
         assert_eq!(elements(&ns, "inet", "cni_rs_portmap", set), 0, "{set}");
@@ -272,7 +272,7 @@ fn port_conflicts_repeated_add_and_parallel_del() {
     inside(&|| fw().del_portmap(&network, "c", "eth0")).unwrap();
     inside(&|| fw().del_portmap(&network, "c", "eth0")).unwrap();
     settle();
-    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (4, 0));
     for set in ["dnat4", "hdnat4", "own4", "hown4", "hp4-16", "hhp4-16", "sp4", "hsp4", "owners"] {
         assert_eq!(elements(&ns, "inet", "cni_rs_portmap", set), 0, "{set}");
     }
@@ -399,7 +399,7 @@ fn conditions_go_through_nft() {
     inside(&|| fw().del_portmap(&network, "a", "eth0")).unwrap();
     assert_eq!(inside(&|| fw().check_portmap(&a)).unwrap_err().code, 103);
     inside(&|| fw().check_portmap(&b)).unwrap();
-    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (4, 0));
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 0);
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "dnat4"), 2);
     // Pods of both layouts go by GC.
@@ -408,7 +408,7 @@ fn conditions_go_through_nft() {
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 1);
     inside(&|| fw().gc_portmap(&network, &[])).unwrap();
     settle();
-    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (3, 0));
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (4, 0));
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 0);
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "dnat4"), 0);
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "owners"), 0);

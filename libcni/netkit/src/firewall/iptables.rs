@@ -14,6 +14,15 @@
 //! Masquerade: `POSTROUTING -s <pod>/32 -j CNI-<hash>` and in `CNI-<hash>`: `-d <subnet> -j ACCEPT`,
 //! `! -d 224.0.0.0/4 -j MASQUERADE`, all commented `name: "<net>" id: "<cid>"`.
 //!
+//! Localhost hostPorts (filter table, IPv4): portmap turns `route_localnet` on, so the node drops
+//! what reaches its loopback from elsewhere, with kube-proxy's rule (CVE-2020-8558), in a chain of
+//! ours that INPUT jumps to first:
+//! ```text
+//! INPUT (first):  -j CNI-LOCALNET
+//! CNI-LOCALNET:   ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections"
+//!                 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP
+//! ```
+//!
 //! Hashes are the reference's: `CNI-` (or `CNI-DN-`) followed by sha512(network + container id) in
 //! hex, cut to 28 characters. Every operation reads the nat table once (`iptables-save -t nat`)
 //! and applies its whole change with one `iptables-restore --noflush`. Declaring a chain in a
@@ -27,10 +36,14 @@ use libcni::conf::Attachment;
 use libcni::{code, Error, Errors, Result};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::File;
+use std::net::IpAddr;
 
 const TOP_DNAT: &str = "CNI-HOSTPORT-DNAT";
 const SETMARK: &str = "CNI-HOSTPORT-SETMARK";
 const MARK_MASQ: &str = "CNI-HOSTPORT-MASQ";
+const LOCALNET: &str = "CNI-LOCALNET";
+/// The drop as iptables-save prints it.
+const LOCALNET_RULE: &str = "-A CNI-LOCALNET ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP";
 const LOCK_DIR: &str = "/run/cni-rs";
 const LOCK_FILE: &str = "/run/cni-rs/iptables.lock";
 /// multiport takes at most 15 ports per rule.
@@ -135,13 +148,15 @@ pub(crate) struct NatTable {
 }
 
 impl NatTable {
-    pub(crate) fn parse(save: &str) -> NatTable {
+    /// The chains and rules of `table` (`nat`, `filter`) in an iptables-save output.
+    pub(crate) fn parse(save: &str, table: &str) -> NatTable {
         let mut t = NatTable::default();
         let mut in_nat = false;
+        let head = format!("*{table}");
         for line in save.lines() {
             let line = line.trim_end();
             if line.starts_with('*') {
-                in_nat = line == "*nat";
+                in_nat = line == head;
             } else if !in_nat {
                 continue;
             } else if let Some(decl) = line.strip_prefix(':') {
@@ -187,8 +202,8 @@ fn remove_chain_lines(t: &NatTable, chain: &str, out: &mut Vec<String>) {
     }
 }
 
-fn restore_text(lines: &[String]) -> String {
-    let mut s = String::from("*nat\n");
+fn restore_text(table: &str, lines: &[String]) -> String {
+    let mut s = format!("*{table}\n");
     for l in lines {
         s.push_str(l);
         s.push('\n');
@@ -198,12 +213,16 @@ fn restore_text(lines: &[String]) -> String {
 }
 
 fn save(ipv: Ipv) -> Result<NatTable> {
-    let out = run_ok(ipv.save_tool(), &["-t", "nat"], None, "read the nat table")?;
-    Ok(NatTable::parse(&out))
+    save_table(ipv, "nat")
 }
 
-fn restore(ipv: Ipv, lines: &[String], what: &str) -> Result<()> {
-    run_ok(ipv.restore_tool(), &["--noflush", "-w"], Some(&restore_text(lines)), what).map(|_| ())
+fn save_table(ipv: Ipv, table: &str) -> Result<NatTable> {
+    let out = run_ok(ipv.save_tool(), &["-t", table], None, &format!("read the {table} table"))?;
+    Ok(NatTable::parse(&out, table))
+}
+
+fn restore(ipv: Ipv, table: &str, lines: &[String], what: &str) -> Result<()> {
+    run_ok(ipv.restore_tool(), &["--noflush", "-w"], Some(&restore_text(table, lines)), what).map(|_| ())
 }
 
 /// Serializes our read-modify-write cycles (the xtables lock covers one process only). Without a
@@ -218,14 +237,29 @@ fn lock() -> Option<nix::fcntl::Flock<File>> {
 /// changed the table between the two) is retried from a fresh read.
 fn transact(ipv: Ipv, what: &str, plan: impl Fn(&NatTable) -> Vec<String>) -> Result<()> {
     let _guard = lock();
+    apply(ipv, "nat", what, None, |t| Ok(plan(t)))
+}
+
+/// [`transact`]'s cycle for a caller that holds the lock, on `table` (`nat`, `filter`), starting
+/// from `saved` when the caller has just read the table. An error from `plan` ends it.
+fn apply(
+    ipv: Ipv,
+    table: &str,
+    what: &str,
+    mut saved: Option<NatTable>,
+    plan: impl Fn(&NatTable) -> Result<Vec<String>>,
+) -> Result<()> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        let table = save(ipv).map_err(|e| e.context(what))?;
-        let lines = plan(&table);
+        let t = match saved.take() {
+            Some(t) => t,
+            None => save_table(ipv, table).map_err(|e| e.context(what))?,
+        };
+        let lines = plan(&t)?;
         if lines.is_empty() {
             return Ok(());
         }
-        match restore(ipv, &lines, what) {
+        match restore(ipv, table, &lines, what) {
             Ok(()) => return Ok(()),
             Err(e) => last = Some(e),
         }
@@ -376,6 +410,75 @@ pub(crate) fn portmap_add_lines(t: &NatTable, p: &PortMap, addr: &IpNetwork) -> 
     all.extend(plan.rules);
     all.extend(plan.entries);
     all
+}
+
+/// The filter-table lines that make INPUT drop packets to 127.0.0.0/8 from elsewhere that were
+/// not DNATed (nothing when the table has them). Declaring the chain flushes it, so a chain
+/// holding anything else than the drop is refilled. The jump goes first in INPUT, before any
+/// ACCEPT, and is only checked for presence afterwards.
+pub(crate) fn localnet_lines(t: &NatTable) -> Vec<String> {
+    let mut out = Vec::new();
+    if t.rules_of(LOCALNET).ne([LOCALNET_RULE]) {
+        out.push(format!(":{LOCALNET} - [0:0]"));
+        out.push(LOCALNET_RULE.to_string());
+    }
+    if !t.has_rule(&format!("-A INPUT -j {LOCALNET}")) {
+        out.push(format!("-I INPUT 1 -j {LOCALNET}"));
+    }
+    out
+}
+
+/// The host port a `-j DNAT` rule of a per-container chain maps: (host address, protocol, port),
+/// as ours and the reference's write it (`[-d <host>/32] -p <proto> -m <proto> --dport <port> -j
+/// DNAT ...`).
+fn dnat_port(rule: &str) -> Option<(Option<IpAddr>, String, u16)> {
+    let tokens: Vec<&str> = rule.split_whitespace().collect();
+    let after = |flag: &str| tokens.iter().position(|t| *t == flag).and_then(|i| tokens.get(i + 1)).copied();
+    let host = match after("-d") {
+        Some(d) => Some(d.split('/').next()?.parse::<IpAddr>().ok()?),
+        None => None,
+    };
+    Some((host, after("-p")?.to_ascii_lowercase(), after("--dport")?.parse().ok()?))
+}
+
+/// A host port of `p` (for `addr`'s family) that another container maps, found in the DNAT
+/// chains `CNI-HOSTPORT-DNAT` leads to (the reference's too): refused with code 100, naming the
+/// port and, from the jump's comment, the container that holds it. The same (host address or
+/// any, protocol, port) conflicts; a mapping bound to one host address and one on any address do
+/// not, as on the nftables backend. One pass over the table's rules, whatever the pod count.
+pub(crate) fn held_port(t: &NatTable, p: &PortMap, addr: &IpNetwork, what: &str) -> Result<()> {
+    let v6 = addr.is_ipv6();
+    let ours = chain_name(&p.network, &p.container_id, "DN-");
+    let wanted: Vec<(Option<IpAddr>, String, u16)> = p
+        .mappings
+        .iter()
+        .filter(|m| m.applies_to(v6))
+        .map(|m| (m.bound_ip(), m.protocol.name().to_string(), m.host_port))
+        .collect();
+    let live: HashSet<&str> = t
+        .rules_of(TOP_DNAT)
+        .filter_map(|r| r.rsplit_once(" -j ").map(|(_, c)| c.trim()))
+        .filter(|c| *c != ours)
+        .collect();
+    for r in &t.rules {
+        let Some(chain) = r.strip_prefix("-A ").and_then(|r| r.split_whitespace().next()) else { continue };
+        if !live.contains(chain) || !r.contains(" -j DNAT ") {
+            continue;
+        }
+        let Some((host, proto, port)) = dnat_port(r).filter(|held| wanted.contains(held)) else { continue };
+        let fam = if v6 { "IPv6" } else { "IPv4" };
+        let port = match host {
+            Some(ip) => format!("host port {port}/{proto} on {ip}"),
+            None => format!("host port {port}/{proto} (any {fam} host address)"),
+        };
+        let holder = t
+            .jumps_to(chain)
+            .find_map(|r| saved_comment(r).as_deref().and_then(parse_owner))
+            .map(|(net, cid)| format!("container {cid:?} of network {net:?}"))
+            .unwrap_or_else(|| format!("another container (chain {chain})"));
+        return Err(Error::network(format!("{what}: {port} already mapped by {holder}")));
+    }
+    Ok(())
 }
 
 /// The restore lines that remove a container's port mappings (the DN chain and the old SN one).
@@ -529,12 +632,28 @@ impl Firewall for IptablesBackend {
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("add port mappings for container {}", p.container_id);
+        let _guard = lock();
+        // Every family is read and checked for a port another container holds before anything is
+        // added, so a refused ADD adds nothing; each restore then checks again on what it applies to.
+        let mut saved = Vec::new();
         for addr in p.targets() {
             let ipv = Ipv::of(&addr);
             if !p.mappings.iter().any(|m| m.applies_to(ipv == Ipv::V6)) {
                 continue;
             }
-            transact(ipv, &what, |t| portmap_add_lines(t, p, &addr))?;
+            let t = save(ipv).map_err(|e| e.context(&what))?;
+            held_port(&t, p, &addr, &what)?;
+            saved.push((ipv, addr, t));
+        }
+        if p.localnet() {
+            let what = format!("{what}: drop packets to 127.0.0.0/8 from elsewhere");
+            apply(Ipv::V4, "filter", &what, None, |t| Ok(localnet_lines(t)))?;
+        }
+        for (ipv, addr, t) in saved {
+            apply(ipv, "nat", &what, Some(t), |t| {
+                held_port(t, p, &addr, &what)?;
+                Ok(portmap_add_lines(t, p, &addr))
+            })?;
         }
         Ok(())
     }
@@ -546,6 +665,11 @@ impl Firewall for IptablesBackend {
 
     fn check_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("port mappings of container {}", p.container_id);
+        if p.localnet() && !localnet_lines(&save_table(Ipv::V4, "filter")?).is_empty() {
+            return Err(check_failed(format!(
+                "{what}: the filter table's {LOCALNET} chain (the drop of packets to 127.0.0.0/8 from elsewhere) or INPUT's jump to it is missing or changed"
+            )));
+        }
         for addr in p.targets() {
             let ipv = Ipv::of(&addr);
             if !p.mappings.iter().any(|m| m.applies_to(ipv == Ipv::V6)) {
@@ -682,7 +806,7 @@ mod tests {
              -A POSTROUTING -s 10.0.0.9/32 -m comment --comment \"name: \\\"net\\\" id: \\\"gone\\\"\" -j {masq}\n\
              -A {masq} ! -d 224.0.0.0/4 -m comment --comment \"name: \\\"net\\\" id: \\\"gone\\\"\" -j MASQUERADE\nCOMMIT\n"
         );
-        let t = NatTable::parse(&save);
+        let t = NatTable::parse(&save, "nat");
         assert!(t.has_chain(&dn));
         assert!(!t.has_rule("-A FORWARD -j ACCEPT"));
         let keep = vec![Attachment { container_id: "kept".into(), ifname: "eth0".into() }];
@@ -721,6 +845,58 @@ mod tests {
         let v6 = masq_add_lines(&NatTable::default(), &m, Ipv::V6);
         assert!(v6[2].contains("! -d ff00::/8"));
         assert!(v6[3].contains("-s fd00::5/128"));
+    }
+
+    #[test]
+    fn ports_held_by_another_container() {
+        // What another container's ADD (ours or the reference's) leaves in the nat table.
+        let other = PortMap { container_id: "c0".into(), ipv4: Some("10.0.0.9/24".parse().unwrap()), ..pm() };
+        let addr = other.ipv4.unwrap();
+        let mut save = String::from("*nat\n");
+        for l in portmap_add_lines(&NatTable::default(), &other, &addr) {
+            save.push_str(&format!("{}\n", l.replacen("-I POSTROUTING 1 ", "-A POSTROUTING ", 1)));
+        }
+        let t = NatTable::parse(&save, "nat");
+        let p = pm();
+        let err = held_port(&t, &p, &addr, "add c1").unwrap_err();
+        assert_eq!(err.code, code::NETWORK);
+        assert_eq!(
+            err.msg,
+            "add c1: host port 8080/tcp (any IPv4 host address) already mapped by container \"c0\" of network \"net\""
+        );
+        // The same container again (a repeated ADD), other ports, another host address: no conflict.
+        let again = PortMap { container_id: "c0".into(), ..pm() };
+        held_port(&t, &again, &addr, "add c0").unwrap();
+        let elsewhere = |host_port, host_ip: Option<&str>| PortMap {
+            mappings: vec![PortMapping {
+                host_port,
+                container_port: 80,
+                protocol: Protocol::Udp,
+                host_ip: host_ip.map(|h| h.parse().unwrap()),
+            }],
+            ..pm()
+        };
+        held_port(&t, &elsewhere(8080, None), &addr, "udp").unwrap();
+        held_port(&t, &elsewhere(53, None), &addr, "any address").unwrap();
+        held_port(&t, &elsewhere(53, Some("192.168.1.2")), &addr, "another address").unwrap();
+        let err = held_port(&t, &elsewhere(53, Some("192.168.1.1")), &addr, "same").unwrap_err();
+        assert!(err.msg.contains("host port 53/udp on 192.168.1.1 already mapped by container \"c0\""), "{err}");
+    }
+
+    #[test]
+    fn localnet_drop_lines() {
+        let none = localnet_lines(&NatTable::default());
+        assert_eq!(
+            none,
+            vec![":CNI-LOCALNET - [0:0]".to_string(), LOCALNET_RULE.to_string(), "-I INPUT 1 -j CNI-LOCALNET".into()]
+        );
+        let save = format!(
+            "*filter\n:INPUT ACCEPT [0:0]\n:CNI-LOCALNET - [0:0]\n-A INPUT -j CNI-LOCALNET\n{LOCALNET_RULE}\nCOMMIT\n"
+        );
+        assert!(localnet_lines(&NatTable::parse(&save, "filter")).is_empty());
+        assert_eq!(localnet_lines(&NatTable::parse(&save, "nat")), none, "another table's chains do not count");
+        let extra = save.replace("COMMIT", "-A CNI-LOCALNET -j ACCEPT\nCOMMIT");
+        assert_eq!(localnet_lines(&NatTable::parse(&extra, "filter")), none[..2]);
     }
 
     #[test]

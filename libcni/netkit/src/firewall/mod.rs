@@ -231,6 +231,13 @@ impl PortMap {
     pub fn targets(&self) -> impl Iterator<Item = IpNetwork> + '_ {
         self.ipv4.iter().chain(self.ipv6.iter()).copied()
     }
+
+    /// Whether IPv4 localhost may reach these mappings (`snat` with an IPv4 address): portmap
+    /// then turns `route_localnet` on, and [`Firewall::add_portmap`] first makes sure packets
+    /// to 127.0.0.0/8 from anywhere but the node itself are dropped unless DNATed.
+    pub fn localnet(&self) -> bool {
+        self.snat && self.ipv4.is_some()
+    }
 }
 
 /// Port mapping and masquerade for one node. DEL and GC are idempotent: what is not there is success.
@@ -246,7 +253,10 @@ pub trait Firewall {
     fn check_masquerade(&self, m: &Masquerade) -> Result<()>;
     /// Remove the masquerade rules of every container of `network` that is not in `keep`.
     fn gc_masquerade(&self, network: &str, keep: &[Attachment]) -> Result<()>;
-    /// Forward the mapped host ports to the container (replacing what it had).
+    /// Forward the mapped host ports to the container (replacing what it had). A host port
+    /// (protocol, family, host address) another container holds fails it with code 100 and adds
+    /// nothing. When [`PortMap::localnet`], it also makes sure the node drops packets to
+    /// 127.0.0.0/8 that neither come from 127.0.0.0/8 nor were DNATed (a shared rule, never removed).
     fn add_portmap(&self, p: &PortMap) -> Result<()>;
     /// Remove a container's port mappings, found by its id alone (no IPs or mappings needed).
     fn del_portmap(&self, network: &str, container_id: &str, ifname: &str) -> Result<()>;

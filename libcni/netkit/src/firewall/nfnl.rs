@@ -115,6 +115,14 @@ const RTN_LOCAL: u32 = 2;
 /// IPS_DST_NAT: the conntrack status bit of `ct status dnat` (host byte order, 4 bytes).
 const IPS_DST_NAT: u32 = 1 << 5;
 
+/// `ct state` bits (NF_CT_STATE_*_BIT, host byte order): what [`Rule::ct_state_any`] and
+/// [`Rule::ct_state_none`] test. A packet conntrack does not track is `untracked`, one it
+/// could not make sense of `invalid`.
+pub(crate) const CT_INVALID: u32 = 1;
+pub(crate) const CT_ESTABLISHED: u32 = 1 << 1;
+pub(crate) const CT_RELATED: u32 = 1 << 2;
+pub(crate) const CT_UNTRACKED: u32 = 1 << 6;
+
 /// Protocol numbers for [`Rule::dport`] and map keys.
 pub(crate) const TCP: u8 = 6;
 pub(crate) const UDP: u8 = 17;
@@ -411,6 +419,7 @@ pub(crate) enum PayloadBase {
 /// `ct` keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CtKey {
+    State,
     Status,
     ProtoDst,
     DstIp,
@@ -420,6 +429,7 @@ pub(crate) enum CtKey {
 impl CtKey {
     fn number(self) -> u32 {
         match self {
+            CtKey::State => 0,
             CtKey::Status => 2,
             CtKey::ProtoDst => 12,
             CtKey::DstIp => 20,
@@ -739,6 +749,14 @@ impl Rule {
     pub(crate) fn saddr_in(self, net: IpNetwork) -> Rule {
         self.addr_prefix(true, net, CmpOp::Eq)
     }
+    /// `ip saddr != 127.0.0.0/8`.
+    pub(crate) fn saddr_not_in(self, net: IpNetwork) -> Rule {
+        self.addr_prefix(true, net, CmpOp::Neq)
+    }
+    /// `ip daddr 127.0.0.0/8`.
+    pub(crate) fn daddr_in(self, net: IpNetwork) -> Rule {
+        self.addr_prefix(false, net, CmpOp::Eq)
+    }
     /// `ip daddr != 10.22.0.0/16`.
     pub(crate) fn daddr_not_in(self, net: IpNetwork) -> Rule {
         self.addr_prefix(false, net, CmpOp::Neq)
@@ -752,15 +770,32 @@ impl Rule {
     }
 
     /// `ct status dnat`: the connection was destination-NATed.
-    pub(crate) fn ct_status_dnat(mut self) -> Rule {
-        self.exprs.push(Expr::Ct { key: CtKey::Status, original: false, dreg: Reg::R1 });
-        self.exprs.push(Expr::Bitwise {
-            sreg: Reg::R1,
-            dreg: Reg::R1,
-            mask: IPS_DST_NAT.to_ne_bytes().to_vec(),
-            xor: vec![0; 4],
-        });
-        self.exprs.push(Expr::Cmp { sreg: Reg::R1, op: CmpOp::Neq, data: vec![0; 4] });
+    pub(crate) fn ct_status_dnat(self) -> Rule {
+        self.ct_bits(CtKey::Status, IPS_DST_NAT, CmpOp::Neq)
+    }
+
+    /// `ct state & bits != 0`, which nft writes `ct state invalid,untracked` (any of the bits).
+    pub(crate) fn ct_state_any(self, bits: u32) -> Rule {
+        self.ct_bits(CtKey::State, bits, CmpOp::Neq)
+    }
+
+    /// `ct state & bits == 0`, which nft writes `ct state ! established,related` (none of them).
+    pub(crate) fn ct_state_none(self, bits: u32) -> Rule {
+        self.ct_bits(CtKey::State, bits, CmpOp::Eq)
+    }
+
+    /// `ct status ! dnat`: the connection was not destination-NATed. A packet without a
+    /// conntrack entry matches neither this nor `ct status dnat`.
+    pub(crate) fn ct_status_not_dnat(self) -> Rule {
+        self.ct_bits(CtKey::Status, IPS_DST_NAT, CmpOp::Eq)
+    }
+
+    /// `ct <key> & bits` compared with zero.
+    fn ct_bits(mut self, key: CtKey, bits: u32, op: CmpOp) -> Rule {
+        self.exprs.push(Expr::Ct { key, original: false, dreg: Reg::R1 });
+        let (mask, xor) = (bits.to_ne_bytes().to_vec(), vec![0; 4]);
+        self.exprs.push(Expr::Bitwise { sreg: Reg::R1, dreg: Reg::R1, mask, xor });
+        self.exprs.push(Expr::Cmp { sreg: Reg::R1, op, data: vec![0; 4] });
         self
     }
 

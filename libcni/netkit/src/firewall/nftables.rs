@@ -8,7 +8,7 @@
 //! The kernel allows 1024 hooks per hook point and copies the hook array on every registration, so
 //! a base chain per container stops ADD at a few hundred pods and makes it slower with every pod;
 //! every new connection would also walk one chain per pod. Here the base chains are shared and fixed
-//! (three in the portmap table, one each in the others); a container owns elements (and, in the
+//! (four in the portmap table, one each in the others); a container owns elements (and, in the
 //! chain layout, regular chains and the map elements that lead to them), so a lookup is one hash
 //! probe however many pods there are.
 //!
@@ -30,6 +30,8 @@
 //!   chain output      { type nat hook output priority -100;       fib daddr type local jump dispatch }
 //!   chain postrouting { type nat hook postrouting priority srcnat;
 //!                       ct status dnat ip daddr vmap @snat4; ct status dnat ip6 daddr vmap @snat6; ... }
+//!   chain input { type filter hook input priority filter;  ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8
+//!                 ... drop }                                 (route_localnet: see LOCALNET_RULES)
 //!   chain pm-<net8>-<id16>-dnat { meta nfproto ipv4 <conditionsV4> [ip daddr H] tcp dport 8080
 //!                                   dnat ip to 10.22.0.5:80 comment "anyports4=tcp . 8080;snat4=10.22.0.5" }
 //!   chain pm-<net8>-<id16>-post { ct status dnat ip daddr 10.22.0.5 ip saddr 10.22.0.0/16
@@ -290,6 +292,12 @@ pub(crate) static PORTMAP: Table = Table {
             rules: &[("fib daddr type local jump dispatch", jump_dispatch)],
         },
         SharedChain {
+            name: LOCALNET_CHAIN,
+            spec: Some("type filter hook input priority 0; policy accept;"),
+            base: base_chain(Hook::Input, 0, ChainType::Filter),
+            rules: LOCALNET_RULES,
+        },
+        SharedChain {
             name: "postrouting",
             spec: Some("type nat hook postrouting priority 100; policy accept;"),
             base: base_chain(Hook::Postrouting, 100, ChainType::Nat),
@@ -302,6 +310,65 @@ pub(crate) static PORTMAP: Table = Table {
     ],
     kept_chains: &["hairpin"],
 };
+
+/// The chain that keeps pods away from the node's 127.0.0.1-only services.
+const LOCALNET_CHAIN: &str = "input";
+
+/// kube-proxy's drop for `route_localnet` (CVE-2020-8558): portmap turns `route_localnet` on for
+/// the bridge so that `127.0.0.1:hostPort` works from the node, and that also lets a pod that
+/// routes 127.0.0.0/8 through its gateway reach whatever listens on the node's loopback. A packet
+/// to 127.0.0.0/8 from a non-loopback source that reaches input without being DNATed is dropped,
+/// as kube-proxy's `-d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate
+/// RELATED,ESTABLISHED,DNAT -j DROP` does: the first rule for packets conntrack does not track
+/// (whose `ct status` matches nothing), the second for new connections. `127.0.0.1:hostPort` from
+/// the node is DNATed in output and its replies are established, so it keeps working.
+const LOCALNET_RULES: &[SharedRule] = &[
+    ("ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state invalid,untracked drop", || {
+        inet()
+            .daddr_in(LOOPBACK4)
+            .saddr_not_in(LOOPBACK4)
+            .ct_state_any(nfnl::CT_INVALID | nfnl::CT_UNTRACKED)
+            .verdict(Verdict::Drop)
+    }),
+    ("ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state ! established,related ct status ! dnat drop", || {
+        inet()
+            .daddr_in(LOOPBACK4)
+            .saddr_not_in(LOOPBACK4)
+            .ct_state_none(nfnl::CT_ESTABLISHED | nfnl::CT_RELATED)
+            .ct_status_not_dnat()
+            .verdict(Verdict::Drop)
+    }),
+];
+
+const LOOPBACK4: IpNetwork =
+    IpNetwork::V4(match ipnetwork::Ipv4Network::new_checked(std::net::Ipv4Addr::new(127, 0, 0, 0), 8) {
+        Some(n) => n,
+        None => panic!("127.0.0.0/8"),
+    });
+
+/// Whether the listed chain is the drop's (a base chain with its rules).
+fn localnet_present(c: &ChainInfo) -> bool {
+    c.hook && c.comments.len() == LOCALNET_RULES.len()
+}
+
+/// Makes sure the portmap table drops packets that reach the node's loopback from elsewhere
+/// ([`LOCALNET_RULES`]) before portmap turns `route_localnet` on: a table set up by an earlier
+/// version lacks the chain, and then its setup is sent again (which refills the shared chains
+/// and adds nothing of any pod). One listing of a two-rule chain when it is there.
+fn ensure_localnet_drop(what: &str) -> Result<()> {
+    if list_chain(&PORTMAP, LOCALNET_CHAIN)?.as_ref().is_some_and(localnet_present) {
+        return Ok(());
+    }
+    match run_plan(&PORTMAP, &mut PORTMAP.setup())? {
+        Outcome::Done => Ok(()),
+        Outcome::Conflict(_) => Err(Error::network(format!("{what}: setting up table {} failed", PORTMAP.t()))),
+        Outcome::Failed(f) => Err(Error::network(format!(
+            "{what}: add the drop of packets to 127.0.0.0/8 from elsewhere to table {}: {}",
+            PORTMAP.t(),
+            f.message
+        ))),
+    }
+}
 
 pub(crate) static MASQ: Table = Table {
     family: "inet",
@@ -1437,6 +1504,9 @@ impl Firewall for NftablesBackend {
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("add port mappings for container {}", p.container_id);
+        if p.localnet() {
+            ensure_localnet_drop(&what)?;
+        }
         if !has_conditions(p) {
             return flat::add_portmap(p, &what);
         }
@@ -1454,6 +1524,12 @@ impl Firewall for NftablesBackend {
 
     fn check_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("port mappings of container {}", p.container_id);
+        if p.localnet() && !list_chain(&PORTMAP, LOCALNET_CHAIN)?.as_ref().is_some_and(localnet_present) {
+            return Err(check_failed(format!(
+                "{what}: chain {LOCALNET_CHAIN} of table {} (the drop of packets to 127.0.0.0/8 from elsewhere) is missing or changed",
+                PORTMAP.t()
+            )));
+        }
         if has_conditions(p) {
             check_pod(&portmap_pod(p), &what)
         } else {
@@ -1532,7 +1608,10 @@ mod tests {
     #[test]
     fn setup_has_a_constant_set_of_base_chains() {
         let s = render(&PORTMAP, &PORTMAP.setup()).0;
-        assert_eq!(s.matches(" hook ").count(), 3, "{s}");
+        assert_eq!(s.matches(" hook ").count(), 4, "{s}");
+        assert!(s.contains(
+            "add rule inet cni_rs_portmap input ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state ! established,related ct status ! dnat drop"
+        ));
         assert!(s.contains("add rule inet cni_rs_portmap prerouting fib daddr type local jump dispatch"));
         assert!(s.contains("add rule inet cni_rs_portmap dispatch ip daddr . meta l4proto . th dport vmap @hostports4"));
         // The dispatch chain is created before the base chains that jump to it.
@@ -1786,6 +1865,39 @@ mod tests {
             masq_pod(&masq),
             macspoof_pod("n", "c", "eth0", "veth1234abcd", "0a:58:0a:00:00:02").unwrap(),
         ]
+    }
+
+    /// A table set up before the drop of packets to 127.0.0.0/8 existed gets it from the next ADD
+    /// that has portmap turn route_localnet on (snat, IPv4); an ADD without snat leaves it as it is.
+    #[test]
+    fn add_puts_the_localnet_drop_into_an_older_table() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || exec::find("nft").is_none() {
+            eprintln!("SKIP: needs root and nft");
+            return;
+        }
+        in_netns(|| {
+            let rules = || list_chain(&PORTMAP, LOCALNET_CHAIN).unwrap().map(|c| (c.hook, c.comments.len()));
+            let plain = PortMap { conditions_v4: vec![], snat: false, ..pm() };
+            NftablesBackend.add_portmap(&plain).unwrap();
+            assert_eq!(rules(), Some((true, 2)), "a new table has the drop");
+            nft_ok(&["delete", "chain", "inet", PORTMAP_TABLE, LOCALNET_CHAIN], None);
+            let port = |host_port| vec![PortMapping { host_port, ..plain.mappings[0] }];
+            let other = PortMap { container_id: "c2".into(), mappings: port(9090), ..plain.clone() };
+            NftablesBackend.add_portmap(&other).unwrap();
+            assert_eq!(rules(), None);
+            let snat = PortMap { container_id: "c3".into(), mappings: port(9091), snat: true, ..plain.clone() };
+            NftablesBackend.add_portmap(&snat).unwrap();
+            assert_eq!(rules(), Some((true, 2)));
+            NftablesBackend.check_portmap(&plain).unwrap();
+            NftablesBackend.check_portmap(&snat).unwrap();
+            // CHECK of an attachment that relies on the drop finds it missing.
+            nft_ok(&["delete", "chain", "inet", PORTMAP_TABLE, LOCALNET_CHAIN], None);
+            NftablesBackend.check_portmap(&plain).unwrap();
+            let err = NftablesBackend.check_portmap(&snat).unwrap_err();
+            assert_eq!(err.code, code::CHECK_FAILED, "{err}");
+            assert!(err.msg.contains("127.0.0.0/8"), "{err}");
+        });
     }
 
     /// What netlink creates lists exactly like what the nft text creates, and either can be added

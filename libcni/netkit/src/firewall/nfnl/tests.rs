@@ -1030,6 +1030,36 @@ fn flat_shapes_match_nft() {
     in_netns(|| same_as_nft(Family::Inet, FLAT, build_flat));
 }
 
+/// The drop of packets that reach the node's loopback from elsewhere (`route_localnet`), as the
+/// portmap table's input chain holds it.
+#[test]
+fn localnet_drop_matches_nft() {
+    if !privileged() {
+        return;
+    }
+    const TEXT: &str = "
+add table inet {T}
+add chain inet {T} input { type filter hook input priority 0; policy accept; }
+add rule inet {T} input ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state invalid,untracked drop
+add rule inet {T} input ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state ! established,related ct status ! dnat drop
+add rule inet {T} input ct status dnat accept
+";
+    in_netns(|| {
+        same_as_nft(Family::Inet, TEXT, |b, t| {
+            let f = Family::Inet;
+            let lo = net("127.0.0.0/8");
+            b.add_table(f, t);
+            let base = BaseChain { hook: Hook::Input, priority: 0, kind: ChainType::Filter, policy_accept: true };
+            b.add_chain(f, t, "input", Some(base), None);
+            let r = || Rule::new(f).daddr_in(lo).saddr_not_in(lo);
+            b.add_rule(f, t, "input", r().ct_state_any(CT_INVALID | CT_UNTRACKED).verdict(Verdict::Drop));
+            let new = r().ct_state_none(CT_ESTABLISHED | CT_RELATED).ct_status_not_dnat();
+            b.add_rule(f, t, "input", new.verdict(Verdict::Drop));
+            b.add_rule(f, t, "input", Rule::new(f).ct_status_dnat().verdict(Verdict::Accept));
+        })
+    });
+}
+
 /// get_elements reads one element (data, comment, expiry) or dumps them all; nothing there is
 /// empty; an expiry given to an existing element makes it go away by itself.
 #[test]

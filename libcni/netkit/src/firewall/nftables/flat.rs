@@ -17,6 +17,7 @@
 //!                    dnat ip to ip daddr . meta l4proto . th dport map @hdnat4,
 //!                    meta nfproto ipv4 dnat ip to meta l4proto . th dport map @dnat4, (and 6) }
 //!   chain postrouting { ..., meta mark & 0x2000 == 0x2000 masquerade }
+//!   chain input { ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ... drop }  route_localnet's guard
 //! }
 //! table inet cni_rs_masq {
 //!   map pods4 { type ipv4_addr : ipv6_addr; flags timeout; }     pod address -> the attachment's tag
