@@ -1,6 +1,7 @@
 //! The bridge plugin's keys, parsed and validated once; later code never touches raw JSON.
 
 use libcni::conf::{kind, lenient_bool};
+use libcni::gojson;
 use libcni::skel::{validate_ifname, Request};
 use libcni::types::Dns;
 use libcni::{Error, Result};
@@ -109,18 +110,18 @@ fn vlan_id(v: i64, what: &str) -> Result<u16> {
     }
 }
 
+/// `args.cni.mac` and `runtimeConfig.mac`, keys matched as Go does ([`gojson::get`]).
 fn mac_from(req: &Request) -> Result<Option<[u8; 6]>> {
     let mut mac = req.args.get("MAC").map(str::to_string);
-    if let Some(v) = req.conf.args.get("cni").and_then(|c| c.get("mac")) {
+    let from_args = gojson::get(&req.conf.args, "cni")
+        .and_then(|(c, cni)| Some((c, gojson::get(cni.as_object()?, "mac")?)))
+        .map(|(c, (k, v))| (format!("args.{c}.{k}"), v));
+    let from_runtime = gojson::get(&req.conf.runtime_config, "mac").map(|(k, v)| (format!("runtimeConfig.{k}"), v));
+    for (key, v) in [from_args, from_runtime].into_iter().flatten() {
         match v {
+            Value::Null => {}
             Value::String(s) => mac = Some(s.clone()),
-            other => return Err(Error::config(format!("args.cni.mac must be a string, got {}", kind(other)))),
-        }
-    }
-    if let Some(v) = req.conf.runtime_config.get("mac") {
-        match v {
-            Value::String(s) => mac = Some(s.clone()),
-            other => return Err(Error::config(format!("runtimeConfig.mac must be a string, got {}", kind(other)))),
+            other => return Err(Error::config(format!("{key} must be a string, got {}", kind(other)))),
         }
     }
     mac.filter(|m| !m.is_empty()).map(|m| parse_mac(&m)).transpose()
@@ -201,4 +202,58 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
         dns: req.conf.dns.clone().filter(|d| *d != Dns::default()),
         mac: mac_from(req)?,
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use libcni::args::CniArgs;
+    use libcni::conf::netconf_from_value;
+    use libcni::skel::Command;
+    use serde_json::json;
+
+    fn request(raw: Value) -> Request {
+        Request {
+            command: Command::Add,
+            container_id: "c".into(),
+            netns: None,
+            ifname: "eth0".into(),
+            args: CniArgs::default(),
+            cni_path: Vec::new(),
+            conf: netconf_from_value(&raw).unwrap(),
+            stdin: raw.to_string().into_bytes(),
+            raw,
+        }
+    }
+
+    /// Keys as Go's decoder takes them (the reference bridge's struct fields are `IsGW`, `IPMasq`, ...
+    /// with camelCase tags; a Go runtime that marshals an untagged struct sends the field names).
+    #[test]
+    fn go_style_keys() {
+        let c = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", "type": "bridge",
+            "Bridge": "br9", "IsGateway": true, "IPMasq": "true", "IPMasqBackend": "iptables", "MTU": 1400,
+            "HairpinMode": true, "Vlan": 5, "VlanTrunk": [{"MinID": 10, "MaxID": 20}, {"ID": 30}],
+            "IPAM": {"Type": "host-local"}, "Args": {"CNI": {"MAC": "0a:58:0a:f4:01:02"}},
+            "RuntimeConfig": {"Mac": "0a:58:0a:f4:01:03"}})))
+        .unwrap();
+        assert_eq!(c.bridge, "br9");
+        assert!(c.is_gateway && c.ip_masq && c.hairpin);
+        assert_eq!(c.ip_masq_backend.as_deref(), Some("iptables"));
+        assert_eq!((c.mtu, c.vlan), (Some(1400), 5));
+        assert_eq!(c.vlan_trunk, [(10, 20), (30, 30)]);
+        assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
+        assert_eq!(c.mac, Some([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x03]));
+        // Exact beats folded; unknown keys are ignored as before.
+        let c = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", "isGateway": false, "IsGateway": true,
+            "Whatever": 1})))
+        .unwrap();
+        assert!(!c.is_gateway);
+        // A wrong type names the key as written.
+        let e = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", "IPMasq": 3}))).unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(e.msg.contains("IPMasq: expected true or false"), "{}", e.msg);
+        let e = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", "RuntimeConfig": {"MAC": 5}}))).unwrap_err();
+        assert!(e.msg.contains("runtimeConfig.MAC must be a string"), "{}", e.msg);
+    }
 }

@@ -1,11 +1,12 @@
 //! portmap's keys and the `portMappings` capability, parsed and validated once.
 
 use libcni::conf::{kind, lenient_bool_value};
+use libcni::gojson;
 use libcni::skel::Request;
 use libcni::{Error, Result};
 use netkit::firewall::{self, BackendKind, PortMapping, Protocol};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::net::IpAddr;
 
 /// The reference's default: Kubernetes uses bits 14 and 15, Calico 20-31.
@@ -25,6 +26,14 @@ struct Raw {
     conditions_v4: Option<Vec<String>>,
     #[serde(rename = "conditionsV6")]
     conditions_v6: Option<Vec<String>>,
+    #[serde(rename = "runtimeConfig")]
+    runtime_config: Option<RawRuntimeConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+struct RawRuntimeConfig {
+    #[serde(rename = "portMappings")]
+    port_mappings: Option<Vec<RawMapping>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -56,7 +65,7 @@ pub struct Config {
 
 impl Config {
     pub fn parse(req: &Request) -> Result<Config> {
-        parse(&req.raw, &req.conf.runtime_config, firewall::choose)
+        parse(&req.raw, firewall::choose)
     }
 }
 
@@ -77,14 +86,10 @@ fn conditions_backend(conds: &[String]) -> Option<BackendKind> {
     }
 }
 
-/// Parses the netconf (`raw`) and runtimeConfig; `detect` picks the backend when the config doesn't.
-pub fn parse(
-    raw: &Value,
-    runtime_config: &Map<String, Value>,
-    detect: impl Fn(Option<&str>) -> Result<BackendKind>,
-) -> Result<Config> {
-    let r: Raw = serde_json::from_value(raw.clone())
-        .map_err(|e| Error::config(format!("invalid portmap configuration: {e}")))?;
+/// Parses the netconf (`raw`, its runtimeConfig included) with Go's key matching (containerd sends
+/// `{"HostPort":8080,"ContainerPort":80,...}`); `detect` picks the backend when the config doesn't.
+pub fn parse(raw: &Value, detect: impl Fn(Option<&str>) -> Result<BackendKind>) -> Result<Config> {
+    let r: Raw = gojson::from_value(raw).map_err(|e| Error::config(format!("invalid portmap configuration: {e}")))?;
     let snat = bool_key(&r.snat, "snat", true)?;
     let masq_all = bool_key(&r.masq_all, "masqAll", false)?;
     if r.mark_masq_bit.is_some() && r.external_set_mark_chain.is_some() {
@@ -135,10 +140,8 @@ pub fn parse(
         )));
     }
 
-    let mappings = match runtime_config.get("portMappings") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(v) => parse_mappings(v)?,
-    };
+    let mappings = r.runtime_config.and_then(|rc| rc.port_mappings).unwrap_or_default();
+    let mappings = mappings.iter().enumerate().map(|(i, m)| parse_mapping(i, m)).collect::<Result<Vec<_>>>()?;
     Ok(Config {
         backend,
         backend_detected: r.backend.is_none() && wants.is_empty(),
@@ -150,12 +153,6 @@ pub fn parse(
         conditions_v6,
         mappings,
     })
-}
-
-fn parse_mappings(v: &Value) -> Result<Vec<PortMapping>> {
-    let raw: Vec<RawMapping> =
-        serde_json::from_value(v.clone()).map_err(|e| Error::config(format!("runtimeConfig.portMappings: {e}")))?;
-    raw.iter().enumerate().map(|(i, m)| parse_mapping(i, m)).collect()
 }
 
 fn parse_mapping(i: usize, m: &RawMapping) -> Result<PortMapping> {
@@ -198,15 +195,15 @@ mod tests {
         Ok(BackendKind::Nftables)
     }
 
-    fn rc(mappings: Value) -> Map<String, Value> {
-        let mut m = Map::new();
-        m.insert("portMappings".into(), mappings);
-        m
+    /// `conf` with `runtimeConfig.portMappings` set to `mappings`.
+    fn rc(mut conf: Value, mappings: Value) -> Value {
+        conf["runtimeConfig"] = json!({ "portMappings": mappings });
+        conf
     }
 
     #[test]
     fn defaults() {
-        let c = parse(&json!({"name": "n"}), &Map::new(), nft).unwrap();
+        let c = parse(&json!({"name": "n"}), nft).unwrap();
         assert!(c.snat && !c.masq_all);
         assert_eq!(c.mark_masq_bit, 13);
         assert_eq!(c.backend, BackendKind::Nftables);
@@ -216,12 +213,14 @@ mod tests {
     #[test]
     fn mappings() {
         let c = parse(
-            &json!({"snat": "false", "backend": "nft"}),
-            &rc(json!([
+            &rc(
+                json!({"snat": "false", "backend": "nft"}),
+                json!([
                 {"hostPort": 8080, "containerPort": 80, "protocol": "TCP"},
                 {"hostPort": 53, "containerPort": 53, "protocol": "udp", "hostIP": "192.168.1.1"},
                 {"hostPort": 9, "containerPort": 9}
-            ])),
+                ]),
+            ),
             nft,
         )
         .unwrap();
@@ -246,13 +245,12 @@ mod tests {
             (json!({"snat": 3}), json!([]), "snat"),
         ];
         for (conf, maps, needle) in cases {
-            let e = parse(&conf, &rc(maps), nft).unwrap_err();
+            let e = parse(&rc(conf, maps), nft).unwrap_err();
             assert_eq!(e.code, 7, "{e}");
             assert!(e.msg.contains(needle), "{} lacks {needle}", e.msg);
         }
         let e = parse(
-            &json!({}),
-            &rc(json!([{"hostPort": 1, "containerPort": 2}, {"hostPort": 70000, "containerPort": 2}])),
+            &rc(json!({}), json!([{"hostPort": 1, "containerPort": 2}, {"hostPort": 70000, "containerPort": 2}])),
             nft,
         )
         .unwrap_err();
@@ -261,11 +259,43 @@ mod tests {
 
     #[test]
     fn backend_follows_backend_specific_options() {
-        let c = parse(&json!({"markMasqBit": 5}), &Map::new(), nft).unwrap();
+        let c = parse(&json!({"markMasqBit": 5}), nft).unwrap();
         assert_eq!((c.backend, c.mark_masq_bit), (BackendKind::Iptables, 5));
-        let c = parse(&json!({"conditionsV4": ["-s", "1.2.3.4"]}), &Map::new(), nft).unwrap();
+        let c = parse(&json!({"conditionsV4": ["-s", "1.2.3.4"]}), nft).unwrap();
         assert_eq!(c.backend, BackendKind::Iptables);
-        let c = parse(&json!({"backend": "iptables"}), &Map::new(), nft).unwrap();
+        let c = parse(&json!({"backend": "iptables"}), nft).unwrap();
         assert_eq!(c.backend, BackendKind::Iptables);
+    }
+
+    /// containerd's go-cni marshals `PortMapping{HostPort,ContainerPort,Protocol,HostIP}` without JSON
+    /// tags; Go's decoder, and so the reference portmap, takes those keys.
+    #[test]
+    fn go_style_keys_as_containerd_sends_them() {
+        let conf = json!({"cniVersion": "1.0.0", "name": "n", "type": "portmap", "SNAT": false, "MasqAll": true,
+            "RuntimeConfig": {
+                "PortMappings": [
+                    {"HostPort": 18090, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""},
+                    {"HostPort": 5353, "ContainerPort": 53, "Protocol": "udp", "HostIP": "127.0.0.1"}],
+                "bandwidth": {"IngressRate": 1000, "IngressBurst": 10, "EgressRate": 1000, "EgressBurst": 10},
+                "dns": {"Servers": ["10.96.0.10"], "Searches": ["svc.cluster.local"], "Options": ["ndots:5"]},
+                "io.kubernetes.cri.pod-annotations": {"a": "b"}, "cgroupPath": "/kubepods/x"}});
+        let c = parse(&conf, nft).unwrap();
+        assert!(!c.snat && c.masq_all);
+        assert_eq!(
+            c.mappings,
+            [
+                PortMapping { host_port: 18090, container_port: 80, protocol: Protocol::Tcp, host_ip: None },
+                PortMapping {
+                    host_port: 5353,
+                    container_port: 53,
+                    protocol: Protocol::Udp,
+                    host_ip: Some("127.0.0.1".parse().unwrap())
+                },
+            ]
+        );
+        // A wrong type names the key as written.
+        let e = parse(&rc(json!({}), json!([{"HostPort": "x", "ContainerPort": 80}])), nft).unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(e.msg.contains("runtimeConfig.portMappings[0].HostPort: invalid type: string \"x\""), "{}", e.msg);
     }
 }
