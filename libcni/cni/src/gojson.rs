@@ -35,7 +35,7 @@ pub fn get<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<(&'a str, &'a 
     if let Some((k, v)) = obj.get_key_value(name) {
         return Some((k.as_str(), v));
     }
-    obj.iter().filter(|(k, _)| fold_eq(k, name)).last().map(|(k, v)| (k.as_str(), v))
+    obj.iter().rev().find(|(k, _)| fold_eq(k, name)).map(|(k, v)| (k.as_str(), v))
 }
 
 /// True if `a` and `b` are equal under Unicode simple case folding, as Go's `bytes.EqualFold`.
