@@ -126,7 +126,7 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
     };
     let dns = match key(obj, "dns") {
         None => None,
-        Some((k, v)) => Some(gojson::from_value::<Dns>(v).map_err(|e| Error::config(format!("netconf key {k}: {e}")))?),
+        Some((k, v)) => Some(gojson::from_value::<Dns>(v).map_err(|e| Error::config(e.under(k).to_string()))?),
     };
     let mut capabilities = BTreeMap::new();
     for (k, v) in object_key(obj, "capabilities")? {
@@ -147,7 +147,9 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
     };
     let valid_attachments = match key(obj, "cni.dev/valid-attachments").or_else(|| key(obj, "cni.dev/attachments")) {
         None => None,
-        Some((k, v)) => Some(gojson::from_value::<Vec<Attachment>>(v).map_err(|e| Error::config(format!("{k}: {e}")))?),
+        Some((k, v)) => {
+            Some(gojson::from_value::<Vec<Attachment>>(v).map_err(|e| Error::config(e.under(k).to_string()))?)
+        }
     };
     Ok(NetConf {
         cni_version,
@@ -265,7 +267,7 @@ mod tests {
         assert!(e.msg.contains("\"Name\""), "{e}");
         let e = parse_netconf(br#"{"cniVersion":"1.0.0","name":"n","DNS":{"Nameservers":"x"}}"#).unwrap_err();
         assert_eq!(e.code, 7);
-        assert!(e.msg.contains("DNS: Nameservers: invalid type"), "{e}");
+        assert!(e.msg.contains("DNS.Nameservers: invalid type"), "{e}");
         let bad = br#"{"cniVersion":"1.0.0","name":"n","PrevResult":{"IPs":[{"Address":"10.0.0.5/24","GateWay":7}]}}"#;
         let e = parse_netconf(bad).unwrap_err();
         assert!(e.msg.contains("IPs[0].GateWay"), "{e}");

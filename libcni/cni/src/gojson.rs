@@ -27,7 +27,7 @@ use std::fmt;
 
 /// Decode `T` from `value` with Go's key matching at every level.
 pub fn from_value<'a, T: de::Deserialize<'a>>(value: &'a Value) -> Result<T, DecodeError> {
-    T::deserialize(GoValue(value))
+    T::deserialize(GoValue::new(value))
 }
 
 /// The value of field `name` in `obj` as Go's decoder would pick it, with the key as written.
@@ -91,6 +91,11 @@ impl DecodeError {
         self
     }
 
+    /// The same error for a value found under `key` (a caller that looked the value up itself).
+    pub fn under(self, key: &str) -> Self {
+        self.at(Segment::Key(key.to_string()))
+    }
+
     /// The path, e.g. `portMappings[0].HostPort` ("" at the top).
     pub fn path(&self) -> String {
         let mut out = String::new();
@@ -134,7 +139,78 @@ impl de::Error for DecodeError {
 
 /// A serde deserializer over a JSON value that matches struct fields as Go does (see the module docs).
 #[derive(Debug, Clone, Copy)]
-pub struct GoValue<'a>(pub &'a Value);
+pub struct GoValue<'a> {
+    value: &'a Value,
+    /// The key this value was found under, as written, for [`Spelled`].
+    key: Option<&'a str>,
+}
+
+impl<'a> GoValue<'a> {
+    pub fn new(value: &'a Value) -> GoValue<'a> {
+        GoValue { value, key: None }
+    }
+}
+
+/// The newtype name [`Spelled`] asks [`GoValue`] for: it then also gets the key as written.
+const SPELLED: &str = "\0gojson::Spelled";
+
+/// A field's value with its key as the input wrote it (`HostPort` for the field `hostPort`), so a
+/// message about the value can name the key the user wrote. Without [`GoValue`] (e.g. under
+/// `serde_json`) or outside a struct, `key` is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spelled<T> {
+    pub key: Option<String>,
+    pub value: T,
+}
+
+impl<T> Spelled<T> {
+    /// The key as written, else the field's own name.
+    pub fn key_or<'a>(&'a self, name: &'a str) -> &'a str {
+        self.key.as_deref().unwrap_or(name)
+    }
+}
+
+impl<'de, T: de::Deserialize<'de>> de::Deserialize<'de> for Spelled<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct SpelledVisitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: de::Deserialize<'de>> Visitor<'de> for SpelledVisitor<T> {
+            type Value = Spelled<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a value")
+            }
+            fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Spelled<T>, D::Error> {
+                Ok(Spelled { key: None, value: T::deserialize(d)? })
+            }
+            // GoValue's answer: the key, then the value.
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Spelled<T>, A::Error> {
+                let key: String = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                let value: T = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                Ok(Spelled { key: Some(key), value })
+            }
+        }
+        d.deserialize_newtype_struct(SPELLED, SpelledVisitor(std::marker::PhantomData))
+    }
+}
+
+/// The two elements GoValue hands a [`Spelled`]: the key as written, then the value.
+struct KeyThenValue<'de> {
+    key: Option<&'de str>,
+    value: Option<GoValue<'de>>,
+}
+
+impl<'de> SeqAccess<'de> for KeyThenValue<'de> {
+    type Error = DecodeError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, DecodeError> {
+        if let Some(key) = self.key.take() {
+            return seed.deserialize(BorrowedStrDeserializer::new(key)).map(Some);
+        }
+        match self.value.take() {
+            Some(value) => seed.deserialize(value).map(Some),
+            None => Ok(None),
+        }
+    }
+}
 
 fn unexpected(v: &Value) -> de::Unexpected<'_> {
     match v {
@@ -205,7 +281,7 @@ impl<'de> Deserializer<'de> for GoValue<'de> {
     type Error = DecodeError;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
-        match self.0 {
+        match self.value {
             Value::Null => visitor.visit_unit(),
             Value::Bool(b) => visitor.visit_bool(*b),
             Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
@@ -221,7 +297,7 @@ impl<'de> Deserializer<'de> for GoValue<'de> {
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
-        match self.0 {
+        match self.value {
             Value::Null => visitor.visit_none(),
             _ => visitor.visit_some(self),
         }
@@ -229,10 +305,13 @@ impl<'de> Deserializer<'de> for GoValue<'de> {
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
-        _name: &'static str,
+        name: &'static str,
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
-        visitor.visit_newtype_struct(self)
+        match (name, self.key) {
+            (SPELLED, Some(key)) => visitor.visit_seq(KeyThenValue { key: Some(key), value: Some(self) }),
+            _ => visitor.visit_newtype_struct(self),
+        }
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -241,7 +320,7 @@ impl<'de> Deserializer<'de> for GoValue<'de> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
-        match self.0 {
+        match self.value {
             Value::Object(obj) => visit_object(struct_entries(obj, fields), visitor),
             // Go decodes a struct from an object only (serde_json would take an array too).
             other => Err(de::Error::invalid_type(unexpected(other), &visitor)),
@@ -254,7 +333,7 @@ impl<'de> Deserializer<'de> for GoValue<'de> {
         _variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
-        match self.0 {
+        match self.value {
             Value::String(variant) => visitor.visit_enum(Enum { variant, value: None }),
             Value::Object(obj) if obj.len() == 1 => match obj.iter().next() {
                 Some((variant, value)) => visitor.visit_enum(Enum { variant, value: Some(value) }),
@@ -285,7 +364,7 @@ impl<'de> SeqAccess<'de> for Seq<'de> {
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, DecodeError> {
         match self.items.next() {
             None => Ok(None),
-            Some((i, v)) => seed.deserialize(GoValue(v)).map(Some).map_err(|e| e.at(Segment::Index(i))),
+            Some((i, v)) => seed.deserialize(GoValue::new(v)).map(Some).map_err(|e| e.at(Segment::Index(i))),
         }
     }
 
@@ -315,7 +394,8 @@ impl<'de> MapAccess<'de> for Entries<'de> {
     fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, DecodeError> {
         match self.pending.take() {
             Some((written, value)) => {
-                seed.deserialize(GoValue(value)).map_err(|e| e.at(Segment::Key(written.to_string())))
+                let value = GoValue { value, key: Some(written) };
+                seed.deserialize(value).map_err(|e| e.at(Segment::Key(written.to_string())))
             }
             None => Err(de::Error::custom("a map value was asked for before its key")),
         }
@@ -363,12 +443,12 @@ impl<'de> VariantAccess<'de> for Enum<'de> {
 
     fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, DecodeError> {
         let value = self.content("a newtype variant")?;
-        seed.deserialize(GoValue(value)).map_err(|e| e.at(self.key()))
+        seed.deserialize(GoValue::new(value)).map_err(|e| e.at(self.key()))
     }
 
     fn tuple_variant<V: Visitor<'de>>(self, _len: usize, visitor: V) -> Result<V::Value, DecodeError> {
         let value = self.content("a tuple variant")?;
-        GoValue(value).deserialize_seq(visitor).map_err(|e| e.at(self.key()))
+        GoValue::new(value).deserialize_seq(visitor).map_err(|e| e.at(self.key()))
     }
 
     fn struct_variant<V: Visitor<'de>>(
@@ -377,7 +457,7 @@ impl<'de> VariantAccess<'de> for Enum<'de> {
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
         let value = self.content("a struct variant")?;
-        GoValue(value).deserialize_struct("", fields, visitor).map_err(|e| e.at(self.key()))
+        GoValue::new(value).deserialize_struct("", fields, visitor).map_err(|e| e.at(self.key()))
     }
 }
 
@@ -565,5 +645,30 @@ mod tests {
         assert_eq!(e.to_string(), "Twice: not a number");
         let e = from_value::<All>(&json!({"proto": "tcp"})).unwrap_err();
         assert_eq!(e.to_string(), "missing field `shapes`");
+    }
+
+    #[test]
+    fn spelled_carries_the_key_as_written() {
+        #[derive(Debug, Deserialize)]
+        struct M {
+            #[serde(rename = "hostPort")]
+            host_port: Option<Spelled<i64>>,
+            #[serde(rename = "containerPort")]
+            container_port: Spelled<i64>,
+        }
+        let m: M = from_value(&json!({"HostPort": 0, "containerPort": 80})).unwrap();
+        let host_port = m.host_port.unwrap();
+        assert_eq!((host_port.key_or("hostPort"), host_port.value), ("HostPort", 0));
+        assert_eq!((m.container_port.key_or("containerPort"), m.container_port.value), ("containerPort", 80));
+        let m: M = from_value(&json!({"HostPort": null, "CONTAINERPORT": 1})).unwrap();
+        assert!(m.host_port.is_none());
+        assert_eq!(m.container_port.key.as_deref(), Some("CONTAINERPORT"));
+        // Without GoValue there is no key to tell, and the value still decodes.
+        let m: M = serde_json::from_value(json!({"hostPort": 5, "containerPort": 6})).unwrap();
+        assert_eq!((m.host_port.unwrap().key, m.container_port.value), (None, 6));
+        let top: Spelled<u8> = from_value(&json!(7)).unwrap();
+        assert_eq!((top.key, top.value), (None, 7));
+        let e = from_value::<M>(&json!({"containerPort": "x"})).unwrap_err();
+        assert_eq!(e.to_string(), "containerPort: invalid type: string \"x\", expected i64");
     }
 }

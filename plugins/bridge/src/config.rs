@@ -1,7 +1,7 @@
 //! The bridge plugin's keys, parsed and validated once; later code never touches raw JSON.
 
 use libcni::conf::{kind, lenient_bool};
-use libcni::gojson;
+use libcni::gojson::{self, Spelled};
 use libcni::skel::{validate_ifname, Request};
 use libcni::types::Dns;
 use libcni::{Error, Result};
@@ -11,7 +11,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct Raw {
-    bridge: Option<String>,
+    bridge: Option<Spelled<String>>,
     #[serde(default, deserialize_with = "lenient_bool")]
     is_gateway: bool,
     #[serde(default, deserialize_with = "lenient_bool")]
@@ -20,13 +20,13 @@ struct Raw {
     force_address: bool,
     #[serde(default, deserialize_with = "lenient_bool")]
     ip_masq: bool,
-    ip_masq_backend: Option<String>,
-    mtu: Option<i64>,
+    ip_masq_backend: Option<Spelled<String>>,
+    mtu: Option<Spelled<i64>>,
     #[serde(default, deserialize_with = "lenient_bool")]
     hairpin_mode: bool,
     #[serde(default, deserialize_with = "lenient_bool")]
     promisc_mode: bool,
-    vlan: Option<i64>,
+    vlan: Option<Spelled<i64>>,
     vlan_trunk: Option<Vec<TrunkRaw>>,
     #[serde(default, deserialize_with = "lenient_bool")]
     preserve_default_vlan: bool,
@@ -129,16 +129,22 @@ fn mac_from(req: &Request) -> Result<Option<[u8; 6]>> {
 
 pub fn parse(req: &Request) -> Result<BridgeConf> {
     let raw: Raw = req.plugin_conf()?;
-    let bridge = raw.bridge.filter(|b| !b.is_empty()).unwrap_or_else(|| "cni0".to_string());
-    validate_ifname(&bridge).map_err(|e| Error::config(format!("bridge name: {}", e.msg)))?;
-    let mtu = match raw.mtu {
-        None | Some(0) => None,
-        Some(m) if (68..=65535).contains(&m) => Some(m as u32),
-        Some(m) => return Err(Error::config(format!("invalid mtu {m}: use 68-65535, or 0 for the kernel default"))),
+    let (bridge_key, bridge) = match raw.bridge {
+        Some(b) if !b.value.is_empty() => (b.key_or("bridge").to_string(), b.value),
+        _ => ("bridge".to_string(), "cni0".to_string()),
     };
-    let vlan = match raw.vlan {
-        None | Some(0) => 0,
-        Some(v) => vlan_id(v, "vlan")?,
+    validate_ifname(&bridge).map_err(|e| Error::config(format!("{bridge_key} name: {}", e.msg)))?;
+    let mtu = match &raw.mtu {
+        None | Some(Spelled { value: 0, .. }) => None,
+        Some(Spelled { value: m @ 68..=65535, .. }) => Some(*m as u32),
+        Some(m) => {
+            let key = m.key_or("mtu");
+            return Err(Error::config(format!("invalid {key} {}: use 68-65535, or 0 for the kernel default", m.value)));
+        }
+    };
+    let vlan = match &raw.vlan {
+        None | Some(Spelled { value: 0, .. }) => 0,
+        Some(v) => vlan_id(v.value, v.key_or("vlan"))?,
     };
     let mut vlan_trunk = Vec::new();
     for t in raw.vlan_trunk.unwrap_or_default() {
@@ -174,12 +180,14 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
     if raw.is_default_gateway && ipam_type.is_none() {
         return Err(Error::config("isDefaultGateway needs an ipam plugin to learn the gateway address"));
     }
-    let ip_masq_backend = raw.ip_masq_backend.filter(|b| !b.is_empty());
+    let ip_masq_backend = raw.ip_masq_backend.filter(|b| !b.value.is_empty());
     if let Some(b) = &ip_masq_backend {
-        if !matches!(b.as_str(), "nftables" | "nft" | "iptables") {
-            return Err(Error::config(format!("invalid ipMasqBackend {b:?}: use \"nftables\" or \"iptables\"")));
+        if !matches!(b.value.as_str(), "nftables" | "nft" | "iptables") {
+            let key = b.key_or("ipMasqBackend");
+            return Err(Error::config(format!("invalid {key} {:?}: use \"nftables\" or \"iptables\"", b.value)));
         }
     }
+    let ip_masq_backend = ip_masq_backend.map(|b| b.value);
     Ok(BridgeConf {
         network: req.conf.name.clone(),
         bridge,
@@ -253,6 +261,16 @@ mod tests {
         let e = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", "IPMasq": 3}))).unwrap_err();
         assert_eq!(e.code, 7);
         assert!(e.msg.contains("IPMasq: expected true or false"), "{}", e.msg);
+        for (key, value, needle) in [
+            ("MTU", json!(40), "invalid MTU 40"),
+            ("VLAN", json!(5000), "invalid VLAN 5000"),
+            ("IPMasqBackend", json!("pf"), "invalid IPMasqBackend \"pf\""),
+            ("Bridge", json!("br/0"), "Bridge name"),
+        ] {
+            let e = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", key: value}))).unwrap_err();
+            assert_eq!(e.code, 7);
+            assert!(e.msg.contains(needle), "{} lacks {needle}", e.msg);
+        }
         let e = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", "RuntimeConfig": {"MAC": 5}}))).unwrap_err();
         assert!(e.msg.contains("runtimeConfig.MAC must be a string"), "{}", e.msg);
     }
