@@ -216,34 +216,50 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use libcni::args::CniArgs;
-    use libcni::conf::netconf_from_value;
-    use libcni::skel::Command;
+    use libcni::skel::{execute, Plugin};
+    use libcni::CniResult;
     use serde_json::json;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
 
-    fn request(raw: Value) -> Request {
-        Request {
-            command: Command::Add,
-            container_id: "c".into(),
-            netns: None,
-            ifname: "eth0".into(),
-            args: CniArgs::default(),
-            cni_path: Vec::new(),
-            conf: netconf_from_value(&raw).unwrap(),
-            stdin: raw.to_string().into_bytes(),
-            raw,
+    /// A plugin whose DEL parses the bridge config the way the bridge does, through skel.
+    #[derive(Default)]
+    struct Parse(RefCell<Option<Result<BridgeConf>>>);
+
+    impl Plugin for Parse {
+        fn add(&self, _: &Request) -> Result<CniResult> {
+            Ok(CniResult::default())
         }
+        fn del(&self, req: &Request) -> Result<()> {
+            *self.0.borrow_mut() = Some(parse(req));
+            Ok(())
+        }
+        fn check(&self, _: &Request) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn parse_conf(raw: Value) -> Result<BridgeConf> {
+        let env: HashMap<String, String> =
+            [("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c"), ("CNI_IFNAME", "eth0"), ("CNI_PATH", "/nonexistent")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let plugin = Parse::default();
+        let out = execute(&plugin, &env, &mut raw.to_string().as_bytes());
+        assert_eq!(out.exit_code, 0, "{}", out.stdout);
+        plugin.0.take().expect("DEL ran")
     }
 
     /// Keys as Go's decoder takes them (the reference bridge's struct fields are `IsGW`, `IPMasq`, ...
     /// with camelCase tags; a Go runtime that marshals an untagged struct sends the field names).
     #[test]
     fn go_style_keys() {
-        let c = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", "type": "bridge",
+        let c = parse_conf(json!({"cniVersion": "1.0.0", "name": "n", "type": "bridge",
             "Bridge": "br9", "IsGateway": true, "IPMasq": "true", "IPMasqBackend": "iptables", "MTU": 1400,
             "HairpinMode": true, "Vlan": 5, "VlanTrunk": [{"MinID": 10, "MaxID": 20}, {"ID": 30}],
             "IPAM": {"Type": "host-local"}, "Args": {"CNI": {"MAC": "0a:58:0a:f4:01:02"}},
-            "RuntimeConfig": {"Mac": "0a:58:0a:f4:01:03"}})))
+            "RuntimeConfig": {"Mac": "0a:58:0a:f4:01:03"}}))
         .unwrap();
         assert_eq!(c.bridge, "br9");
         assert!(c.is_gateway && c.ip_masq && c.hairpin);
@@ -253,12 +269,12 @@ mod tests {
         assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
         assert_eq!(c.mac, Some([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x03]));
         // Exact beats folded; unknown keys are ignored as before.
-        let c = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", "isGateway": false, "IsGateway": true,
-            "Whatever": 1})))
+        let c = parse_conf(json!({"cniVersion": "1.0.0", "name": "n", "isGateway": false, "IsGateway": true,
+            "Whatever": 1}))
         .unwrap();
         assert!(!c.is_gateway);
         // A wrong type names the key as written.
-        let e = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", "IPMasq": 3}))).unwrap_err();
+        let e = parse_conf(json!({"cniVersion": "1.0.0", "name": "n", "IPMasq": 3})).unwrap_err();
         assert_eq!(e.code, 7);
         assert!(e.msg.contains("IPMasq: expected true or false"), "{}", e.msg);
         for (key, value, needle) in [
@@ -267,11 +283,11 @@ mod tests {
             ("IPMasqBackend", json!("pf"), "invalid IPMasqBackend \"pf\""),
             ("Bridge", json!("br/0"), "Bridge name"),
         ] {
-            let e = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", key: value}))).unwrap_err();
+            let e = parse_conf(json!({"cniVersion": "1.0.0", "name": "n", key: value})).unwrap_err();
             assert_eq!(e.code, 7);
             assert!(e.msg.contains(needle), "{} lacks {needle}", e.msg);
         }
-        let e = parse(&request(json!({"cniVersion": "1.0.0", "name": "n", "RuntimeConfig": {"MAC": 5}}))).unwrap_err();
+        let e = parse_conf(json!({"cniVersion": "1.0.0", "name": "n", "RuntimeConfig": {"MAC": 5}})).unwrap_err();
         assert!(e.msg.contains("runtimeConfig.MAC must be a string"), "{}", e.msg);
     }
 }
