@@ -15,7 +15,8 @@
 //!   spells one key twice with different case;
 //! - maps (`Map<String, Value>`, `HashMap`) and `Value` fields get their keys as written.
 //!
-//! Errors name the path as the user wrote it: `portMappings[0].HostPort: invalid type: ...`.
+//! Errors name the path as the user wrote it: `portMappings[0].HostPort: invalid type: ...`; a field
+//! of type [`Spelled`] also keeps its key as written, for messages about its value.
 //! `#[serde(flatten)]` and untagged enums buffer their input through serde's own deserializers,
 //! so keys inside them match exactly.
 
