@@ -305,3 +305,36 @@ fn add_keeps_the_earlier_plugins_result() {
     cni.del_network_list(&list, &r).expect("DEL");
     assert!(bridge_ports(&bridge).is_empty());
 }
+
+/// Keys as Go's decoder takes them: a config written with the reference's Go field names (`IsGateway`,
+/// `MTU`, `HairpinMode`, an `IPAM` object with `Type`/`Ranges`/`Subnet`) configures the same network.
+#[test]
+fn go_style_keys_configure_the_same_network() {
+    let bridge = unique("cnb");
+    let data = TempDir::new("cnb-ipam");
+    let cache = TempDir::new("cnb-cache");
+    let plugin = json!({ "type": "bridge", "Bridge": bridge, "IsGateway": true, "MTU": 1400, "HairpinMode": true,
+        "IPAM": { "Type": "host-local", "Ranges": [[{ "Subnet": "10.201.11.0/24" }]], "DataDir": data.path() } });
+    let list = json!({ "cniVersion": "1.1.0", "name": unique("netb"), "plugins": [plugin] });
+    let list = NetworkConfigList::from_bytes(list.to_string().as_bytes()).expect("conflist");
+    let net = Net {
+        list,
+        cni: CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf()),
+        _data: data,
+        _cache: cache,
+        bridge: LinkGuard(bridge),
+    };
+    let pod = Netns::new("cnbg");
+    let r = rt(&pod);
+    let result = net.cni.add_network_list(&net.list, &r).expect("ADD");
+    assert_eq!(result.ips[0].address.to_string(), "10.201.11.2/24");
+    let bridge_addr = sh("ip", &["-o", "-4", "addr", "show", &net.bridge.0]);
+    assert!(bridge_addr.contains("10.201.11.1/24"), "IsGateway not applied: {bridge_addr}");
+    assert!(pod.sh("ip", &["-o", "link", "show", "eth0"]).contains("mtu 1400"), "MTU not applied in the pod");
+    let details = sh("bridge", &["-d", "link", "show", "dev", &host_port_of(&net)]);
+    assert!(details.contains("hairpin on"), "HairpinMode not applied: {details}");
+    assert!(pings(&pod, "10.201.11.1"));
+    net.cni.check_network_list(&net.list, &r).expect("CHECK");
+    net.cni.del_network_list(&net.list, &r).expect("DEL");
+    assert!(bridge_ports(&net.bridge.0).is_empty(), "host veth left after DEL");
+}

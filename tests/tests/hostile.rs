@@ -259,6 +259,8 @@ fn common_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
         case("ipam.type a number", with(&base, "ipam", json!({ "type": 5 })), CONFIG),
         case("dns a number", with(&base, "dns", json!(5)), CONFIG),
         case("dns.nameservers a string", with(&base, "dns", json!({ "nameservers": "8.8.8.8" })), CONFIG),
+        // Go decodes a struct from an object only (serde_json alone took an array, field by field).
+        case("dns an array of its fields", with(&base, "dns", json!([["8.8.8.8"], "", [], []])), CONFIG),
         case("capabilities an array", with(&base, "capabilities", json!([])), CONFIG),
         case("capability a number", with(&base, "capabilities", json!({ "portMappings": 1 })), CONFIG),
         case("runtimeConfig a number", with(&base, "runtimeConfig", json!(5)), CONFIG),
@@ -383,6 +385,7 @@ fn bridge_cases(f: &Fixture) -> Vec<Case> {
         ("vlanTrunk", json!(5)),
         ("vlanTrunk", json!([5])),
         ("vlanTrunk", json!([{ "id": "5" }])),
+        ("vlanTrunk", json!([[10, 20, null]])),
     ] {
         cases.push(case(format!("{key} = {bad}"), with(&b, key, bad), CONFIG));
     }
@@ -605,6 +608,7 @@ fn portmap_cases(f: &Fixture) -> Vec<Case> {
         case("hostIP a number", one("hostIP", json!(5)), CONFIG),
         case("portMappings a string", maps(json!("8080:80")), CONFIG),
         case("portMappings of numbers", maps(json!([8080])), CONFIG),
+        case("a mapping as an array of its fields", maps(json!([[18080, 80, "tcp", ""]])), CONFIG),
         case("snat a number", with(&b, "snat", json!(2)), CONFIG),
         case("masqAll a string", with(&b, "masqAll", json!("yes")), CONFIG),
         case("markMasqBit 32", with(&b, "markMasqBit", json!(32)), CONFIG),

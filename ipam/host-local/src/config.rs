@@ -6,6 +6,7 @@ use crate::alloc::{Range, RangeSet};
 use ipnetwork::IpNetwork;
 use libcni::args::CniArgs;
 use libcni::conf::{kind, NetConf};
+use libcni::gojson;
 use libcni::types::Route;
 use libcni::{version, Error, Result};
 use serde_json::{Map, Value};
@@ -43,13 +44,26 @@ fn array<'a>(v: &'a Value, key: &str) -> Result<&'a [Value]> {
     }
 }
 
+/// The value of `key` in `obj` as Go's decoder picks it (exact name, else any case: `Subnet` is
+/// `subnet`), with the key as written; null is absent.
+fn non_null<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<(&'a str, &'a Value)> {
+    gojson::get(obj, key).filter(|(_, v)| !v.is_null())
+}
+
+/// `path.key` with the key as the config wrote it, for messages.
+fn key_path(obj: &Map<String, Value>, key: &str, path: &str) -> String {
+    format!("{path}.{}", gojson::get(obj, key).map_or(key, |(written, _)| written))
+}
+
 /// A string key; absent, null and "" are all "not set" (Go leaves such fields at their zero value).
 fn opt_str<'a>(obj: &'a Map<String, Value>, key: &str, path: &str) -> Result<Option<&'a str>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.is_empty() => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(invalid(&format!("{path}.{key}"), format!("must be a string, got {}", kind(other)))),
+    match non_null(obj, key) {
+        None => Ok(None),
+        Some((_, Value::String(s))) if s.is_empty() => Ok(None),
+        Some((_, Value::String(s))) => Ok(Some(s)),
+        Some((written, other)) => {
+            Err(invalid(&format!("{path}.{written}"), format!("must be a string, got {}", kind(other))))
+        }
     }
 }
 
@@ -73,13 +87,13 @@ fn opt_ip(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<IpAd
         None => Ok(None),
         Some(text) => parse_ip(text)
             .map(Some)
-            .ok_or_else(|| invalid(&format!("{path}.{key}"), format!("{text:?} is not an IP address"))),
+            .ok_or_else(|| invalid(&key_path(obj, key, path), format!("{text:?} is not an IP address"))),
     }
 }
 
 /// One range object `{subnet, rangeStart, rangeEnd, gateway}`, with the reference's defaults and checks.
 fn parse_range(obj: &Map<String, Value>, path: &str) -> Result<Range> {
-    let subnet_key = format!("{path}.subnet");
+    let subnet_key = key_path(obj, "subnet", path);
     let text = opt_str(obj, "subnet", path)?.ok_or_else(|| invalid(&subnet_key, "missing"))?;
     let subnet =
         parse_cidr(text).ok_or_else(|| invalid(&subnet_key, format!("{text:?} is not a CIDR (address/prefix)")))?;
@@ -101,7 +115,10 @@ fn parse_range(obj: &Map<String, Value>, path: &str) -> Result<Range> {
         let ip = opt_ip(obj, key, path)?;
         if let Some(ip) = ip {
             if ip.is_ipv4() != subnet.is_ipv4() {
-                return Err(invalid(&format!("{path}.{key}"), format!("{ip} is not of the family of subnet {subnet}")));
+                return Err(invalid(
+                    &key_path(obj, key, path),
+                    format!("{ip} is not of the family of subnet {subnet}"),
+                ));
             }
         }
         Ok(ip)
@@ -112,7 +129,7 @@ fn parse_range(obj: &Map<String, Value>, path: &str) -> Result<Range> {
     for (key, ip) in [("rangeStart", start), ("rangeEnd", end)] {
         if let Some(ip) = ip {
             if !subnet.contains(ip) {
-                return Err(invalid(&format!("{path}.{key}"), format!("{ip} not in network {subnet}")));
+                return Err(invalid(&key_path(obj, key, path), format!("{ip} not in network {subnet}")));
             }
         }
     }
@@ -163,10 +180,6 @@ fn requested_list(v: &Value, path: &str, out: &mut Vec<IpAddr>) -> Result<()> {
     Ok(())
 }
 
-fn non_null<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).filter(|v| !v.is_null())
-}
-
 fn ipam_object(conf: &NetConf) -> Result<&Map<String, Value>> {
     let ipam = conf.ipam.as_ref().ok_or_else(|| Error::config("netconf has no \"ipam\" object"))?;
     object(ipam, "ipam")
@@ -175,7 +188,10 @@ fn ipam_object(conf: &NetConf) -> Result<&Map<String, Value>> {
 fn data_dir(ipam: &Map<String, Value>) -> Result<PathBuf> {
     let data_dir = PathBuf::from(opt_str(ipam, "dataDir", "ipam")?.unwrap_or(DEFAULT_DATA_DIR));
     if !data_dir.is_absolute() {
-        return Err(invalid("ipam.dataDir", format!("{} must be an absolute path", data_dir.display())));
+        return Err(invalid(
+            &key_path(ipam, "dataDir", "ipam"),
+            format!("{} must be an absolute path", data_dir.display()),
+        ));
     }
     Ok(data_dir)
 }
@@ -193,15 +209,15 @@ impl IpamConfig {
         let ipam = ipam_object(conf)?;
 
         let mut range_sets = Vec::new();
-        if let Some(v) = non_null(&conf.runtime_config, "ipRanges") {
-            range_sets.extend(parse_sets(v, "runtimeConfig.ipRanges")?);
+        if let Some((k, v)) = non_null(&conf.runtime_config, "ipRanges") {
+            range_sets.extend(parse_sets(v, &format!("runtimeConfig.{k}"))?);
         }
         if opt_str(ipam, "subnet", "ipam")?.is_some() {
             range_sets.push(RangeSet { ranges: vec![parse_range(ipam, "ipam")?] });
         }
         // Like the reference, a top-level rangeStart/rangeEnd/gateway without a subnet is ignored.
-        if let Some(v) = non_null(ipam, "ranges") {
-            range_sets.extend(parse_sets(v, "ipam.ranges")?);
+        if let Some((k, v)) = non_null(ipam, "ranges") {
+            range_sets.extend(parse_sets(v, &format!("ipam.{k}"))?);
         }
         if range_sets.is_empty() {
             return Err(Error::config("ipam: no IP ranges specified (set ipam.ranges or ipam.subnet)"));
@@ -220,10 +236,10 @@ impl IpamConfig {
         }
 
         let mut routes = Vec::new();
-        if let Some(v) = non_null(ipam, "routes") {
-            for (i, item) in array(v, "ipam.routes")?.iter().enumerate() {
-                let route: Route =
-                    serde_json::from_value(item.clone()).map_err(|e| invalid(&format!("ipam.routes[{i}]"), e))?;
+        if let Some((k, v)) = non_null(ipam, "routes") {
+            let path = format!("ipam.{k}");
+            for (i, item) in array(v, &path)?.iter().enumerate() {
+                let route: Route = gojson::from_value(item).map_err(|e| invalid(&format!("{path}[{i}]"), e))?;
                 routes.push(route);
             }
         }
@@ -240,13 +256,14 @@ impl IpamConfig {
                     requested.push(ip);
                 }
             }
-            if let Some(cni) = non_null(&conf.args, "cni") {
-                if let Some(v) = non_null(object(cni, "args.cni")?, "ips") {
-                    requested_list(v, "args.cni.ips", &mut requested)?;
+            if let Some((c, cni)) = non_null(&conf.args, "cni") {
+                let path = format!("args.{c}");
+                if let Some((k, v)) = non_null(object(cni, &path)?, "ips") {
+                    requested_list(v, &format!("{path}.{k}"), &mut requested)?;
                 }
             }
-            if let Some(v) = non_null(&conf.runtime_config, "ips") {
-                requested_list(v, "runtimeConfig.ips", &mut requested)?;
+            if let Some((k, v)) = non_null(&conf.runtime_config, "ips") {
+                requested_list(v, &format!("runtimeConfig.{k}"), &mut requested)?;
             }
         }
         let mut seen = std::collections::HashSet::new();
@@ -407,5 +424,33 @@ mod tests {
         assert_eq!(parse_with(v.clone(), "IP=nonsense").unwrap_err().code, 4);
         let c = parse_with(v, "IP=10.9.9.9").unwrap();
         assert_eq!(c.requested_per_set().unwrap_err().code, 7);
+    }
+
+    /// containerd's go-cni sends `IPRanges{Subnet,RangeStart,RangeEnd,Gateway}` without JSON tags, and Go
+    /// decodes any key of the netconf case-insensitively; so do we.
+    #[test]
+    fn go_style_keys_as_containerd_sends_them() {
+        let v = json!({"cniVersion": "1.0.0", "name": "n",
+            "ipam": {"Type": "host-local", "Ranges": [[{"Subnet": "fd00::/64"}]], "DataDir": "/run/x",
+                     "Routes": [{"Dst": "0.0.0.0/0", "GW": "10.1.0.254"}], "ResolvConf": "/etc/resolv.conf"},
+            "Args": {"CNI": {"IPs": ["10.1.0.9"]}},
+            "RuntimeConfig": {"IPRanges": [[{"Subnet": "10.1.0.0/16", "RangeStart": "10.1.0.5", "RangeEnd": "10.1.0.50", "Gateway": ""}]],
+                              "IPs": ["fd00::7"]}});
+        let c = parse_with(v, "").unwrap();
+        let r = &c.range_sets[0].ranges[0];
+        assert_eq!(r.subnet.to_string(), "10.1.0.0/16");
+        assert_eq!((r.start, r.end, r.gateway), (ip("10.1.0.5"), ip("10.1.0.50"), ip("10.1.0.1")));
+        assert_eq!(c.range_sets[1].ranges[0].subnet.to_string(), "fd00::/64");
+        assert_eq!(c.routes[0].gw, Some(ip("10.1.0.254")));
+        assert_eq!(c.data_dir, PathBuf::from("/run/x"));
+        assert_eq!(c.resolv_conf, Some(PathBuf::from("/etc/resolv.conf")));
+        assert_eq!(c.requested, [ip("10.1.0.9"), ip("fd00::7")]);
+        // Messages name keys as written.
+        let v = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"ranges": [[{"subnet": "10.0.0.0/24"}]]},
+            "runtimeConfig": {"ipRanges": [[{"Subnet": "10.1.0.0/16", "RangeStart": "10.2.0.1"}]]}});
+        let e = parse_with(v, "").unwrap_err();
+        assert!(e.msg.contains("runtimeConfig.ipRanges[0][0].RangeStart"), "{e}");
+        let e = err(json!({"Subnet": 5}));
+        assert!(e.msg.contains("ipam.Subnet"), "{e}");
     }
 }

@@ -259,3 +259,29 @@ fn del_only_needs_the_store_location() {
     let relative = netconf("1.0.0", "lenient", json!({"subnet": "10.0.0.0/24", "dataDir": "rel"}));
     assert_eq!(exec(OURS, "DEL", &relative, "a", "eth0", "").err_code(), 7);
 }
+
+/// containerd's go-cni sends `runtimeConfig.ipRanges` as `[[{"Subnet":...,"RangeStart":"",...}]]` (Go
+/// structs without JSON tags), and a Go runtime's `args.cni.ips` the same way: the reference decodes them
+/// case-insensitively, so ADD allocates from that subnet and DEL releases it.
+#[test]
+fn go_style_ip_ranges_as_containerd_sends_them() {
+    let dir = TempDir::new("gostyle");
+    let mut conf = netconf("1.0.0", "gostyle", json!({"Type": "host-local", "DataDir": dir.path(),
+        "Ranges": [[{"Subnet": "10.10.0.0/24"}]]}));
+    conf["runtimeConfig"] = json!({"ipRanges": [[
+        {"Subnet": "10.77.0.0/16", "RangeStart": "10.77.3.10", "RangeEnd": "10.77.3.20", "Gateway": ""}]]});
+    let add = exec(OURS, "ADD", &conf, "a", "eth0", "");
+    assert_eq!(add.ips(), ["10.77.3.10/16", "10.10.0.2/24"], "{}", add.stdout);
+    assert_eq!(add.ok()["ips"][0]["gateway"], "10.77.0.1", "{}", add.stdout);
+    conf["Args"] = json!({"CNI": {"IPs": ["10.77.3.15"]}});
+    assert_eq!(exec(OURS, "ADD", &conf, "b", "eth0", "").first_ip(), "10.77.3.15");
+    assert_eq!(reservations(dir.path(), "gostyle").len(), 4);
+    exec(OURS, "DEL", &conf, "a", "eth0", "").ok();
+    exec(OURS, "DEL", &conf, "b", "eth0", "").ok();
+    assert!(reservations(dir.path(), "gostyle").is_empty());
+    // A wrong type names the key as the runtime wrote it.
+    conf["runtimeConfig"]["ipRanges"][0][0]["Subnet"] = json!(5);
+    let bad = exec(OURS, "ADD", &conf, "c", "eth0", "");
+    assert_eq!(bad.err_code(), 7);
+    assert!(bad.msg().contains("runtimeConfig.ipRanges[0][0].Subnet"), "{}", bad.msg());
+}

@@ -140,7 +140,7 @@ pub fn parse(data: &[u8], names: (&str, &str, &str)) -> Result<CacheEntry> {
         });
     }
     let wire: Wire =
-        serde_json::from_value(value).map_err(|e| Error::decode(format!("cache file has a bad shape: {e}")))?;
+        crate::gojson::from_value(&value).map_err(|e| Error::decode(format!("cache file has a bad shape: {e}")))?;
     if wire.kind != KIND_V1 {
         return Err(Error::decode(format!("cache file has unknown kind {:?}", wire.kind)));
     }

@@ -2,6 +2,7 @@
 //! plus helpers for the plugin's own typed keys. Unknown keys pass through untouched.
 
 use crate::error::{Error, Result};
+use crate::gojson;
 use crate::types::{CniResult, Dns};
 use crate::version;
 use serde::de::{self, Deserializer};
@@ -36,7 +37,7 @@ pub struct NetConf {
 impl NetConf {
     /// The IPAM plugin's type, if an `ipam` object with a non-empty `type` is configured.
     pub fn ipam_type(&self) -> Option<&str> {
-        self.ipam.as_ref()?.get("type")?.as_str().filter(|t| !t.is_empty())
+        gojson::get(self.ipam.as_ref()?.as_object()?, "type")?.1.as_str().filter(|t| !t.is_empty())
     }
 }
 
@@ -58,19 +59,24 @@ pub fn parse_netconf(stdin: &[u8]) -> Result<(NetConf, Value)> {
     Ok((conf, raw))
 }
 
-fn string_key(obj: &Map<String, Value>, key: &str) -> Result<Option<String>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(Error::config(format!("netconf key {key:?} must be a string, got {}", kind(other)))),
+/// A netconf key as Go's decoder finds it (see [`gojson`]): the key as written and its value, null as absent.
+fn key<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<(&'a str, &'a Value)> {
+    gojson::get(obj, name).filter(|(_, v)| !v.is_null())
+}
+
+fn string_key(obj: &Map<String, Value>, name: &str) -> Result<Option<String>> {
+    match key(obj, name) {
+        None => Ok(None),
+        Some((_, Value::String(s))) => Ok(Some(s.clone())),
+        Some((k, other)) => Err(Error::config(format!("netconf key {k:?} must be a string, got {}", kind(other)))),
     }
 }
 
-fn object_key(obj: &Map<String, Value>, key: &str) -> Result<Map<String, Value>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(Map::new()),
-        Some(Value::Object(m)) => Ok(m.clone()),
-        Some(other) => Err(Error::config(format!("netconf key {key:?} must be an object, got {}", kind(other)))),
+fn object_key(obj: &Map<String, Value>, name: &str) -> Result<Map<String, Value>> {
+    match key(obj, name) {
+        None => Ok(Map::new()),
+        Some((_, Value::Object(m))) => Ok(m.clone()),
+        Some((k, other)) => Err(Error::config(format!("netconf key {k:?} must be an object, got {}", kind(other)))),
     }
 }
 
@@ -103,26 +109,24 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
         )));
     }
     let plugin_type = string_key(obj, "type")?.unwrap_or_default();
-    let ipam = match obj.get("ipam") {
-        None | Some(Value::Null) => None,
-        Some(v @ Value::Object(m)) => {
-            match m.get("type") {
-                None | Some(Value::String(_)) => {}
-                Some(other) => {
-                    return Err(Error::config(format!("ipam \"type\" must be a string, got {}", kind(other))))
+    let ipam = match key(obj, "ipam") {
+        None => None,
+        Some((k, v @ Value::Object(m))) => {
+            match gojson::get(m, "type") {
+                None | Some((_, Value::String(_))) => {}
+                Some((t, other)) => {
+                    return Err(Error::config(format!("{k}.{t} must be a string, got {}", kind(other))))
                 }
             }
             Some(v.clone())
         }
-        Some(other) => {
-            return Err(Error::config(format!("netconf key \"ipam\" must be an object, got {}", kind(other))))
+        Some((k, other)) => {
+            return Err(Error::config(format!("netconf key {k:?} must be an object, got {}", kind(other))))
         }
     };
-    let dns = match obj.get("dns") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            serde_json::from_value::<Dns>(v.clone()).map_err(|e| Error::config(format!("netconf key \"dns\": {e}")))?,
-        ),
+    let dns = match key(obj, "dns") {
+        None => None,
+        Some((k, v)) => Some(gojson::from_value::<Dns>(v).map_err(|e| Error::config(e.under(k).to_string()))?),
     };
     let mut capabilities = BTreeMap::new();
     for (k, v) in object_key(obj, "capabilities")? {
@@ -132,21 +136,20 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
     }
     let runtime_config = object_key(obj, "runtimeConfig")?;
     let args = object_key(obj, "args")?;
-    let prev_result = match obj.get("prevResult") {
-        None | Some(Value::Null) => None,
+    let prev_result = match key(obj, "prevResult") {
+        None => None,
         // A malformed prevResult is a wrong value in valid JSON: code 7, like any other key; an
         // unsupported result version keeps code 1.
-        Some(v) => Some(CniResult::parse(v, &cni_version).map_err(|e| {
+        Some((k, v)) => Some(CniResult::parse(v, &cni_version).map_err(|e| {
             let code = if e.code == crate::code::INCOMPATIBLE_VERSION { e.code } else { crate::code::INVALID_CONFIG };
-            Error { code, ..e.context("prevResult") }
+            Error { code, ..e.context(k) }
         })?),
     };
-    let valid_attachments = match obj.get("cni.dev/valid-attachments").or_else(|| obj.get("cni.dev/attachments")) {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            serde_json::from_value::<Vec<Attachment>>(v.clone())
-                .map_err(|e| Error::config(format!("cni.dev/valid-attachments: {e}")))?,
-        ),
+    let valid_attachments = match key(obj, "cni.dev/valid-attachments").or_else(|| key(obj, "cni.dev/attachments")) {
+        None => None,
+        Some((k, v)) => {
+            Some(gojson::from_value::<Vec<Attachment>>(v).map_err(|e| Error::config(e.under(k).to_string()))?)
+        }
     };
     Ok(NetConf {
         cni_version,
@@ -181,9 +184,10 @@ pub fn lenient_bool<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<bool
     lenient_bool_value(&v).ok_or_else(|| de::Error::custom(format!("expected true or false, got {}", kind(&v))))
 }
 
-/// Decode a plugin's own keys from the whole netconf; a wrong type is code 7 naming the plugin.
-pub fn plugin_conf<T: serde::de::DeserializeOwned>(raw: &Value, plugin: &str) -> Result<T> {
-    serde_json::from_value(raw.clone()).map_err(|e| Error::config(format!("invalid {plugin} configuration: {e}")))
+/// Decode a plugin's own keys from the whole netconf, matching keys as Go does (see [`gojson`]); a
+/// wrong type is code 7 naming the plugin and the key as written.
+pub fn plugin_conf<'a, T: Deserialize<'a>>(raw: &'a Value, plugin: &str) -> Result<T> {
+    gojson::from_value(raw).map_err(|e| Error::config(format!("invalid {plugin} configuration: {e}")))
 }
 
 #[cfg(test)]
@@ -229,5 +233,43 @@ mod tests {
         assert_eq!(c.valid_attachments.unwrap()[0].container_id, "c");
         let (c, _) = parse_netconf(br#"{"name":"n"}"#).unwrap();
         assert_eq!(c.cni_version, "0.1.0");
+    }
+
+    /// Keys as a Go runtime marshals untagged structs: Go's decoder takes them, so we do.
+    #[test]
+    fn keys_match_as_go_decodes_them() {
+        let (c, _) = parse_netconf(
+            br#"{"CNIVersion":"1.0.0","Name":"n","TYPE":"bridge","IPAM":{"Type":"host-local"},
+               "DNS":{"Nameservers":["10.0.0.10"],"Search":["svc"]},
+               "RuntimeConfig":{"portMappings":[]},"Args":{"cni":{"ips":["10.0.0.5"]}},
+               "Cni.Dev/Valid-Attachments":[{"ContainerID":"c","IfName":"eth0"}],
+               "PrevResult":{"CNIVersion":"1.0.0","Interfaces":[{"Name":"eth0","Sandbox":"/x"}],
+                  "IPs":[{"Address":"10.0.0.5/24","Gateway":"10.0.0.1","Interface":0}],
+                  "Routes":[{"Dst":"0.0.0.0/0","GW":"10.0.0.1"}],"DNS":{"Nameservers":["1.1.1.1"]}}}"#,
+        )
+        .unwrap();
+        assert_eq!((c.cni_version.as_str(), c.name.as_str(), c.plugin_type.as_str()), ("1.0.0", "n", "bridge"));
+        assert_eq!(c.ipam_type(), Some("host-local"));
+        let dns = c.dns.unwrap();
+        assert_eq!((dns.nameservers, dns.search), (vec!["10.0.0.10".to_string()], vec!["svc".to_string()]));
+        assert!(c.runtime_config.contains_key("portMappings"));
+        assert!(c.args.contains_key("cni"));
+        assert_eq!(c.valid_attachments.unwrap(), [Attachment { container_id: "c".into(), ifname: "eth0".into() }]);
+        let prev = c.prev_result.unwrap();
+        assert_eq!(prev.interfaces[0].name, "eth0");
+        assert_eq!(prev.interfaces[0].sandbox.as_deref(), Some("/x"));
+        assert_eq!(prev.ips[0].address.to_string(), "10.0.0.5/24");
+        assert_eq!((prev.ips[0].gateway, prev.ips[0].interface), (Some("10.0.0.1".parse().unwrap()), Some(0)));
+        assert_eq!(prev.routes[0].gw, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(prev.dns.nameservers, ["1.1.1.1"]);
+        // Errors name the key as written.
+        let e = parse_netconf(br#"{"cniVersion":"1.0.0","Name":5}"#).unwrap_err();
+        assert!(e.msg.contains("\"Name\""), "{e}");
+        let e = parse_netconf(br#"{"cniVersion":"1.0.0","name":"n","DNS":{"Nameservers":"x"}}"#).unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(e.msg.contains("DNS.Nameservers: invalid type"), "{e}");
+        let bad = br#"{"cniVersion":"1.0.0","name":"n","PrevResult":{"IPs":[{"Address":"10.0.0.5/24","GateWay":7}]}}"#;
+        let e = parse_netconf(bad).unwrap_err();
+        assert!(e.msg.contains("IPs[0].GateWay"), "{e}");
     }
 }

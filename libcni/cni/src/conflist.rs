@@ -34,9 +34,9 @@ pub struct NetworkConfigList {
     pub bytes: Vec<u8>,
 }
 
-/// Look a key up as Go's decoder does for struct fields: exact match first, then any case.
+/// Look a key up as Go's decoder does for struct fields ([`crate::gojson::get`]).
 fn get_ci<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).or_else(|| obj.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v))
+    crate::gojson::get(obj, key).map(|(_, v)| v)
 }
 
 fn list_bool(obj: &Map<String, Value>, key: &str) -> Result<bool> {

@@ -358,9 +358,17 @@ fn interpret(plugin: &Path, out: RawOutput) -> Result<Vec<u8>> {
     }
     match serde_json::from_slice::<Value>(&out.stdout) {
         Ok(Value::Object(obj)) => {
-            let code = obj.get("code").and_then(Value::as_u64).and_then(|c| u32::try_from(c).ok());
-            let msg = obj.get("msg").and_then(Value::as_str).unwrap_or_default().to_string();
-            let details = obj.get("details").and_then(Value::as_str).unwrap_or_default().to_string();
+            let code = crate::gojson::get(&obj, "code")
+                .map(|(_, v)| v)
+                .and_then(Value::as_u64)
+                .and_then(|c| u32::try_from(c).ok());
+            let msg =
+                crate::gojson::get(&obj, "msg").map(|(_, v)| v).and_then(Value::as_str).unwrap_or_default().to_string();
+            let details = crate::gojson::get(&obj, "details")
+                .map(|(_, v)| v)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
             match code {
                 Some(c) if c != 0 => Err(Error { code: c, msg, details }),
                 _ => Err(exec_error(format!(
@@ -438,13 +446,13 @@ pub fn get_version_info(plugin: &Path, timeout: Option<Duration>) -> Result<Plug
     let value: Value = serde_json::from_slice(&stdout).map_err(|e| {
         Error::decode(format!("plugin {name}: VERSION output is not JSON ({e}): {:?}", lossy_trimmed(&stdout)))
     })?;
-    let cni_version = value
-        .get("cniVersion")
+    let field = |name| value.as_object().and_then(|obj| crate::gojson::get(obj, name)).map(|(_, v)| v);
+    let cni_version = field("cniVersion")
         .and_then(Value::as_str)
         .filter(|v| !v.is_empty())
         .ok_or_else(|| Error::decode(format!("plugin {name}: VERSION output has no \"cniVersion\"")))?
         .to_string();
-    let supported_versions = match value.get("supportedVersions") {
+    let supported_versions = match field("supportedVersions") {
         Some(Value::Array(vs)) => vs
             .iter()
             .map(|v| {

@@ -7,6 +7,7 @@ pub mod conf;
 pub mod conflist;
 pub mod error;
 pub mod fault;
+pub mod gojson;
 pub mod invoke;
 pub mod runtime;
 pub mod skel;

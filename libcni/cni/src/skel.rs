@@ -84,7 +84,7 @@ impl Request {
         self.conf.valid_attachments.as_deref().unwrap_or(&[])
     }
     /// Decode the plugin's own keys; a wrong type is code 7.
-    pub fn plugin_conf<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+    pub fn plugin_conf<'a, T: serde::Deserialize<'a>>(&'a self) -> Result<T> {
         conf::plugin_conf(&self.raw, &self.conf.plugin_type)
     }
 }
@@ -250,7 +250,7 @@ fn dispatch<P: Plugin>(
     stdin.read_to_end(&mut stdin_bytes).map_err(|e| Error::io("read network configuration from stdin", &e))?;
     // Learn the version first so even a later error speaks it.
     if let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(&stdin_bytes) {
-        if let Some(Value::String(v)) = m.get("cniVersion") {
+        if let Some((_, Value::String(v))) = crate::gojson::get(&m, "cniVersion") {
             if version::check_supported(v).is_ok() {
                 cni_version.clone_from(v);
             }

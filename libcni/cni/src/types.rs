@@ -153,11 +153,11 @@ impl CniResult {
             }
             Shape::V04 | Shape::V1 => {
                 for (i, iface) in top.array("interfaces")?.iter().enumerate() {
-                    let iface = Obj::new(iface, &format!("interfaces[{i}]"))?;
+                    let iface = Obj::new(iface, &format!("{}[{i}]", top.at("interfaces")))?;
                     result.interfaces.push(parse_interface(&iface, shape)?);
                 }
                 for (i, ip) in top.array("ips")?.iter().enumerate() {
-                    let ip = Obj::new(ip, &format!("ips[{i}]"))?;
+                    let ip = Obj::new(ip, &format!("{}[{i}]", top.at("ips")))?;
                     if shape == Shape::V04 {
                         // The family is taken from the address; the field only has to be well-typed.
                         ip.string("version")?;
@@ -165,7 +165,7 @@ impl CniResult {
                     result.ips.push(parse_ip(&ip)?);
                 }
                 for (i, route) in top.array("routes")?.iter().enumerate() {
-                    result.routes.push(parse_route(&Obj::new(route, &format!("routes[{i}]"))?)?);
+                    result.routes.push(parse_route(&Obj::new(route, &format!("{}[{i}]", top.at("routes")))?)?);
                 }
             }
         }
@@ -329,7 +329,9 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// The path of `key`, spelled as the result wrote it.
     fn at(&self, key: &str) -> String {
+        let key = crate::gojson::get(self.map, key).map_or(key, |(written, _)| written);
         if self.path.is_empty() {
             key.to_string()
         } else {
@@ -345,11 +347,9 @@ impl<'a> Obj<'a> {
         self.invalid(key, format!("expected {expected}, got {}", kind(got)))
     }
 
-    /// The value of `key`, matched like Go does (exact first, then ignoring case); null is absent.
+    /// The value of `key`, matched as Go does ([`crate::gojson::get`]); null is absent.
     fn get(&self, key: &str) -> Option<&'a Value> {
-        let found =
-            self.map.get(key).or_else(|| self.map.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v));
-        found.filter(|v| !v.is_null())
+        crate::gojson::get(self.map, key).map(|(_, v)| v).filter(|v| !v.is_null())
     }
 
     fn string(&self, key: &str) -> Result<Option<String>> {
@@ -391,7 +391,9 @@ impl<'a> Obj<'a> {
         for (i, item) in self.array(key)?.iter().enumerate() {
             match item {
                 Value::String(s) => out.push(s.clone()),
-                other => return Err(self.wrong_type(&format!("{key}[{i}]"), "a string", other)),
+                other => {
+                    return Err(Error::decode(format!("{}[{i}]: expected a string, got {}", self.at(key), kind(other))))
+                }
             }
         }
         Ok(out)

@@ -1,6 +1,7 @@
 //! The bridge plugin's keys, parsed and validated once; later code never touches raw JSON.
 
 use libcni::conf::{kind, lenient_bool};
+use libcni::gojson::{self, Spelled};
 use libcni::skel::{validate_ifname, Request};
 use libcni::types::Dns;
 use libcni::{Error, Result};
@@ -10,7 +11,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct Raw {
-    bridge: Option<String>,
+    bridge: Option<Spelled<String>>,
     #[serde(default, deserialize_with = "lenient_bool")]
     is_gateway: bool,
     #[serde(default, deserialize_with = "lenient_bool")]
@@ -19,13 +20,13 @@ struct Raw {
     force_address: bool,
     #[serde(default, deserialize_with = "lenient_bool")]
     ip_masq: bool,
-    ip_masq_backend: Option<String>,
-    mtu: Option<i64>,
+    ip_masq_backend: Option<Spelled<String>>,
+    mtu: Option<Spelled<i64>>,
     #[serde(default, deserialize_with = "lenient_bool")]
     hairpin_mode: bool,
     #[serde(default, deserialize_with = "lenient_bool")]
     promisc_mode: bool,
-    vlan: Option<i64>,
+    vlan: Option<Spelled<i64>>,
     vlan_trunk: Option<Vec<TrunkRaw>>,
     #[serde(default, deserialize_with = "lenient_bool")]
     preserve_default_vlan: bool,
@@ -109,18 +110,18 @@ fn vlan_id(v: i64, what: &str) -> Result<u16> {
     }
 }
 
+/// `args.cni.mac` and `runtimeConfig.mac`, keys matched as Go does ([`gojson::get`]).
 fn mac_from(req: &Request) -> Result<Option<[u8; 6]>> {
     let mut mac = req.args.get("MAC").map(str::to_string);
-    if let Some(v) = req.conf.args.get("cni").and_then(|c| c.get("mac")) {
+    let from_args = gojson::get(&req.conf.args, "cni")
+        .and_then(|(c, cni)| Some((c, gojson::get(cni.as_object()?, "mac")?)))
+        .map(|(c, (k, v))| (format!("args.{c}.{k}"), v));
+    let from_runtime = gojson::get(&req.conf.runtime_config, "mac").map(|(k, v)| (format!("runtimeConfig.{k}"), v));
+    for (key, v) in [from_args, from_runtime].into_iter().flatten() {
         match v {
+            Value::Null => {}
             Value::String(s) => mac = Some(s.clone()),
-            other => return Err(Error::config(format!("args.cni.mac must be a string, got {}", kind(other)))),
-        }
-    }
-    if let Some(v) = req.conf.runtime_config.get("mac") {
-        match v {
-            Value::String(s) => mac = Some(s.clone()),
-            other => return Err(Error::config(format!("runtimeConfig.mac must be a string, got {}", kind(other)))),
+            other => return Err(Error::config(format!("{key} must be a string, got {}", kind(other)))),
         }
     }
     mac.filter(|m| !m.is_empty()).map(|m| parse_mac(&m)).transpose()
@@ -133,16 +134,22 @@ pub fn valid_plugin_type(t: &str) -> bool {
 
 pub fn parse(req: &Request) -> Result<BridgeConf> {
     let raw: Raw = req.plugin_conf()?;
-    let bridge = raw.bridge.filter(|b| !b.is_empty()).unwrap_or_else(|| "cni0".to_string());
-    validate_ifname(&bridge).map_err(|e| Error::config(format!("bridge name: {}", e.msg)))?;
-    let mtu = match raw.mtu {
-        None | Some(0) => None,
-        Some(m) if (68..=65535).contains(&m) => Some(m as u32),
-        Some(m) => return Err(Error::config(format!("invalid mtu {m}: use 68-65535, or 0 for the kernel default"))),
+    let (bridge_key, bridge) = match raw.bridge {
+        Some(b) if !b.value.is_empty() => (b.key_or("bridge").to_string(), b.value),
+        _ => ("bridge".to_string(), "cni0".to_string()),
     };
-    let vlan = match raw.vlan {
-        None | Some(0) => 0,
-        Some(v) => vlan_id(v, "vlan")?,
+    validate_ifname(&bridge).map_err(|e| Error::config(format!("{bridge_key} name: {}", e.msg)))?;
+    let mtu = match &raw.mtu {
+        None | Some(Spelled { value: 0, .. }) => None,
+        Some(Spelled { value: m @ 68..=65535, .. }) => Some(*m as u32),
+        Some(m) => {
+            let key = m.key_or("mtu");
+            return Err(Error::config(format!("invalid {key} {}: use 68-65535, or 0 for the kernel default", m.value)));
+        }
+    };
+    let vlan = match &raw.vlan {
+        None | Some(Spelled { value: 0, .. }) => 0,
+        Some(v) => vlan_id(v.value, v.key_or("vlan"))?,
     };
     let mut vlan_trunk = Vec::new();
     for t in raw.vlan_trunk.unwrap_or_default() {
@@ -178,12 +185,14 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
     if raw.is_default_gateway && ipam_type.is_none() {
         return Err(Error::config("isDefaultGateway needs an ipam plugin to learn the gateway address"));
     }
-    let ip_masq_backend = raw.ip_masq_backend.filter(|b| !b.is_empty());
+    let ip_masq_backend = raw.ip_masq_backend.filter(|b| !b.value.is_empty());
     if let Some(b) = &ip_masq_backend {
-        if !matches!(b.as_str(), "nftables" | "nft" | "iptables") {
-            return Err(Error::config(format!("invalid ipMasqBackend {b:?}: use \"nftables\" or \"iptables\"")));
+        if !matches!(b.value.as_str(), "nftables" | "nft" | "iptables") {
+            let key = b.key_or("ipMasqBackend");
+            return Err(Error::config(format!("invalid {key} {:?}: use \"nftables\" or \"iptables\"", b.value)));
         }
     }
+    let ip_masq_backend = ip_masq_backend.map(|b| b.value);
     Ok(BridgeConf {
         network: req.conf.name.clone(),
         bridge,
@@ -206,4 +215,84 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
         dns: req.conf.dns.clone().filter(|d| *d != Dns::default()),
         mac: mac_from(req)?,
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use libcni::skel::{execute, Plugin};
+    use libcni::CniResult;
+    use serde_json::json;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    /// A plugin whose DEL parses the bridge config the way the bridge does, through skel.
+    #[derive(Default)]
+    struct Parse(RefCell<Option<Result<BridgeConf>>>);
+
+    impl Plugin for Parse {
+        fn add(&self, _: &Request) -> Result<CniResult> {
+            Ok(CniResult::default())
+        }
+        fn del(&self, req: &Request) -> Result<()> {
+            *self.0.borrow_mut() = Some(parse(req));
+            Ok(())
+        }
+        fn check(&self, _: &Request) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn parse_conf(raw: Value) -> Result<BridgeConf> {
+        let env: HashMap<String, String> =
+            [("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c"), ("CNI_IFNAME", "eth0"), ("CNI_PATH", "/nonexistent")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let plugin = Parse::default();
+        let out = execute(&plugin, &env, &mut raw.to_string().as_bytes());
+        assert_eq!(out.exit_code, 0, "{}", out.stdout);
+        plugin.0.take().expect("DEL ran")
+    }
+
+    /// Keys as Go's decoder takes them (the reference bridge's struct fields are `IsGW`, `IPMasq`, ...
+    /// with camelCase tags; a Go runtime that marshals an untagged struct sends the field names).
+    #[test]
+    fn go_style_keys() {
+        let c = parse_conf(json!({"cniVersion": "1.0.0", "name": "n", "type": "bridge",
+            "Bridge": "br9", "IsGateway": true, "IPMasq": "true", "IPMasqBackend": "iptables", "MTU": 1400,
+            "HairpinMode": true, "Vlan": 5, "VlanTrunk": [{"MinID": 10, "MaxID": 20}, {"ID": 30}],
+            "IPAM": {"Type": "host-local"}, "Args": {"CNI": {"MAC": "0a:58:0a:f4:01:02"}},
+            "RuntimeConfig": {"Mac": "0a:58:0a:f4:01:03"}}))
+        .unwrap();
+        assert_eq!(c.bridge, "br9");
+        assert!(c.is_gateway && c.ip_masq && c.hairpin);
+        assert_eq!(c.ip_masq_backend.as_deref(), Some("iptables"));
+        assert_eq!((c.mtu, c.vlan), (Some(1400), 5));
+        assert_eq!(c.vlan_trunk, [(10, 20), (30, 30)]);
+        assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
+        assert_eq!(c.mac, Some([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x03]));
+        // Exact beats folded; unknown keys are ignored as before.
+        let c = parse_conf(json!({"cniVersion": "1.0.0", "name": "n", "isGateway": false, "IsGateway": true,
+            "Whatever": 1}))
+        .unwrap();
+        assert!(!c.is_gateway);
+        // A wrong type names the key as written.
+        let e = parse_conf(json!({"cniVersion": "1.0.0", "name": "n", "IPMasq": 3})).unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(e.msg.contains("IPMasq: expected true or false"), "{}", e.msg);
+        for (key, value, needle) in [
+            ("MTU", json!(40), "invalid MTU 40"),
+            ("VLAN", json!(5000), "invalid VLAN 5000"),
+            ("IPMasqBackend", json!("pf"), "invalid IPMasqBackend \"pf\""),
+            ("Bridge", json!("br/0"), "Bridge name"),
+        ] {
+            let e = parse_conf(json!({"cniVersion": "1.0.0", "name": "n", key: value})).unwrap_err();
+            assert_eq!(e.code, 7);
+            assert!(e.msg.contains(needle), "{} lacks {needle}", e.msg);
+        }
+        let e = parse_conf(json!({"cniVersion": "1.0.0", "name": "n", "RuntimeConfig": {"MAC": 5}})).unwrap_err();
+        assert!(e.msg.contains("runtimeConfig.MAC must be a string"), "{}", e.msg);
+    }
 }

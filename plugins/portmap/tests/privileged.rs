@@ -595,6 +595,57 @@ fn iptables_end_to_end() {
     end_to_end("iptables");
 }
 
+/// containerd's CRI (go-cni) marshals runtimeConfig from Go structs without JSON tags, and a Go
+/// runtime may do the same with prevResult: ADD must map the ports and DEL remove them, with the
+/// other capabilities it sends (bandwidth, dns) alongside.
+fn go_style_keys(backend: &str) {
+    if !privileged() {
+        return;
+    }
+    let mut w = World::new();
+    w.http_server(&w.pod1.clone(), "pod1");
+    w.udp_echo(&w.pod1.clone(), 5300);
+    let network = format!("pmgo-{}", unique());
+    let cid = format!("ctr-{}", unique());
+    let pod_ns = format!("/run/netns/{}", w.pod1);
+    let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
+    let prev = json!({
+        "CNIVersion": "1.0.0",
+        "Interfaces": [{"Name": "br0"}, {"Name": "vp"}, {"Name": "eth0", "Sandbox": pod_ns}],
+        "IPs": [{"Address": format!("{POD1}/24"), "Gateway": NODE_BR, "Interface": 2},
+                {"Address": format!("{POD1_V6}/64"), "Gateway": "fd66::1", "Interface": 2}],
+    });
+    let mut conf = netconf("1.0.0", &network, Some(backend), &prev, None);
+    conf["runtimeConfig"] = json!({
+        "portMappings": [
+            {"HostPort": 8080, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""},
+            {"HostPort": 5300, "ContainerPort": 5300, "Protocol": "udp", "HostIP": ""},
+            {"HostPort": 8081, "ContainerPort": 80, "Protocol": "tcp", "HostIP": NODE_UP}],
+        "bandwidth": {"IngressRate": 1_000_000, "IngressBurst": 1000, "EgressRate": 1_000_000, "EgressBurst": 1000},
+        "dns": {"Servers": ["10.96.0.10"], "Searches": ["default.svc.cluster.local"], "Options": ["ndots:5"]},
+        "io.kubernetes.cri.pod-annotations": {"a": "b"},
+    });
+
+    let (ok, out) = plugin(ours(), &call("ADD"), &conf);
+    assert!(ok, "ADD: {out}");
+    assert_eq!(out["ips"][0]["address"], format!("{POD1}/24"), "ADD returns prevResult: {out}");
+    assert!(plugin(ours(), &call("CHECK"), &conf).0, "CHECK after ADD");
+    assert_forwarding(&w);
+    assert!(plugin(ours(), &call("DEL"), &conf).0, "DEL");
+    assert_gone(&w, &cid);
+    assert!(plugin(ours(), &call("DEL"), &conf).0, "DEL twice");
+}
+
+#[test]
+fn nftables_go_style_keys() {
+    go_style_keys("nftables");
+}
+
+#[test]
+fn iptables_go_style_keys() {
+    go_style_keys("iptables");
+}
+
 #[test]
 fn no_mappings_does_nothing() {
     if !privileged() {
