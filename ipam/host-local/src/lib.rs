@@ -120,7 +120,7 @@ impl Allocation<'_, '_> {
     }
 
     fn reserve_next(&mut self, index: usize, set: &RangeSet) -> Result<IpAddr> {
-        let last = self.locked.last_reserved(index);
+        let last = self.locked.last_reserved(index)?;
         // Addresses found taken only at link time (someone ignoring the lock) are skipped on the next pass.
         let mut raced: HashSet<IpAddr> = HashSet::new();
         loop {

@@ -11,6 +11,18 @@
 //! releases it). Reading a thousand files per call would dominate ADD on a busy node, so a scan cache
 //! (`index`) remembers the owner of each file by name and inode; an owner taken from it is confirmed by
 //! reading its file before anything is returned or released on its word.
+//!
+//! Nothing in the network directory is followed if it is a symbolic link: whoever can plant one there (a pod
+//! with the directory mounted, a careless script) must not make a root plugin write, create, lock or read a
+//! file elsewhere. Every file is opened with `O_NOFOLLOW` (a link where `lock`, the scan cache or
+//! `last_reserved_ip.<n>` should be is an I/O error naming it), created with `O_EXCL` (temporary files), or
+//! published with link(2)/rename(2), which act on the name itself. A link with a reservation's name is not a
+//! reservation: the listing skips it and link(2) refuses to publish over it. `<dataDir>/<network>` itself must
+//! be a real directory; `dataDir` is taken as configured (the operator wrote it, links and all).
+//!
+//! A read-only store (a file system remounted read-only after an I/O error) is still read: the lock is taken
+//! through a read-only descriptor, or not at all when the lock file does not exist (nothing can change the
+//! directory then), so DEL and GC succeed when there is nothing to release and name what they could not.
 
 mod index;
 
@@ -25,6 +37,52 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Options for a file in the store: never through a symbolic link, never blocking on a FIFO planted there.
+fn store_file_options() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits());
+    options
+}
+
+/// The error for a store file that could not be opened: a symbolic link is named as such.
+fn open_error(what: &str, path: &Path, e: &std::io::Error) -> Error {
+    let is_link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) && is_link {
+        return Error::new(
+            code::IO,
+            format!(
+                "{what} {} is a symbolic link: host-local never follows links in its data directory; \
+                 remove it (nobody but host-local should create files there)",
+                path.display()
+            ),
+        );
+    }
+    Error::io(format!("{what} {}", path.display()), e)
+}
+
+/// A store file that must be a regular file, opened read-only; `None` if it does not exist.
+fn open_existing(what: &str, path: &Path) -> Result<Option<File>> {
+    match store_file_options().read(true).open(path) {
+        Ok(file) => {
+            let meta = file.metadata().map_err(|e| Error::io(format!("{what} {}", path.display()), &e))?;
+            if !meta.is_file() {
+                return Err(Error::new(
+                    code::IO,
+                    format!("{what} {} is not a regular file; remove it", path.display()),
+                ));
+            }
+            Ok(Some(file))
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(open_error(what, path, &e)),
+    }
+}
+
+/// Whether an error means the store cannot be written at all (and can still be read).
+fn is_read_only(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(nix::errno::Errno::EROFS as i32)
+}
 
 /// What the reference writes between the container ID and the interface name.
 pub const LINE_BREAK: &str = "\r\n";
@@ -322,8 +380,11 @@ fn recorded_files(text: &str, now: &DirStamp) -> Option<Files> {
 
 /// The inode number and owner of a reservation file.
 fn read_reservation(path: &Path) -> std::io::Result<(u64, Owner)> {
-    let mut file = File::open(path)?;
+    let mut file = store_file_options().read(true).open(path)?;
     let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(ErrorKind::InvalidInput.into());
+    }
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).saturating_add(1));
     file.read_to_end(&mut bytes)?;
     Ok((meta.ino(), Owner::parse(&String::from_utf8_lossy(&bytes))))
@@ -399,12 +460,29 @@ impl Store {
             .mode(0o755)
             .create(&dir)
             .map_err(|e| Error::io(format!("create data directory {}", dir.display()), &e))?;
+        Self::refuse_link(&dir)?;
         Ok(Store { dir })
+    }
+
+    /// `<dataDir>/<network>` is ours to create: a symbolic link there was planted by someone else.
+    fn refuse_link(dir: &Path) -> Result<()> {
+        match fs::symlink_metadata(dir) {
+            Ok(m) if m.file_type().is_symlink() => Err(Error::new(
+                code::IO,
+                format!(
+                    "data directory {} is a symbolic link: host-local never follows links in its data \
+                     directory; remove it (set ipam.dataDir to the real location instead)",
+                    dir.display()
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Open the store only if it exists (DEL, GC, CHECK): a missing directory holds no reservation.
     pub fn existing(data_dir: &Path, network: &str) -> Result<Option<Store>> {
         let dir = Self::path_for(data_dir, network)?;
+        Self::refuse_link(&dir)?;
         match fs::metadata(&dir) {
             Ok(m) if m.is_dir() => Ok(Some(Store { dir })),
             Ok(_) => Err(Error::new(code::IO, format!("data directory {} is not a directory", dir.display()))),
@@ -419,18 +497,25 @@ impl Store {
 
     /// Take the network's lock (shared with the reference plugin), blocking until it is free, and read every
     /// reservation. Temporary files left by a crash are removed on the way: ours exist only under the lock.
+    ///
+    /// On a read-only file system the lock file is opened read-only (flock needs no write access), or, when
+    /// it does not exist, not locked at all: nobody can change the directory then. Changes fail later, each
+    /// naming its file.
     pub fn lock(&self) -> Result<Locked<'_>> {
         let path = self.dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .open(&path)
-            .map_err(|e| Error::io(format!("open lock {}", path.display()), &e))?;
-        let flock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| {
-            Error::io(format!("lock {}", path.display()), &std::io::Error::from_raw_os_error(errno as i32))
-        })?;
+        let opened = store_file_options().read(true).write(true).create(true).truncate(false).mode(0o644).open(&path);
+        let (file, read_only) = match opened {
+            Ok(file) => (Some(file), false),
+            Err(e) if is_read_only(&e) => (open_existing("lock", &path)?, true),
+            Err(e) => return Err(open_error("open lock", &path, &e)),
+        };
+        let flock = file
+            .map(|file| {
+                Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| {
+                    Error::io(format!("lock {}", path.display()), &std::io::Error::from_raw_os_error(errno as i32))
+                })
+            })
+            .transpose()?;
         let listing = self.list()?;
         let mut removed_any = false;
         for tmp in &listing.temp_files {
@@ -440,7 +525,7 @@ impl Store {
         Ok(Locked {
             store: self,
             reservations: listing.reservations,
-            index_stale: listing.index_stale || removed_any,
+            index_stale: (listing.index_stale || removed_any) && !read_only,
             _flock: flock,
         })
     }
@@ -455,7 +540,10 @@ impl Store {
     /// owner; only new or replaced files are read.
     fn list(&self) -> Result<Listing> {
         let stamp = fs::metadata(&self.dir).ok().map(|m| DirStamp::of(&m));
-        let index_text = stamp.and_then(|_| fs::read_to_string(self.dir.join(INDEX_FILE)).ok()).unwrap_or_default();
+        let index_text = match stamp {
+            Some(_) => self.read_index()?,
+            None => String::new(),
+        };
         let recorded = stamp.and_then(|now| recorded_files(&index_text, &now));
         let mut index_stale = recorded.is_none();
         let index_text = if index_stale { String::new() } else { index_text };
@@ -502,13 +590,26 @@ impl Store {
         Ok(Listing { reservations: Reservations { index_text, files }, index_stale, temp_files })
     }
 
+    /// The scan cache's text; empty if it is missing or unreadable (a cache: the scan then reads every file).
+    /// A symbolic link or anything but a regular file in its place is an error naming it.
+    fn read_index(&self) -> Result<String> {
+        let path = self.dir.join(INDEX_FILE);
+        let Some(mut file) = open_existing("scan cache", &path)? else { return Ok(String::new()) };
+        let mut text = String::new();
+        Ok(file.read_to_string(&mut text).map_or_else(|_| String::new(), |_| text))
+    }
+
     /// Record the reservations in the scan cache. Overwritten in place (reusing the file's pages) and not
     /// synced: a torn, mixed or lost index only makes the next scan read every file. Must be the last change
     /// to the directory under the lock.
     fn write_index(&self, reservations: &Reservations) {
         let path = self.dir.join(INDEX_FILE);
-        let written =
-            OpenOptions::new().write(true).create(true).truncate(false).mode(0o644).open(&path).and_then(|mut file| {
+        let written = store_file_options().write(true).create(true).truncate(false).mode(0o644).open(&path).and_then(
+            |mut file| {
+                // Never write into anything but a regular file (a FIFO or a device planted under this name).
+                if !file.metadata()?.is_file() {
+                    return Err(ErrorKind::InvalidInput.into());
+                }
                 // Stamped after the open, which creates the file the first time and so changes the directory.
                 let stamp = DirStamp::of(&fs::metadata(&self.dir)?);
                 let text = &reservations.index_text;
@@ -521,31 +622,39 @@ impl Store {
                 let rendered = index::render(&stamp, reservations.files.len(), entries);
                 file.write_all(rendered.as_bytes())?;
                 file.set_len(rendered.len() as u64)
-            });
+            },
+        );
         if written.is_err() {
             // It would be refused anyway; removing it spares the next scan the attempt.
             let _ = fs::remove_file(&path);
         }
     }
 
-    /// The address last handed out from a set, if recorded and parsable.
-    pub fn last_reserved(&self, set_index: usize) -> Option<IpAddr> {
-        let content = fs::read_to_string(self.dir.join(format!("{LAST_RESERVED_PREFIX}{set_index}"))).ok()?;
-        content.trim().parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
+    /// The address last handed out from a set, if recorded and parsable. A symbolic link in its place is an
+    /// error naming it.
+    pub fn last_reserved(&self, set_index: usize) -> Result<Option<IpAddr>> {
+        let path = self.dir.join(format!("{LAST_RESERVED_PREFIX}{set_index}"));
+        let Some(file) = open_existing("round-robin cursor", &path)? else { return Ok(None) };
+        // An address is at most 45 bytes; a larger file is not ours and is read no further.
+        let mut content = String::new();
+        if file.take(64).read_to_string(&mut content).is_err() {
+            return Ok(None);
+        }
+        Ok(content.trim().parse::<IpAddr>().ok().map(|ip| ip.to_canonical()))
     }
 
     /// Fails unless the store can be written (STATUS): opens the lock file for writing, creating it if needed.
     /// Creating and removing a probe file instead would change the directory and so invalidate the scan cache.
     pub fn probe_writable(&self) -> Result<()> {
         let path = self.dir.join(LOCK_FILE);
-        OpenOptions::new()
+        store_file_options()
             .write(true)
             .create(true)
             .truncate(false)
             .mode(0o644)
             .open(&path)
             .map(drop)
-            .map_err(|e| Error::io(format!("open {} for writing", path.display()), &e))
+            .map_err(|e| open_error("open for writing: lock", &path, &e))
     }
 
     /// A fresh file whose name can never parse as an address, created exclusively.
@@ -555,7 +664,8 @@ impl Store {
         loop {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
             let path = self.dir.join(format!("{TEMP_PREFIX}{}.{nanos}.{n}", std::process::id()));
-            match OpenOptions::new().write(true).create_new(true).mode(0o644).open(&path) {
+            // O_EXCL: never through a link planted under this name (nor onto any existing file).
+            match store_file_options().write(true).create_new(true).mode(0o644).open(&path) {
                 Ok(f) => return Ok((path, f)),
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(Error::io(format!("create temporary file in {}", self.dir.display()), &e)),
@@ -588,8 +698,9 @@ pub struct Locked<'a> {
     reservations: Reservations,
     /// The scan cache does not describe the directory: rewrite it before the lock is released.
     index_stale: bool,
-    /// Declared last: released after `drop` has rewritten the scan cache.
-    _flock: Flock<File>,
+    /// Declared last: released after `drop` has rewritten the scan cache. `None` on a read-only store whose
+    /// lock file does not exist.
+    _flock: Option<Flock<File>>,
 }
 
 impl Drop for Locked<'_> {
@@ -626,7 +737,7 @@ impl Locked<'_> {
         self.reservations.owner(ip)
     }
 
-    pub fn last_reserved(&self, set_index: usize) -> Option<IpAddr> {
+    pub fn last_reserved(&self, set_index: usize) -> Result<Option<IpAddr>> {
         self.store.last_reserved(set_index)
     }
 
@@ -716,7 +827,7 @@ pub(crate) mod tests {
         assert!(l.reserve(ip("fd00::2"), "cid1", "eth0").unwrap());
         l.set_last_reserved(0, ip("10.0.0.2")).unwrap();
         l.set_last_reserved(1, ip("fd00::2")).unwrap();
-        assert_eq!(l.last_reserved(1), Some(ip("fd00::2")));
+        assert_eq!(l.last_reserved(1).unwrap(), Some(ip("fd00::2")));
         drop(l);
         let dir = t.0.join("net1");
         assert_eq!(fs::read(dir.join("10.0.0.2")).unwrap(), b"cid1\r\neth0");
@@ -1003,6 +1114,100 @@ pub(crate) mod tests {
         store.probe_writable().unwrap();
         assert_eq!(DirStamp::of(&fs::metadata(store.dir()).unwrap()), DirStamp::of(&before));
         assert!(store.scan().unwrap().files.values().all(|r| r.is_from_index()));
+    }
+
+    /// A file outside the store and a path outside that does not exist, for links to point at.
+    fn outside(t: &TempDir) -> (PathBuf, PathBuf) {
+        let file = t.0.join("outside");
+        fs::write(&file, "precious").unwrap();
+        (file, t.0.join("created-through-a-link"))
+    }
+
+    fn assert_untouched(file: &Path, dangling: &Path) {
+        assert_eq!(fs::read_to_string(file).unwrap(), "precious");
+        assert!(fs::symlink_metadata(dangling).is_err(), "{} was created through a link", dangling.display());
+    }
+
+    #[test]
+    fn a_link_at_the_lock_the_index_or_the_cursor_is_an_error_naming_it() {
+        for name in [LOCK_FILE, INDEX_FILE, "last_reserved_ip.0"] {
+            for dangling in [false, true] {
+                let t = TempDir::new("link");
+                let (file, nowhere) = outside(&t);
+                let store = indexed_store(&t);
+                let path = store.dir().join(name);
+                let _ = fs::remove_file(&path);
+                std::os::unix::fs::symlink(if dangling { &nowhere } else { &file }, &path).unwrap();
+                let what = format!("{name} dangling={dangling}");
+                let refused = |e: Error| {
+                    assert_eq!(e.code, code::IO, "{what}: {e}");
+                    assert!(e.msg.contains(&path.display().to_string()) && e.msg.contains("symbolic link"), "{e}");
+                };
+                match name {
+                    LOCK_FILE => {
+                        refused(store.lock().err().unwrap());
+                        refused(store.probe_writable().unwrap_err());
+                    }
+                    INDEX_FILE => {
+                        refused(store.lock().err().unwrap());
+                        refused(store.scan().unwrap_err());
+                    }
+                    _ => {
+                        refused(store.last_reserved(0).unwrap_err());
+                        // Replacing the cursor replaces the link itself, never its target.
+                        let l = store.lock().unwrap();
+                        l.set_last_reserved(0, ip("10.0.0.3")).unwrap();
+                        assert!(fs::symlink_metadata(&path).unwrap().is_file(), "{what}");
+                    }
+                }
+                assert_untouched(&file, &nowhere);
+            }
+        }
+    }
+
+    #[test]
+    fn a_link_with_a_reservation_or_temporary_name_is_never_followed() {
+        for dangling in [false, true] {
+            let t = TempDir::new("link-res");
+            let (file, nowhere) = outside(&t);
+            let store = indexed_store(&t);
+            let target = if dangling { &nowhere } else { &file };
+            // The next free address, and a name a crashed writer would have left.
+            std::os::unix::fs::symlink(target, store.dir().join("10.0.0.4")).unwrap();
+            let tmp = store.dir().join(format!("{TEMP_PREFIX}1.2.3"));
+            std::os::unix::fs::symlink(target, &tmp).unwrap();
+            let mut l = store.lock().unwrap();
+            assert!(fs::symlink_metadata(&tmp).is_err(), "a leftover temporary name is unlinked");
+            assert!(!l.reservations().is_taken(ip("10.0.0.4")), "a link is not a reservation");
+            assert!(!l.reserve(ip("10.0.0.4"), "c", "eth0").unwrap(), "link(2) never publishes over a link");
+            assert!(l.reserve(ip("10.0.0.5"), "c", "eth0").unwrap());
+            assert!(l.held_by("c", "eth0") == [ip("10.0.0.5")]);
+            l.release(ip("10.0.0.4")).unwrap();
+            drop(l);
+            assert!(fs::symlink_metadata(store.dir().join("10.0.0.4")).is_err());
+            assert_untouched(&file, &nowhere);
+        }
+    }
+
+    #[test]
+    fn a_link_at_the_network_directory_is_refused() {
+        let t = TempDir::new("link-dir");
+        let real = t.0.join("elsewhere");
+        fs::create_dir(&real).unwrap();
+        let data = t.0.join("data");
+        fs::create_dir(&data).unwrap();
+        std::os::unix::fs::symlink(&real, data.join("n")).unwrap();
+        for e in [Store::create(&data, "n").unwrap_err(), Store::existing(&data, "n").unwrap_err()] {
+            assert_eq!(e.code, code::IO);
+            assert!(e.msg.contains("symbolic link") && e.msg.contains(&data.join("n").display().to_string()), "{e}");
+        }
+        assert_eq!(fs::read_dir(&real).unwrap().count(), 0);
+        // A dataDir that is itself a link is the operator's choice and is followed.
+        let linked_data = t.0.join("linked-data");
+        std::os::unix::fs::symlink(&real, &linked_data).unwrap();
+        let store = Store::create(&linked_data, "n").unwrap();
+        assert!(store.lock().unwrap().reserve(ip("10.0.0.2"), "a", "eth0").unwrap());
+        assert!(real.join("n/10.0.0.2").is_file());
     }
 
     #[test]
