@@ -240,6 +240,25 @@ fn common_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
             SYNTAX,
         ),
         case("duplicate garbage after the object", format!("{text} {{"), SYNTAX),
+        case(
+            "valid JSON one byte over the 16 MiB limit",
+            {
+                let mut over = text.clone().into_bytes();
+                over.resize((16 << 20) + 1, b' ');
+                over
+            },
+            SYNTAX,
+        ),
+        case("a million numbers", with(&base, "pad", json!(vec![1; 1_000_000])), SYNTAX),
+        case(
+            "300 000 port mappings",
+            with(
+                &base,
+                "pad",
+                json!(vec![json!({ "hostPort": 8080, "containerPort": 80, "protocol": "tcp" }); 300_000]),
+            ),
+            SYNTAX,
+        ),
         case("unknown cniVersion", with(&base, "cniVersion", json!("9.9.9")), VERSION),
         case("four-part cniVersion", with(&base, "cniVersion", json!("1.0.0.0")), VERSION),
         case("cniVersion not a number", with(&base, "cniVersion", json!("one")), VERSION),

@@ -121,7 +121,7 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
     let dns = match obj.get("dns") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
-            serde_json::from_value::<Dns>(v.clone()).map_err(|e| Error::config(format!("netconf key \"dns\": {e}")))?,
+            Dns::deserialize(v).map_err(|e| Error::config(format!("netconf key \"dns\": {e}")))?,
         ),
     };
     let mut capabilities = BTreeMap::new();
@@ -144,7 +144,7 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
     let valid_attachments = match obj.get("cni.dev/valid-attachments").or_else(|| obj.get("cni.dev/attachments")) {
         None | Some(Value::Null) => None,
         Some(v) => Some(
-            serde_json::from_value::<Vec<Attachment>>(v.clone())
+            Vec::<Attachment>::deserialize(v)
                 .map_err(|e| Error::config(format!("cni.dev/valid-attachments: {e}")))?,
         ),
     };
@@ -183,7 +183,8 @@ pub fn lenient_bool<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<bool
 
 /// Decode a plugin's own keys from the whole netconf; a wrong type is code 7 naming the plugin.
 pub fn plugin_conf<T: serde::de::DeserializeOwned>(raw: &Value, plugin: &str) -> Result<T> {
-    serde_json::from_value(raw.clone()).map_err(|e| Error::config(format!("invalid {plugin} configuration: {e}")))
+    // From the borrowed tree: a copy of it would double a large configuration's footprint.
+    T::deserialize(raw).map_err(|e| Error::config(format!("invalid {plugin} configuration: {e}")))
 }
 
 #[cfg(test)]

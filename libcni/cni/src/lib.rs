@@ -8,6 +8,7 @@ pub mod conflist;
 pub mod error;
 pub mod fault;
 pub mod invoke;
+pub mod limits;
 pub mod runtime;
 pub mod skel;
 pub mod types;

@@ -83,7 +83,7 @@ pub fn parse(
     runtime_config: &Map<String, Value>,
     detect: impl Fn(Option<&str>) -> Result<BackendKind>,
 ) -> Result<Config> {
-    let r: Raw = serde_json::from_value(raw.clone())
+    let r = Raw::deserialize(raw)
         .map_err(|e| Error::config(format!("invalid portmap configuration: {e}")))?;
     let snat = bool_key(&r.snat, "snat", true)?;
     let masq_all = bool_key(&r.masq_all, "masqAll", false)?;
@@ -153,8 +153,8 @@ pub fn parse(
 }
 
 fn parse_mappings(v: &Value) -> Result<Vec<PortMapping>> {
-    let raw: Vec<RawMapping> =
-        serde_json::from_value(v.clone()).map_err(|e| Error::config(format!("runtimeConfig.portMappings: {e}")))?;
+    let raw =
+        Vec::<RawMapping>::deserialize(v).map_err(|e| Error::config(format!("runtimeConfig.portMappings: {e}")))?;
     raw.iter().enumerate().map(|(i, m)| parse_mapping(i, m)).collect()
 }
 
