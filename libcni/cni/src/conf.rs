@@ -120,9 +120,7 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
     };
     let dns = match obj.get("dns") {
         None | Some(Value::Null) => None,
-        Some(v) => Some(
-            Dns::deserialize(v).map_err(|e| Error::config(format!("netconf key \"dns\": {e}")))?,
-        ),
+        Some(v) => Some(Dns::deserialize(v).map_err(|e| Error::config(format!("netconf key \"dns\": {e}")))?),
     };
     let mut capabilities = BTreeMap::new();
     for (k, v) in object_key(obj, "capabilities")? {
@@ -144,8 +142,7 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
     let valid_attachments = match obj.get("cni.dev/valid-attachments").or_else(|| obj.get("cni.dev/attachments")) {
         None | Some(Value::Null) => None,
         Some(v) => Some(
-            Vec::<Attachment>::deserialize(v)
-                .map_err(|e| Error::config(format!("cni.dev/valid-attachments: {e}")))?,
+            Vec::<Attachment>::deserialize(v).map_err(|e| Error::config(format!("cni.dev/valid-attachments: {e}")))?,
         ),
     };
     Ok(NetConf {

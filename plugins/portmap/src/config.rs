@@ -83,8 +83,7 @@ pub fn parse(
     runtime_config: &Map<String, Value>,
     detect: impl Fn(Option<&str>) -> Result<BackendKind>,
 ) -> Result<Config> {
-    let r = Raw::deserialize(raw)
-        .map_err(|e| Error::config(format!("invalid portmap configuration: {e}")))?;
+    let r = Raw::deserialize(raw).map_err(|e| Error::config(format!("invalid portmap configuration: {e}")))?;
     let snat = bool_key(&r.snat, "snat", true)?;
     let masq_all = bool_key(&r.masq_all, "masqAll", false)?;
     if r.mark_masq_bit.is_some() && r.external_set_mark_chain.is_some() {
