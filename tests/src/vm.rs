@@ -41,6 +41,32 @@ pub fn static_cni_rs() -> PathBuf {
     .clone()
 }
 
+/// A static build of the integration test `test` of `package` (`cargo test --no-run`), with the
+/// flags tests/vm/build.sh uses (the dependencies are shared): for running a crate's own netlink
+/// tests inside the guest, e.g. `Vm::new().bin(static_test_binary("netkit", "netlink"))`. Its
+/// guest path is /bin/ plus its file name.
+pub fn static_test_binary(package: &str, test: &str) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(repo())
+        .env("RUSTFLAGS", "-C target-feature=+crt-static -C debuginfo=0")
+        .args(["test", "--no-run", "-q", "--target", "x86_64-unknown-linux-gnu", "--message-format=json"])
+        .args(["-p", package, "--test", test])
+        .output()
+        .unwrap_or_else(|e| panic!("run cargo test --no-run: {e}"));
+    assert!(
+        out.status.success(),
+        "static build of {package}'s test {test} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == test)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo named no executable for {package}'s test {test}"))
+}
+
 /// One guest to boot: which plugins, binaries and extra modules it has.
 #[derive(Debug, Clone, Default)]
 pub struct Vm {

@@ -18,7 +18,7 @@
 # script's; 125 means no status came back (boot failure, timeout, missing module or file).
 #
 # Environment: CNI_RS_VM_CACHE (default /var/tmp/cni-rs-vm), CNI_RS_VM_ACCEL (kvm|tcg; default tcg
-# unless /dev/kvm can run a stock kernel).
+# unless /dev/kvm can run a stock kernel), CNI_RS_VM_CMDLINE (more kernel parameters).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -60,16 +60,22 @@ if ldd "$bb" >/dev/null 2>&1; then fail "$bb is dynamic: install busybox-static 
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
-pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+# A run uses the kernel already in the cache (asking apt costs seconds on a busy host); --prepare,
+# or a cache without one, asks apt which package linux-image-amd64 means now and fetches it.
+pkg=""
+if ((!prepare_only)); then
+    # The most recently prepared one.
+    ready=$(ls -td "$cache"/linux-image-*/.ready 2>/dev/null | head -n1 || true)
+    [ -z "$ready" ] || pkg=$(basename "$(dirname "$ready")")
+fi
+if [ -z "$pkg" ]; then
+    pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+fi
 if [ -z "$pkg" ]; then
     apt-get update -qq >&2 || true
     pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
 fi
-if [ -z "$pkg" ]; then
-    # No apt lists reachable: use a kernel already in the cache.
-    pkg=$(cd "$cache" && ls -d linux-image-* 2>/dev/null | tail -n1)
-    [ -n "$pkg" ] || fail "cannot tell which kernel package linux-image-amd64 means (apt-get update failed?)"
-fi
+[ -n "$pkg" ] || fail "cannot tell which kernel package linux-image-amd64 means (apt-get update failed?)"
 kdir=$cache/$pkg
 if [ ! -e "$kdir/.ready" ]; then
     echo "vmtest: fetching $pkg into $kdir" >&2
@@ -182,10 +188,11 @@ if [ -z "$accel" ]; then
     accel=tcg
     if [ -w /dev/kvm ] && [ ! -d /sys/module/kvm_pvm ]; then accel=kvm; fi
 fi
-# One CPU: a second one only slows the boot under TCG.
+# One CPU: a second one only slows the boot under TCG. mitigations=off: in a throwaway guest the
+# speculation mitigations only cost time (page-table switches on every syscall are dear under TCG).
 timeout "$timeout" qemu-system-x86_64 -nodefaults -no-user-config -no-reboot -accel "$accel" -cpu max \
     -smp 1 -m "$mem" -display none -serial stdio -kernel "$kernel" -initrd "$work/initrd" \
-    -append "console=ttyS0 $quiet panic=-1 rdinit=/init" < /dev/null | tr -d '\r' | tee "$work/console" || true
+    -append "console=ttyS0 $quiet panic=-1 rdinit=/init mitigations=off ${CNI_RS_VM_CMDLINE:-}" < /dev/null | tr -d '\r' | tee "$work/console" || true
 status=$(sed -n 's/^CNI_RS_VM_EXIT=\([0-9]*\)$/\1/p' "$work/console" | tail -n1)
 [ -n "$status" ] || fail "the guest reported no exit status (boot failure or timeout after ${timeout}s)"
 exit "$status"

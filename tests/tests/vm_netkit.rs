@@ -1,0 +1,28 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! netkit's own netlink tests that need VLAN filtering, run inside the VM (tests/vm): on the host
+//! kernel, without CONFIG_BRIDGE_VLAN_FILTERING, they can only check the error path.
+
+use cni_tests::vm::{static_test_binary, Vm};
+
+#[test]
+fn netkit_bridge_vlans_with_vlan_filtering() {
+    let bin = static_test_binary("netkit", "netlink");
+    let name = bin.file_name().unwrap().to_string_lossy().into_owned();
+    let script = format!(
+        r#"
+cd /tmp
+out=$(/bin/{name} --exact bridge_vlans bridge_is_created_reused_and_checked --test-threads=1 --nocapture 2>&1)
+echo "$out"
+check "netkit bridge_vlans passes" has - 'test bridge_vlans \.\.\. ok' <<< "$out"
+check "netkit bridge reuse passes" has - 'test bridge_is_created_reused_and_checked \.\.\. ok' <<< "$out"
+refuse "netkit took the vlan filtering path" grep -q 'lacks CONFIG_BRIDGE_VLAN_FILTERING' <<< "$out"
+"#
+    );
+    let run = Vm::new().bin(&bin).run(&script);
+    eprintln!("VM run: {:.1} s", run.elapsed.as_secs_f64());
+    run.assert_passed(&[
+        "netkit bridge_vlans passes",
+        "netkit bridge reuse passes",
+        "netkit took the vlan filtering path",
+    ]);
+}
