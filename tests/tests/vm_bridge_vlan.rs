@@ -120,6 +120,29 @@ check "no pod port is left on br0" is "$(ip -o link show master br0 | grep -c ' 
 check "no vlan of a pod is left" is "$(bridge vlan show | grep -c veth)" 0
 check "no address is left allocated" is "$(ls /tmp/ipam/v10 /tmp/ipam/v20 | grep -c '^10\.')" 0
 
+# DEL once the pod's namespace is gone: the kernel took the port with it; DEL releases the address.
+add v10 gone
+GONE_PORT=$(port_of gone)
+ip netns del gone
+# The kernel dismantles a namespace in the background: give it up to 10 s under emulation.
+gone() { for _ in $(seq 100); do ip link show "$1" > /dev/null 2>&1 || return 0; sleep 0.1; done; return 1; }
+check "netns gone: its port went with it" gone "$GONE_PORT"
+check "netns gone: del succeeds" cni DEL bridge /tmp/v10.json gone gone eth0
+check "netns gone: address released" is "$(ls /tmp/ipam/v10 | grep -c '^10\.')" 0
+
+# A failed ADD undoes its work: VLAN 60's gateway name is taken by a dummy, so ADD fails naming it
+# and leaves no port and no address behind.
+ip link add br0.60 type dummy
+net v60 1.1.0 '"vlan":60' '"isGateway":true' "$(ipam 10.60.0.0/24)"
+ip netns add fail
+refuse "add fails when the vlan gateway name is taken" cni ADD bridge /tmp/v60.json fail fail eth0
+check "failed add names the taken interface" has <(cni ADD bridge /tmp/v60.json fail fail eth0 2>&1) \
+    'br0\.60 exists and is not a veth'
+refuse "failed add leaves no port" ip link show "$(port_of fail)"
+refuse "failed add leaves no pod interface" pod fail ip link show eth0
+check "failed add leaves no address" is "$(ls /tmp/ipam/v60 2>/dev/null | grep -c '^10\.')" 0
+ip link del br0.60
+
 # Every spec version: ADD (the pod holds its address and reaches its VLAN's gateway), CHECK from
 # 0.4.0 on (refused before, as the spec says), DEL twice.
 for v in VERSIONS; do
@@ -181,6 +204,19 @@ fn bridge_vlans_in_a_vm() {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    cases.extend(
+        [
+            "netns gone: its port went with it",
+            "netns gone: del succeeds",
+            "netns gone: address released",
+            "add fails when the vlan gateway name is taken",
+            "failed add names the taken interface",
+            "failed add leaves no port",
+            "failed add leaves no pod interface",
+            "failed add leaves no address",
+        ]
+        .map(String::from),
+    );
     for id in ["a", "b", "c", "t", "k", "kt"] {
         cases.push(format!("del {id}"));
         cases.push(format!("del {id} removes its port"));
