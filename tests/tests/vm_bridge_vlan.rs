@@ -94,6 +94,18 @@ check "preserveDefaultVlan keeps vlan 1 on an access port" \
     is "$(vids "$(port_of k)")" "1 Egress Untagged;30 PVID Egress Untagged"
 check "preserveDefaultVlan keeps vlan 1 on a trunk port" is "$(vids "$(port_of kt)")" "1 PVID Egress Untagged;40"
 
+# Dual stack on a VLAN: both gateways on br0.70, IPv6 between pods and to the gateway.
+net ds 1.1.0 '"vlan":70' '"isGateway":true' \
+    '"ipam":{"type":"host-local","dataDir":"/tmp/ipam","ranges":[[{"subnet":"10.70.0.0/24"}],[{"subnet":"fd00:70::/64"}]]}'
+add ds d1
+add ds d2
+check "dual stack: both gateways on br0.70" has <(ip -o addr show dev br0.70) ' 10\.70\.0\.1/24 ' ' fd00:70::1/64 '
+check "dual stack: v4 pod to pod" pings d1 10.70.0.3
+check "dual stack: v4 pod to gateway" pings d1 10.70.0.1
+check "dual stack: v6 pod to pod" pod d1 ping -6 -c 1 -W 1 fd00:70::3
+check "dual stack: v6 pod to gateway" pod d1 ping -6 -c 1 -W 1 fd00:70::1
+check "dual stack: host to v6 pod" ping -6 -c 1 -W 1 fd00:70::2
+
 # CHECK sees the port's VLANs drift from the configuration.
 check "check passes" cni CHECK bridge /tmp/v10.json a a eth0
 PA=$(port_of a)
@@ -109,7 +121,7 @@ bridge vlan del dev "$(port_of t)" vid 21
 refuse "check fails without a trunk vlan" cni CHECK bridge /tmp/trunk.json t t eth0
 
 # DEL leaves nothing of the pods: ports, their VLANs, addresses; a second DEL succeeds.
-for p in a:v10 b:v10 c:v20 t:trunk k:keep kt:keeptrunk; do
+for p in a:v10 b:v10 c:v20 t:trunk k:keep kt:keeptrunk d1:ds d2:ds; do
     id=${p%%:*} n=${p#*:}
     port=$(port_of "$id")
     check "del $id" cni DEL bridge "/tmp/$n.json" "$id" "$id" eth0
@@ -118,7 +130,7 @@ for p in a:v10 b:v10 c:v20 t:trunk k:keep kt:keeptrunk; do
 done
 check "no pod port is left on br0" is "$(ip -o link show master br0 | grep -c ' veth')" 0
 check "no vlan of a pod is left" is "$(bridge vlan show | grep -c veth)" 0
-check "no address is left allocated" is "$(ls /tmp/ipam/v10 /tmp/ipam/v20 | grep -c '^10\.')" 0
+check "no address is left allocated" is "$(ls /tmp/ipam/v10 /tmp/ipam/v20 /tmp/ipam/ds | grep -c '^[1f][0d]')" 0
 
 # DEL once the pod's namespace is gone: the kernel took the port with it; DEL releases the address.
 add v10 gone
@@ -191,6 +203,12 @@ fn bridge_vlans_in_a_vm() {
         "trunk pod's vlan 20 does not reach vlan 10",
         "preserveDefaultVlan keeps vlan 1 on an access port",
         "preserveDefaultVlan keeps vlan 1 on a trunk port",
+        "dual stack: both gateways on br0.70",
+        "dual stack: v4 pod to pod",
+        "dual stack: v4 pod to gateway",
+        "dual stack: v6 pod to pod",
+        "dual stack: v6 pod to gateway",
+        "dual stack: host to v6 pod",
         "check passes",
         "check fails without the port's vlan",
         "check passes again",
@@ -217,7 +235,7 @@ fn bridge_vlans_in_a_vm() {
         ]
         .map(String::from),
     );
-    for id in ["a", "b", "c", "t", "k", "kt"] {
+    for id in ["a", "b", "c", "t", "k", "kt", "d1", "d2"] {
         cases.push(format!("del {id}"));
         cases.push(format!("del {id} removes its port"));
         cases.push(format!("del {id} again"));
