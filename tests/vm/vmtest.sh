@@ -47,8 +47,8 @@ while (($#)); do
     esac
 done
 
-for tool in qemu-system-x86_64 busybox ip bridge bash cpio; do
-    command -v "$tool" >/dev/null || [ "$tool" = cpio ] || fail "$tool is missing: run tests/setup.sh"
+for tool in qemu-system-x86_64 busybox ip bridge bash xz dpkg-deb; do
+    command -v "$tool" >/dev/null || fail "$tool is missing: run tests/setup.sh"
 done
 # The guest runs busybox as its only userland besides bash and iproute2: it must be static.
 bb=$(command -v busybox)
@@ -81,6 +81,8 @@ if [ ! -e "$kdir/.ready" ]; then
     echo "vmtest: fetching $pkg into $kdir" >&2
     rm -rf "$kdir" "$cache/download"
     mkdir -p "$cache/download"
+    # apt fetches as its sandbox user when that user may write here (else it warns and runs as root).
+    chown _apt "$cache/download" 2>/dev/null || true
     (cd "$cache/download" && apt-get download -qq "$pkg" >&2) || fail "apt-get download $pkg failed"
     dpkg-deb -x "$cache"/download/*.deb "$kdir"
     rm -rf "$cache/download"
@@ -89,8 +91,11 @@ if [ ! -e "$kdir/.ready" ]; then
     # vmlinuz is a bzImage whose payload is an xz stream: cut from its magic and decompress.
     offset=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$kdir/boot/vmlinuz-$kver" | head -n1 | cut -d: -f1)
     if [ -n "$offset" ]; then
+        # xz complains about the bytes after the stream; what it wrote before is the whole kernel.
         tail -c +$((offset + 1)) "$kdir/boot/vmlinuz-$kver" | xz -dcq > "$kdir/vmlinux" 2>/dev/null || true
     fi
+    # Not an ELF image: boot the compressed one (slower) rather than a broken one.
+    [ "$(head -c 4 "$kdir/vmlinux" 2>/dev/null | tail -c 3)" = ELF ] || rm -f "$kdir/vmlinux"
     touch "$kdir/.ready"
 fi
 kver=$(ls "$kdir/lib/modules")
