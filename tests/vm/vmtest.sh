@@ -130,6 +130,21 @@ if [ ! -s "$base" ]; then
             fail "kernel $kver has no module $1"
         fi
         for d in ${deps[$n]}; do add_module "$d"; done
+        # Soft dependencies ("softdep=pre: crc32c" in the module's modinfo) are what the module asks
+        # modprobe for at init (libcrc32c needs a crc32c); the guest has no modprobe, so they load
+        # first. A name is resolved through modules.alias, preferring a generic implementation.
+        local soft s target
+        soft=$(LC_ALL=C grep -ao 'softdep=[^[:cntrl:]]*' "$mdir/${path_of[$n]}" | head -n1 || true)
+        soft=${soft#softdep=}
+        soft=${soft%%post:*}
+        case $soft in *pre:*) soft=${soft#*pre:} ;; *) soft="" ;; esac
+        for s in $soft; do
+            target=$(awk -v a="$s" '$1 == "alias" && $2 == a {print $3}' "$mdir/modules.alias" | grep -m1 generic || true)
+            [ -n "$target" ] || target=$(awk -v a="$s" '$1 == "alias" && $2 == a {print $3; exit}' "$mdir/modules.alias")
+            target=${target:-$s}
+            target=${target//-/_}
+            if [ -n "${path_of[$target]:-}" ]; then add_module "$target"; fi
+        done
         order+=("${path_of[$n]}")
     }
     for m in $modules; do add_module "$m"; done
