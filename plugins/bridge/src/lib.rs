@@ -472,7 +472,9 @@ fn ensure_vlan_gateway(host: &Netlink, conf: &BridgeConf, br: u32) -> Result<net
                 Err(e) => return Err(e.context(format_args!("create the VLAN {} gateway {name}", conf.vlan))),
             }
             host.link(&name)?.ok_or_else(|| {
-                Error::network(format!("VLAN gateway {name} vanished right after creation: was it deleted by hand?"))
+                Error::network(format!(
+                    "VLAN gateway {name} is missing after its creation: is a link named {port_name} in the way?"
+                ))
             })?
         }
     };
@@ -485,10 +487,12 @@ fn ensure_vlan_gateway(host: &Netlink, conf: &BridgeConf, br: u32) -> Result<net
             conf.bridge
         )));
     }
-    let port =
-        gw.link_index.and_then(|i| host.link_by_index(i).transpose()).transpose()?.ok_or_else(|| {
-            Error::network(format!("VLAN gateway {name} has no peer in this namespace: delete {name}"))
-        })?;
+    // A peer in another namespace (IFLA_LINK_NETNSID set) has an index that means nothing here.
+    let peer_here = gw.link_index.filter(|_| gw.link_netnsid.is_none());
+    let port = peer_here
+        .and_then(|i| host.link_by_index(i).transpose())
+        .transpose()?
+        .ok_or_else(|| Error::network(format!("VLAN gateway {name} has no peer in this namespace: delete {name}")))?;
     if port.master != Some(br) {
         host.set_master(port.index, br).map_err(fail(format_args!("attach {} to {}", port.name, conf.bridge)))?;
     }
