@@ -177,6 +177,10 @@ if [ ! -s "$base" ]; then
     rm -rf "$root"
     trap - EXIT
 fi
+# Every run marks the base it uses (under the lock); bases of other module sets or older versions of
+# this script that no run used for a day go.
+touch "$base"
+find "$cache" -maxdepth 1 -name 'base-*.cpio.gz' -mtime +0 -delete
 flock -u 9
 
 work=$(mktemp -d /tmp/cni-rs-vm.XXXXXX)
