@@ -448,6 +448,15 @@ fn bridge_cases(f: &Fixture) -> Vec<Case> {
         case("ipam.type loopback (not IPAM)", with(&b, "ipam", json!({ "type": "loopback" })), CONFIG),
         env_case("CNI_ARGS MAC not a MAC", &b, vec![("CNI_ARGS", Some("MAC=nope".into()))], CONFIG),
         env_case("CNI_ARGS IP not an IP (delegated)", &b, vec![("CNI_ARGS", Some("IP=10.210.1.300".into()))], ENV),
+        case(
+            "isGateway vlan: bridge name too long for <bridge>.<vlan>",
+            with(
+                &with_value(&with_value(&b, "bridge", json!("br0123456789a")), "isGateway", json!(true)),
+                "vlan",
+                json!(100),
+            ),
+            CONFIG,
+        ),
     ]);
     // The hairpin-with-promisc row is built here, since both keys must be set.
     let last = cases.iter_mut().find(|c| c.label == "hairpin with promisc").expect("row");
