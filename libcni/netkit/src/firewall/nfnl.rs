@@ -54,6 +54,8 @@ const NFT_MSG_NEWSET: u16 = 9;
 const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_GETSETELEM: u16 = 13;
 const NFT_MSG_DELSETELEM: u16 = 14;
+const NFT_MSG_NEWGEN: u16 = 15;
+const NFT_MSG_GETGEN: u16 = 16;
 #[cfg(test)]
 const NFT_MSG_DESTROYCHAIN: u16 = 27;
 #[cfg(test)]
@@ -265,6 +267,7 @@ pub(crate) enum KeyType {
     InetProto,
     InetService,
     Ifname,
+    EtherAddr,
 }
 
 impl KeyType {
@@ -275,6 +278,7 @@ impl KeyType {
             KeyType::InetProto => "inet_proto",
             KeyType::InetService => "inet_service",
             KeyType::Ifname => "ifname",
+            KeyType::EtherAddr => "ether_addr",
         }
     }
     /// nft's byte order of the type: host (1) for strings, big endian (2) for the rest.
@@ -292,6 +296,7 @@ impl KeyType {
             KeyType::InetProto => (12, 1),
             KeyType::InetService => (13, 2),
             KeyType::Ifname => (41, 16),
+            KeyType::EtherAddr => (9, 6),
         }
     }
 }
@@ -303,6 +308,7 @@ pub(crate) enum KeyPart {
     Proto(u8),
     Port(u16),
     Ifname(String),
+    Mac([u8; 6]),
 }
 
 impl KeyPart {
@@ -313,6 +319,7 @@ impl KeyPart {
             KeyPart::Proto(p) => vec![*p],
             KeyPart::Port(p) => p.to_be_bytes().to_vec(),
             KeyPart::Ifname(n) => ifname_bytes(n).to_vec(),
+            KeyPart::Mac(m) => m.to_vec(),
         }
     }
     fn text(&self) -> String {
@@ -321,6 +328,7 @@ impl KeyPart {
             KeyPart::Proto(p) => proto_name(*p),
             KeyPart::Port(p) => p.to_string(),
             KeyPart::Ifname(n) => format!("\"{n}\""),
+            KeyPart::Mac(m) => m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
         }
     }
 }
@@ -460,8 +468,8 @@ pub(crate) enum Expr {
     /// `fib daddr type => reg` (the route type of the destination address).
     FibDaddrType { dreg: Reg },
     /// `lookup reg set <set> [dreg reg]`: a set, or a map whose data lands in `dreg` (the verdict
-    /// register for a verdict map).
-    Lookup { set: String, sreg: Reg, dreg: Option<Reg> },
+    /// register for a verdict map); `invert` (`!= @set`) matches keys that are not in the set.
+    Lookup { set: String, sreg: Reg, dreg: Option<Reg>, invert: bool },
     /// `meta set <key> with reg`.
     MetaSet { key: MetaKey, sreg: Reg },
     /// `immediate reg <data>`.
@@ -543,12 +551,15 @@ impl Expr {
                 a.u32(2, key.number()); // NFTA_META_KEY
                 a.u32(3, sreg.0); // NFTA_META_SREG
             }
-            Expr::Lookup { set, sreg, dreg } => {
+            Expr::Lookup { set, sreg, dreg, invert } => {
                 a.u32(2, sreg.0); // NFTA_LOOKUP_SREG
                 if let Some(d) = dreg {
                     a.u32(3, d.0); // NFTA_LOOKUP_DREG
                 }
                 a.str(1, set); // NFTA_LOOKUP_SET
+                if *invert {
+                    a.u32(5, 1); // NFTA_LOOKUP_FLAGS: NFT_LOOKUP_F_INV
+                }
             }
             Expr::Immediate { dreg, data } => {
                 a.u32(1, dreg.0); // NFTA_IMMEDIATE_DREG
@@ -839,14 +850,21 @@ impl Rule {
     pub(crate) fn vmap(mut self, key: &[Field], map: &str) -> Rule {
         let key: Vec<(Field, Option<Vec<u8>>)> = key.iter().map(|f| (*f, None)).collect();
         self.concat(&key);
-        self.exprs.push(Expr::Lookup { set: map.to_string(), sreg: Reg::R1, dreg: Some(Reg::VERDICT) });
+        self.exprs.push(Expr::Lookup { set: map.to_string(), sreg: Reg::R1, dreg: Some(Reg::VERDICT), invert: false });
         self
     }
 
     /// `a [& mask] . b . c @set`: the rule goes on only when the key is in the set.
     pub(crate) fn in_set(mut self, key: &[(Field, Option<Vec<u8>>)], set: &str) -> Rule {
         self.concat(key);
-        self.exprs.push(Expr::Lookup { set: set.to_string(), sreg: Reg::R1, dreg: None });
+        self.exprs.push(Expr::Lookup { set: set.to_string(), sreg: Reg::R1, dreg: None, invert: false });
+        self
+    }
+
+    /// `a . b != @set`: the rule goes on only when the key is not in the set.
+    pub(crate) fn not_in_set(mut self, key: &[Field], set: &str) -> Rule {
+        self.concat(&key.iter().map(|f| (*f, None)).collect::<Vec<_>>());
+        self.exprs.push(Expr::Lookup { set: set.to_string(), sreg: Reg::R1, dreg: None, invert: true });
         self
     }
 
@@ -855,7 +873,7 @@ impl Rule {
     pub(crate) fn dnat_map(mut self, key: &[Field], map: &str, v6: bool) -> Rule {
         let key: Vec<(Field, Option<Vec<u8>>)> = key.iter().map(|f| (*f, None)).collect();
         self.concat(&key);
-        self.exprs.push(Expr::Lookup { set: map.to_string(), sreg: Reg::R1, dreg: Some(Reg::R1) });
+        self.exprs.push(Expr::Lookup { set: map.to_string(), sreg: Reg::R1, dreg: Some(Reg::R1), invert: false });
         let port = if v6 { Reg::R2 } else { Reg::slot(1) };
         self.exprs.push(Expr::Nat { dnat: true, v6, addr: Reg::R1, proto: Some(port) });
         self
@@ -1393,7 +1411,6 @@ impl Batch {
         Ok(out)
     }
 
-    #[cfg(test)]
     /// Sends the batch as one transaction and reads every answer. Ok when the kernel applied it
     /// all; otherwise nothing was applied and the error (code 100) names the first message that
     /// failed, ending with its OS error (`... : File exists (os error 17)`). An empty batch sends
@@ -1566,6 +1583,17 @@ pub(crate) fn list_chain(family: Family, table: &str, chain: &str) -> Result<Opt
         }
     }
     Err(Error::network(format!("nft {what}: the chain kept changing while it was listed")))
+}
+
+/// Whether the kernel answers nf_tables requests (NFT_MSG_GETGEN); false when it cannot tell.
+pub(crate) fn kernel_answers() -> bool {
+    let Ok(sock) = Socket::open(1, 0) else { return false };
+    let mut req = Vec::new();
+    nlmsg(&mut req, (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN, NLM_F_REQUEST, 1, [0; 4], &[]);
+    let mut answered = false;
+    sock.send(&req).is_ok()
+        && read_replies(&sock, "get generation", |ty, _| answered |= ty == NFT_MSG_NEWGEN).is_ok()
+        && answered
 }
 
 /// The elements of a set as the kernel lists them: the one with `key` (NFT_MSG_GETSETELEM for
