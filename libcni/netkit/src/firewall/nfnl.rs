@@ -5,7 +5,7 @@
 //! `NFNL_MSG_BATCH_END`) on a `NETLINK_NETFILTER` socket and reading the kernel's answers. Every
 //! message asks for an ack (`NLM_F_ACK`); the kernel applies all of them or none, and an error
 //! names the message that failed in nft syntax and ends with the OS error, e.g.
-//! `nft add chain inet cni_rs_portmap pm-1-dnat: File exists (os error 17)`, so
+//! `nft add set inet cni_rs_portmap own4 { ... }: File exists (os error 17)`, so
 //! [`crate::errno`], [`crate::is_exists`] and [`crate::is_not_found`] work on it.
 //!
 //! Messages and expressions are encoded the way nft 1.0 encodes them (the same attributes, the
@@ -56,10 +56,6 @@ const NFT_MSG_GETSETELEM: u16 = 13;
 const NFT_MSG_DELSETELEM: u16 = 14;
 const NFT_MSG_NEWGEN: u16 = 15;
 const NFT_MSG_GETGEN: u16 = 16;
-#[cfg(test)]
-const NFT_MSG_DESTROYCHAIN: u16 = 27;
-#[cfg(test)]
-const NFT_MSG_DESTROYSETELEM: u16 = 30;
 
 const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_TABLE_NAME: u16 = 1;
@@ -171,13 +167,10 @@ impl Family {
 }
 
 /// A netfilter hook a base chain attaches to.
-// Also what the netlink-vs-nft listing tests build beyond the backend's own shapes.
-#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hook {
     Prerouting,
     Input,
-    Forward,
     Output,
     Postrouting,
 }
@@ -187,7 +180,6 @@ impl Hook {
         match self {
             Hook::Prerouting => 0,
             Hook::Input => 1,
-            Hook::Forward => 2,
             Hook::Output => 3,
             Hook::Postrouting => 4,
         }
@@ -221,15 +213,11 @@ pub(crate) struct BaseChain {
 }
 
 /// The verdict of a rule or of a verdict-map element.
-// Also what the netlink-vs-nft listing tests build beyond the backend's own shapes.
-#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
     Accept,
     Drop,
-    Return,
     Jump(String),
-    Goto(String),
 }
 
 impl Verdict {
@@ -238,13 +226,11 @@ impl Verdict {
             Verdict::Drop => 0,
             Verdict::Accept => 1,
             Verdict::Jump(_) => -3,
-            Verdict::Goto(_) => -4,
-            Verdict::Return => -5,
         }
     }
     fn chain(&self) -> Option<&str> {
         match self {
-            Verdict::Jump(c) | Verdict::Goto(c) => Some(c),
+            Verdict::Jump(c) => Some(c),
             _ => None,
         }
     }
@@ -429,9 +415,6 @@ pub(crate) enum PayloadBase {
 pub(crate) enum CtKey {
     State,
     Status,
-    ProtoDst,
-    DstIp,
-    DstIp6,
 }
 
 impl CtKey {
@@ -439,9 +422,6 @@ impl CtKey {
         match self {
             CtKey::State => 0,
             CtKey::Status => 2,
-            CtKey::ProtoDst => 12,
-            CtKey::DstIp => 20,
-            CtKey::DstIp6 => 22,
         }
     }
 }
@@ -463,8 +443,8 @@ pub(crate) enum Expr {
     Cmp { sreg: Reg, op: CmpOp, data: Vec<u8> },
     /// `bitwise reg = (reg & mask) ^ xor`, over `mask.len()` bytes.
     Bitwise { sreg: Reg, dreg: Reg, mask: Vec<u8>, xor: Vec<u8> },
-    /// `ct load <key> => reg`, in the original direction when `original`.
-    Ct { key: CtKey, original: bool, dreg: Reg },
+    /// `ct load <key> => reg`.
+    Ct { key: CtKey, dreg: Reg },
     /// `fib daddr type => reg` (the route type of the destination address).
     FibDaddrType { dreg: Reg },
     /// `lookup reg set <set> [dreg reg]`: a set, or a map whose data lands in `dreg` (the verdict
@@ -472,8 +452,6 @@ pub(crate) enum Expr {
     Lookup { set: String, sreg: Reg, dreg: Option<Reg>, invert: bool },
     /// `meta set <key> with reg`.
     MetaSet { key: MetaKey, sreg: Reg },
-    /// `immediate reg <data>`.
-    Immediate { dreg: Reg, data: Vec<u8> },
     /// `immediate reg 0 <verdict>`.
     Verdict(Verdict),
     /// `nat dnat|snat ip|ip6 addr_min reg [proto_min reg]`.
@@ -492,7 +470,7 @@ impl Expr {
             Expr::Ct { .. } => "ct",
             Expr::FibDaddrType { .. } => "fib",
             Expr::Lookup { .. } => "lookup",
-            Expr::Immediate { .. } | Expr::Verdict(_) => "immediate",
+            Expr::Verdict(_) => "immediate",
             Expr::Nat { .. } => "nat",
             Expr::Masq => "masq",
         }
@@ -535,12 +513,9 @@ impl Expr {
                 a.nested(4, |a| a.bytes(NFTA_DATA_VALUE, mask)); // NFTA_BITWISE_MASK
                 a.nested(5, |a| a.bytes(NFTA_DATA_VALUE, xor)); // NFTA_BITWISE_XOR
             }
-            Expr::Ct { key, original, dreg } => {
+            Expr::Ct { key, dreg } => {
                 a.u32(2, key.number()); // NFTA_CT_KEY
                 a.u32(1, dreg.0); // NFTA_CT_DREG
-                if *original {
-                    a.bytes(3, &[0]); // NFTA_CT_DIRECTION: IP_CT_DIR_ORIGINAL (u8)
-                }
             }
             Expr::FibDaddrType { dreg } => {
                 a.u32(3, 1 << 1); // NFTA_FIB_FLAGS: NFTA_FIB_F_DADDR
@@ -560,10 +535,6 @@ impl Expr {
                 if *invert {
                     a.u32(5, 1); // NFTA_LOOKUP_FLAGS: NFT_LOOKUP_F_INV
                 }
-            }
-            Expr::Immediate { dreg, data } => {
-                a.u32(1, dreg.0); // NFTA_IMMEDIATE_DREG
-                a.nested(2, |a| a.bytes(NFTA_DATA_VALUE, data)); // NFTA_IMMEDIATE_DATA
             }
             Expr::Verdict(v) => {
                 a.u32(1, Reg::VERDICT.0);
@@ -663,14 +634,12 @@ pub(crate) struct Rule {
     exprs: Vec<Expr>,
     /// The network protocol already matched (an nfproto number), if any.
     l3: Option<u8>,
-    /// The transport protocol already matched, if any.
-    l4: Option<u8>,
 }
 
 impl Rule {
     /// An empty rule for a table of `family`.
     pub(crate) fn new(family: Family) -> Rule {
-        Rule { family, exprs: Vec::new(), l3: None, l4: None }
+        Rule { family, exprs: Vec::new(), l3: None }
     }
 
     /// The expressions (also what `Into<Vec<Expr>>` gives).
@@ -702,13 +671,6 @@ impl Rule {
         self.l3 = Some(nfproto);
     }
 
-    fn need_l4(&mut self, proto: u8) {
-        if self.l4 != Some(proto) {
-            self.cmp(Field::L4proto, CmpOp::Eq, vec![proto]);
-            self.l4 = Some(proto);
-        }
-    }
-
     /// `meta nfproto ipv4` / `meta nfproto ipv6`.
     pub(crate) fn meta_nfproto(mut self, v6: bool) -> Rule {
         let p = if v6 { NFPROTO_IPV6 } else { NFPROTO_IPV4 };
@@ -731,11 +693,6 @@ impl Rule {
     pub(crate) fn saddr(self, addr: IpAddr) -> Rule {
         self.addr_cmp(true, addr, CmpOp::Eq)
     }
-    /// `ip daddr A` / `ip6 daddr A`.
-    pub(crate) fn daddr(self, addr: IpAddr) -> Rule {
-        self.addr_cmp(false, addr, CmpOp::Eq)
-    }
-
     /// A prefix match as nft compiles it: a whole-byte prefix loads and compares only those
     /// bytes, any other length masks the whole address first.
     fn addr_prefix(mut self, src: bool, net: IpNetwork, op: CmpOp) -> Rule {
@@ -756,10 +713,6 @@ impl Rule {
         self
     }
 
-    /// `ip saddr 10.22.0.0/16` (the address part beyond the prefix is ignored).
-    pub(crate) fn saddr_in(self, net: IpNetwork) -> Rule {
-        self.addr_prefix(true, net, CmpOp::Eq)
-    }
     /// `ip saddr != 127.0.0.0/8`.
     pub(crate) fn saddr_not_in(self, net: IpNetwork) -> Rule {
         self.addr_prefix(true, net, CmpOp::Neq)
@@ -771,13 +724,6 @@ impl Rule {
     /// `ip daddr != 10.22.0.0/16`.
     pub(crate) fn daddr_not_in(self, net: IpNetwork) -> Rule {
         self.addr_prefix(false, net, CmpOp::Neq)
-    }
-
-    /// `tcp dport P` (for `proto` TCP; likewise UDP, SCTP): `meta l4proto` then `th dport`.
-    pub(crate) fn dport(mut self, proto: u8, port: u16) -> Rule {
-        self.need_l4(proto);
-        self.cmp(Field::ThDport, CmpOp::Eq, port.to_be_bytes().to_vec());
-        self
     }
 
     /// `ct status dnat`: the connection was destination-NATed.
@@ -803,26 +749,10 @@ impl Rule {
 
     /// `ct <key> & bits` compared with zero.
     fn ct_bits(mut self, key: CtKey, bits: u32, op: CmpOp) -> Rule {
-        self.exprs.push(Expr::Ct { key, original: false, dreg: Reg::R1 });
+        self.exprs.push(Expr::Ct { key, dreg: Reg::R1 });
         let (mask, xor) = (bits.to_ne_bytes().to_vec(), vec![0; 4]);
         self.exprs.push(Expr::Bitwise { sreg: Reg::R1, dreg: Reg::R1, mask, xor });
         self.exprs.push(Expr::Cmp { sreg: Reg::R1, op, data: vec![0; 4] });
-        self
-    }
-
-    /// `meta l4proto <proto> ct original proto-dst P` (nft needs the protocol matched first).
-    pub(crate) fn ct_original_proto_dst(mut self, proto: u8, port: u16) -> Rule {
-        self.need_l4(proto);
-        self.exprs.push(Expr::Ct { key: CtKey::ProtoDst, original: true, dreg: Reg::R1 });
-        self.exprs.push(Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data: port.to_be_bytes().to_vec() });
-        self
-    }
-
-    /// `ct original ip daddr A` / `ct original ip6 daddr A`.
-    pub(crate) fn ct_original_daddr(mut self, addr: IpAddr) -> Rule {
-        let key = if addr.is_ipv6() { CtKey::DstIp6 } else { CtKey::DstIp };
-        self.exprs.push(Expr::Ct { key, original: true, dreg: Reg::R1 });
-        self.exprs.push(Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data: ip_bytes(addr) });
         self
     }
 
@@ -830,18 +760,6 @@ impl Rule {
     pub(crate) fn fib_daddr_local(mut self) -> Rule {
         self.exprs.push(Expr::FibDaddrType { dreg: Reg::R1 });
         self.exprs.push(Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data: RTN_LOCAL.to_ne_bytes().to_vec() });
-        self
-    }
-
-    /// `iifname "name"` (exact name).
-    pub(crate) fn iifname(mut self, name: &str) -> Rule {
-        self.cmp(Field::Iifname, CmpOp::Eq, ifname_bytes(name).to_vec());
-        self
-    }
-
-    /// `ether saddr != MAC`.
-    pub(crate) fn ether_saddr_neq(mut self, mac: [u8; 6]) -> Rule {
-        self.cmp(Field::EtherSaddr, CmpOp::Neq, mac.to_vec());
         self
     }
 
@@ -920,14 +838,6 @@ impl Rule {
     /// The rule's verdict: `accept`, `drop`, `return`, `jump C`, `goto C`.
     pub(crate) fn verdict(mut self, v: Verdict) -> Rule {
         self.exprs.push(Expr::Verdict(v));
-        self
-    }
-
-    /// `dnat ip to A:P` / `dnat ip6 to [A]:P`.
-    pub(crate) fn dnat(mut self, addr: IpAddr, port: u16) -> Rule {
-        self.exprs.push(Expr::Immediate { dreg: Reg::R1, data: ip_bytes(addr) });
-        self.exprs.push(Expr::Immediate { dreg: Reg::R2, data: port.to_be_bytes().to_vec() });
-        self.exprs.push(Expr::Nat { dnat: true, v6: addr.is_ipv6(), addr: Reg::R1, proto: Some(Reg::R2) });
         self
     }
 
@@ -1094,11 +1004,6 @@ impl Batch {
         self.msgs.len()
     }
 
-    /// Appends the messages of `other`.
-    pub(crate) fn extend(&mut self, other: Batch) {
-        self.msgs.extend(other.msgs);
-    }
-
     fn push(&mut self, ty: u16, flags: u16, family: Family, what: String, f: impl FnOnce(&mut Attrs)) {
         let mut a = Attrs::default();
         f(&mut a);
@@ -1124,18 +1029,6 @@ impl Batch {
         comment: Option<&str>,
     ) {
         self.chain(false, (family, table, name), base, comment);
-    }
-
-    /// `create chain ...`: like [`Batch::add_chain`], but EEXIST if the chain exists.
-    pub(crate) fn create_chain(
-        &mut self,
-        family: Family,
-        table: &str,
-        name: &str,
-        base: Option<BaseChain>,
-        comment: Option<&str>,
-    ) {
-        self.chain(true, (family, table, name), base, comment);
     }
 
     fn chain(
@@ -1186,17 +1079,6 @@ impl Batch {
     /// `delete chain <family> <table> <chain>` (ENOENT if absent, EBUSY if not empty or in use).
     pub(crate) fn delete_chain(&mut self, family: Family, table: &str, chain: &str) {
         self.chain_msg(NFT_MSG_DELCHAIN, "delete", family, table, chain);
-    }
-
-    #[cfg(test)]
-    /// `destroy chain <family> <table> <chain>`: delete if present (Linux 6.3 and later).
-    pub(crate) fn destroy_chain(&mut self, family: Family, table: &str, chain: &str) {
-        self.chain_msg(NFT_MSG_DESTROYCHAIN, "destroy", family, table, chain);
-    }
-
-    /// `add map <family> <table> <name> { type <key> : verdict; }` (no error if it exists alike).
-    pub(crate) fn add_map(&mut self, family: Family, table: &str, name: &str, key: &[KeyType]) {
-        self.add_set(family, table, name, SetSpec { key, data: SetData::Verdict, timeout: false }, false);
     }
 
     /// `add set|map <family> <table> <name> { type <key> [: <data>]; [flags timeout;] }` (no
@@ -1313,26 +1195,6 @@ impl Batch {
         }
     }
 
-    /// `add element <family> <table> <map> { key : verdict, ... }`: an element that exists with the
-    /// same verdict is no error.
-    pub(crate) fn add_elements(&mut self, family: Family, table: &str, map: &str, elems: &[(Vec<KeyPart>, Verdict)]) {
-        let elems: Vec<Elem> = elems.iter().map(|(k, v)| Elem::new(k.clone(), ElemData::Verdict(v.clone()))).collect();
-        self.add_elems(family, table, map, &elems, false);
-    }
-
-    #[cfg(test)]
-    /// `create element ...`: EEXIST if any key is already in the map.
-    pub(crate) fn create_elements(
-        &mut self,
-        family: Family,
-        table: &str,
-        map: &str,
-        elems: &[(Vec<KeyPart>, Verdict)],
-    ) {
-        let elems: Vec<Elem> = elems.iter().map(|(k, v)| Elem::new(k.clone(), ElemData::Verdict(v.clone()))).collect();
-        self.add_elems(family, table, map, &elems, true);
-    }
-
     /// `add element <family> <table> <set> { key [timeout T expires T] [: data] [comment ".."], ... }`:
     /// an element that exists with the same data is no error (and, with `expires_ms`, is given that
     /// expiry, on kernels with element timeout updates); one with other data is EEXIST. `create` (EEXIST if any key
@@ -1346,19 +1208,6 @@ impl Batch {
     pub(crate) fn delete_elements(&mut self, family: Family, table: &str, map: &str, keys: &[Vec<KeyPart>]) {
         let elems: Vec<Elem> = keys.iter().map(|k| Elem::new(k.clone(), ElemData::None)).collect();
         self.elements(NFT_MSG_DELSETELEM, 0, "delete", (family, table, map), &elems);
-    }
-
-    #[cfg(test)]
-    /// `destroy element ...`: delete the keys that are present (Linux 6.3 and later).
-    pub(crate) fn destroy_elements(&mut self, family: Family, table: &str, map: &str, keys: &[Vec<KeyPart>]) {
-        let elems: Vec<Elem> = keys.iter().map(|k| Elem::new(k.clone(), ElemData::None)).collect();
-        self.elements(NFT_MSG_DESTROYSETELEM, 0, "destroy", (family, table, map), &elems);
-    }
-
-    #[cfg(test)]
-    /// `add rule <family> <table> <chain> ...` (appended).
-    pub(crate) fn add_rule(&mut self, family: Family, table: &str, chain: &str, exprs: impl Into<Vec<Expr>>) {
-        self.add_rule_with_comment(family, table, chain, exprs, None);
     }
 
     /// `add rule <family> <table> <chain> ... comment "text"`. A comment the kernel cannot hold

@@ -40,11 +40,11 @@
 //!                       ip saddr @pods4 ip daddr != 224.0.0.0/4 masquerade; (and 6) }
 //! }
 //! table bridge cni_rs_macspoof {
-//!   map ports { type ifname : ipv6_addr; flags timeout; }      bridge port -> the attachment's tag
+//!   map port_owner { type ifname : ipv6_addr; flags timeout; } bridge port -> the attachment's tag
 //!   set macs { type ifname . ether_addr; flags timeout; }      bridge port . the pod's MAC
 //!   set owners { ipv6_addr . inet_service }
 //!   chain prerouting { type filter hook prerouting priority -300;
-//!                      iifname @ports iifname . ether saddr != @macs drop }
+//!                      iifname @port_owner iifname . ether saddr != @macs drop }
 //! }
 //! ```
 //!
@@ -284,14 +284,18 @@ fn masq_rules() -> Vec<(&'static str, nfnl::Rule)> {
 pub(crate) static MACSPOOF: Table = Table {
     fam: Family::Bridge,
     name: MACSPOOF_TABLE,
-    sets: &[("ports", map(&[KeyType::Ifname], &[V6])), ("macs", set(&[KeyType::Ifname, KeyType::EtherAddr])), OWNERS],
+    sets: &[
+        ("port_owner", map(&[KeyType::Ifname], &[V6])),
+        ("macs", set(&[KeyType::Ifname, KeyType::EtherAddr])),
+        OWNERS,
+    ],
     chains: &[("prerouting", base(Hook::Prerouting, -300, ChainType::Filter))],
     rules: macspoof_rules,
 };
 
 fn macspoof_rules() -> Vec<(&'static str, nfnl::Rule)> {
     let rule = nfnl::Rule::new(Family::Bridge)
-        .in_set(&key(&[Field::Iifname]), "ports")
+        .in_set(&key(&[Field::Iifname]), "port_owner")
         .not_in_set(&[Field::Iifname, Field::EtherSaddr], "macs")
         .verdict(Verdict::Drop);
     vec![("prerouting", rule)]

@@ -17,7 +17,7 @@
 //! test "source in the pod's subnet" (hairpin) or "destination in the pod's subnet" (masquerade).
 //!
 //! Ownership: the first element of each item (`own` for a host port, `pods` for an address,
-//! `ports` for a bridge port) holds the tag of the attachment. A host port another attachment
+//! `port_owner` for a bridge port) holds the tag of the attachment. A host port another attachment
 //! holds fails ADD (a conflict); an address or bridge port belongs to the newest ADD, which takes
 //! it over. DEL and GC re-add the element with the expiry, which fails with EEXIST when it has
 //! become another attachment's, and then leave that item alone. DEL needs only the container id:
@@ -341,7 +341,7 @@ impl Item for Port {
     fn elems(&self, tag: Ipv6Addr) -> Vec<(String, Elem)> {
         let port = KeyPart::Ifname(self.name.clone());
         vec![
-            ("ports".into(), Elem::new(vec![port.clone()], ElemData::Value(vec![KeyPart::Addr(IpAddr::V6(tag))]))),
+            ("port_owner".into(), Elem::new(vec![port.clone()], ElemData::Value(vec![KeyPart::Addr(IpAddr::V6(tag))]))),
             ("macs".into(), Elem::new(vec![port, KeyPart::Mac(self.mac)], ElemData::None)),
         ]
     }

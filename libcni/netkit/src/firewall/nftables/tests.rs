@@ -90,7 +90,7 @@ fn setup_lists_as_drawn() {
         assert!(masq.contains("ip6 saddr @pods6 ip6 daddr != ff00::/8 masquerade"), "{masq}");
         let ms = listed(&MACSPOOF);
         assert!(ms.contains("type ifname . ether_addr"), "{ms}");
-        assert!(ms.contains("iifname @ports iifname . ether saddr != @macs drop"), "{ms}");
+        assert!(ms.contains("iifname @port_owner iifname . ether saddr != @macs drop"), "{ms}");
         let mut again = Batch::new();
         PORTMAP.setup(&mut again);
         again.send().unwrap();
@@ -151,7 +151,7 @@ fn macspoof_elements() {
         add_macspoof("n", "new", "eth0", "veth1234abcd", "0a:58:0a:00:00:03").unwrap();
         check_macspoof("n", "new", "eth0").unwrap();
         assert_eq!(check_macspoof("n", "old", "eth0").unwrap_err().code, code::CHECK_FAILED);
-        assert_eq!((elems("ports"), elems("macs")), (1, 1), "the old MAC is not allowed any more");
+        assert_eq!((elems("port_owner"), elems("macs")), (1, 1), "the old MAC is not allowed any more");
         del_macspoof("n", "old", "eth0").unwrap();
         check_macspoof("n", "new", "eth0").unwrap();
         add_macspoof("n", "gc-me", "eth0", "veth0", "0a:58:0a:00:00:04").unwrap();
