@@ -618,16 +618,7 @@ impl Firewall for IptablesBackend {
     }
 
     fn gc_masquerade(&self, network: &str, keep: &[Attachment]) -> Result<()> {
-        let what = format!("garbage-collect masquerade chains of network {network}");
-        both_families(|ipv| {
-            transact(ipv, &what, |t| {
-                let mut out = Vec::new();
-                for chain in stale_chains(t, network, keep, false) {
-                    remove_chain_lines(t, &chain, &mut out);
-                }
-                out
-            })
-        })
+        gc(network, keep, false, &format!("garbage-collect masquerade chains of network {network}"))
     }
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
@@ -695,21 +686,25 @@ impl Firewall for IptablesBackend {
     }
 
     fn gc_portmap(&self, network: &str, keep: &[Attachment]) -> Result<()> {
-        let what = format!("garbage-collect port-mapping chains of network {network}");
-        both_families(|ipv| {
-            transact(ipv, &what, |t| {
-                let mut out = Vec::new();
-                for chain in stale_chains(t, network, keep, true) {
-                    remove_chain_lines(t, &chain, &mut out);
-                }
-                out
-            })
-        })
+        gc(network, keep, true, &format!("garbage-collect port-mapping chains of network {network}"))
     }
 
     fn status(&self) -> Result<()> {
         usable(Ipv::V4).map_err(|e| Error::new(code::NOT_AVAILABLE, format!("iptables is not usable here: {}", e.msg)))
     }
+}
+
+/// Removes the chains (port mappings, or masquerade) of every container of `network` not in `keep`.
+fn gc(network: &str, keep: &[Attachment], portmap: bool, what: &str) -> Result<()> {
+    both_families(|ipv| {
+        transact(ipv, what, |t| {
+            let mut out = Vec::new();
+            for chain in stale_chains(t, network, keep, portmap) {
+                remove_chain_lines(t, &chain, &mut out);
+            }
+            out
+        })
+    })
 }
 
 #[cfg(test)]

@@ -1303,14 +1303,7 @@ impl Batch {
         let mut buf = vec![0u8; 64 * 1024];
         while pending > 0 {
             let len = sock.recv(&mut buf).map_err(|e| self.lost(e))?;
-            let mut rest = &buf[..len];
-            while rest.len() >= NLMSG_HDRLEN {
-                let msg_len = u32_at(rest, 0) as usize;
-                if msg_len < NLMSG_HDRLEN || msg_len > rest.len() {
-                    break;
-                }
-                let msg = &rest[..msg_len];
-                rest = &rest[msg_len.next_multiple_of(4).min(rest.len())..];
+            for msg in messages(&buf[..len]) {
                 if u16::from_ne_bytes([msg[4], msg[5]]) != NLMSG_ERROR || msg.len() < NLMSG_HDRLEN + 4 + NLMSG_HDRLEN {
                     continue;
                 }
@@ -1534,15 +1527,8 @@ fn read_replies(sock: &Socket, what: &str, mut each: impl FnMut(u16, &[u8])) -> 
             errno: e.raw_os_error().unwrap_or(libc::EIO),
             text: Some(format!("reading the kernel's answer to {what}")),
         })?;
-        let mut rest = &buf[..len];
         let mut multi = false;
-        while rest.len() >= NLMSG_HDRLEN {
-            let msg_len = u32_at(rest, 0) as usize;
-            if msg_len < NLMSG_HDRLEN || msg_len > rest.len() {
-                break;
-            }
-            let msg = &rest[..msg_len];
-            rest = &rest[msg_len.next_multiple_of(4).min(rest.len())..];
+        for msg in messages(&buf[..len]) {
             let ty = u16::from_ne_bytes([msg[4], msg[5]]);
             let flags = u16::from_ne_bytes([msg[6], msg[7]]);
             intr |= flags & NLM_F_DUMP_INTR != 0;
@@ -1572,6 +1558,19 @@ fn read_replies(sock: &Socket, what: &str, mut each: impl FnMut(u16, &[u8])) -> 
             }
         }
     }
+}
+
+/// The netlink messages in a buffer the kernel answered with (a truncated one ends the list).
+fn messages(mut rest: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        let msg_len = u32_at(rest, 0) as usize;
+        if rest.len() < NLMSG_HDRLEN || msg_len < NLMSG_HDRLEN || msg_len > rest.len() {
+            return None;
+        }
+        let msg = &rest[..msg_len];
+        rest = &rest[msg_len.next_multiple_of(4).min(rest.len())..];
+        Some(msg)
+    })
 }
 
 /// The (type, value) of each netlink attribute in `b`.
