@@ -26,8 +26,8 @@
 //! Conditions (`conditionsV4`/`V6`, free nft syntax) are the one thing elements cannot hold: such
 //! a mapping is an item like any other (its host port in `own`, its marks), but instead of a
 //! `dnat` element it has a `gate` element that jumps to the attachment's chain `pm-<id16>`, whose
-//! rules (compiled by `nft`) match the conditions and DNAT. Its DEL deletes the gate elements and
-//! the chain in one transaction (a chain in use cannot be deleted).
+//! rules (compiled by `nft`) match the conditions and DNAT. Its DEL deletes the elements, and then
+//! the chain (a chain that elements jump to cannot be deleted).
 
 use super::super::nfnl::{self, Batch, Elem, ElemData, ElemInfo, Field, KeyPart, SetData, SetSpec, Verdict};
 use super::super::{check_failed, exec, sha512_hex, Masquerade, PortMap, Protocol};
@@ -595,8 +595,8 @@ fn names(info: &ElemInfo, tag: Ipv6Addr) -> bool {
 
 /// Writes an attachment's items and owner record, replacing what it had. An item's first
 /// element held by another attachment goes to `taken` (after waiting out one that is expiring):
-/// Err fails the ADD, Ok takes the item over. True when the attachment's earlier record had items
-/// with a chain of their own.
+/// Err fails the ADD, Ok takes the item over. True when the record it replaced had items with a
+/// chain of their own.
 fn put<I: Item>(
     network: &str,
     tag: Ipv6Addr,
