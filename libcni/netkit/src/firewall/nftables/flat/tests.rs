@@ -194,6 +194,12 @@ mod privileged {
             add_portmap(&cond("e", 9091), "add e").unwrap();
             gc_portmap("net1", &[], "gc").unwrap();
             assert_eq!(chain("e"), None);
+            // Conditions nft cannot compile fail the ADD and leave nothing.
+            let bad = PortMap { conditions_v4: vec!["ip saddr !!! 10.0.0.0/8; flush ruleset".into()], ..pm("f", 9092) };
+            let err = add_portmap(&bad, "add f").unwrap_err();
+            assert_eq!(err.code, 100, "{err}");
+            assert_eq!((chain("f"), read_record::<Mapping>(tag("net1", "f", "eth0")).unwrap().is_none()), (None, true));
+            assert!(nfnl::list_chain(PORTMAP.fam, PORTMAP.name, "dispatch").unwrap().is_some());
         });
     }
 
