@@ -203,6 +203,36 @@ mod privileged {
         });
     }
 
+    /// Conditions decide, for real connections: with conditions that hold, a connection to the
+    /// host port reaches the pod address; with conditions that do not, it is not DNATed.
+    #[test]
+    fn conditions_decide_for_real_connections() {
+        if !root() {
+            return;
+        }
+        in_netns(|| {
+            for args in [&["link", "set", "lo", "up"][..], &["addr", "add", "10.22.0.5/16", "dev", "lo"]] {
+                assert!(std::process::Command::new("ip").args(args).status().unwrap().success());
+            }
+            let server = std::net::TcpListener::bind("10.22.0.5:80").unwrap();
+            let reaches = || std::net::TcpStream::connect("127.0.0.1:8080").is_ok();
+            let with = |conditions: &str| PortMap {
+                conditions_v4: vec![conditions.into()],
+                ipv6: None,
+                snat: false,
+                ..pm("cond", 8080)
+            };
+            assert!(!reaches());
+            add_portmap(&with("ip saddr 127.0.0.1"), "add").unwrap();
+            assert!(reaches(), "conditions that hold");
+            add_portmap(&with("ip saddr 10.99.0.1"), "add again").unwrap();
+            assert!(!reaches(), "conditions that do not hold");
+            add_portmap(&PortMap { conditions_v4: vec![], ..with("") }, "add without").unwrap();
+            assert!(reaches(), "no conditions");
+            drop(server);
+        });
+    }
+
     /// Many mappings take several owner records; DEL finds them all from the container id.
     #[test]
     fn a_record_in_several_chunks() {
