@@ -68,11 +68,11 @@ impl Failure {
     /// `"<op> <object>: <os error text>"`, code NETWORK.
     pub(crate) fn into_error(self, what: impl fmt::Display) -> Error {
         match self {
-            Failure::Errno(e) => Error::network(format!("{what}: {}", io::Error::from_raw_os_error(e))),
-            Failure::Interrupted => Error::network(format!(
-                "{what}: dump interrupted {DUMP_ATTEMPTS} times by concurrent changes ({})",
-                io::Error::from_raw_os_error(libc::EINTR)
-            )),
+            Failure::Errno(e) => Error::os(e, what),
+            Failure::Interrupted => Error::os(
+                libc::EINTR,
+                format_args!("{what}: dump interrupted {DUMP_ATTEMPTS} times by concurrent changes"),
+            ),
             Failure::Other(msg) => Error::network(format!("{what}: {msg}")),
         }
     }
