@@ -20,7 +20,6 @@ use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DU
 use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::Handle;
 use std::fmt;
-use std::io;
 
 /// How often a dump that the kernel flags as interrupted (NLM_F_DUMP_INTR, or EINTR) is retried.
 const DUMP_ATTEMPTS: usize = 10;
