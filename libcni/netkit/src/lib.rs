@@ -1,5 +1,5 @@
 //! Kernel plumbing for the plugins: network namespace handles and guards, rtnetlink (links, bridges,
-//! veths, addresses, routes, bridge VLANs) and sysctls.
+//! veths, addresses, routes, bridge VLANs), sysctls, and the steps interface plugins share ([`iface`]).
 //!
 //! Every failure is a [`libcni::Error`] whose message names the object and ends with the OS error
 //! text, e.g. `create veth veth1a2b3c4d (peer eth0): File exists (os error 17)`, and which carries
@@ -7,7 +7,9 @@
 //! [`libcni::Error::io`]). Callers that must tell "already there" or "not there" apart (DEL is
 //! idempotent) use [`errno`], [`is_exists`] and [`is_not_found`]; `Error::context` keeps the number.
 
+pub mod fake;
 pub mod firewall;
+pub mod iface;
 pub mod netlink;
 pub mod netns;
 pub mod sysctl;
