@@ -65,32 +65,30 @@ pub fn host_veth_name(container_id: &str, ifname: &str, attempt: u32) -> String 
 /// How many host names ADD tries before giving up on collisions.
 pub const HOST_NAME_ATTEMPTS: u32 = 8;
 
-/// Creates the pair `<host name>` (on the host) - `req.ifname` (in `ns`) in one request; the host
+/// Creates the pair `<host name>` (on the host) - `ifname` (in `ns`) in one request; the host
 /// end's name and link. The pod has no `ifname` ([`ensure_absent`]) and the pair dies with the
 /// pod's namespace, so a host link holding a candidate name is another pod's: the next is tried.
 pub fn create_veth(
     host: &Netlink,
-    req: &Request,
+    container_id: &str,
+    ifname: &str,
     ns: &NetNs,
     mtu: Option<u32>,
     mac: Option<[u8; 6]>,
 ) -> Result<(String, Link)> {
     for attempt in 0..HOST_NAME_ATTEMPTS {
-        let candidate = host_veth_name(&req.container_id, &req.ifname, attempt);
+        let candidate = host_veth_name(container_id, ifname, attempt);
         if host.link(&candidate)?.is_some() {
             continue;
         }
-        match host.create_veth(&candidate, &req.ifname, ns, mtu, mac) {
+        match host.create_veth(&candidate, ifname, ns, mtu, mac) {
             Ok(link) => return Ok((candidate, link)),
             // Another ADD took the name between the lookup and the create.
             Err(e) if crate::is_exists(&e) && host.link(&candidate)?.is_some() => continue,
             Err(e) => return Err(e),
         }
     }
-    Err(Error::network(format!(
-        "no free host veth name for {}:{} after {HOST_NAME_ATTEMPTS} tries",
-        req.container_id, req.ifname
-    )))
+    Err(Error::network(format!("no free host veth name for {container_id}:{ifname} after {HOST_NAME_ATTEMPTS} tries")))
 }
 
 /// Runs the IPAM plugin's ADD. Its DEL is registered in `undo` before the call: an IPAM plugin
@@ -234,8 +232,9 @@ pub fn enable_forwarding(ips: &[IpConfig]) -> Result<()> {
 pub fn check_pod(ns: &NetNs, ifname: &str, prev: &CniResult, up: bool) -> Result<(Link, Option<usize>)> {
     let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);
     let cont = Netlink::open_in(ns)?;
-    let link =
-        cont.link(ifname)?.ok_or_else(|| failed(format!("interface {ifname} is missing in {}", ns.path().display())))?;
+    let link = cont
+        .link(ifname)?
+        .ok_or_else(|| failed(format!("interface {ifname} is missing in {}", ns.path().display())))?;
     let sandbox_idx = prev.interfaces.iter().position(|i| i.name == ifname && i.sandbox.is_some());
     if let Some(want) = sandbox_idx.and_then(|i| prev.interfaces[i].mac.clone()) {
         let have = link.mac_string().unwrap_or_default();

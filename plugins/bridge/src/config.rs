@@ -227,39 +227,10 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use libcni::skel::{execute, Plugin};
-    use libcni::CniResult;
     use serde_json::json;
-    use std::cell::RefCell;
-    use std::collections::HashMap;
-
-    /// A plugin whose DEL parses the bridge config the way the bridge does, through skel.
-    #[derive(Default)]
-    struct Parse(RefCell<Option<Result<BridgeConf>>>);
-
-    impl Plugin for Parse {
-        fn add(&self, _: &Request) -> Result<CniResult> {
-            Ok(CniResult::default())
-        }
-        fn del(&self, req: &Request) -> Result<()> {
-            *self.0.borrow_mut() = Some(parse(req));
-            Ok(())
-        }
-        fn check(&self, _: &Request) -> Result<()> {
-            Ok(())
-        }
-    }
 
     fn parse_conf(raw: Value) -> Result<BridgeConf> {
-        let env: HashMap<String, String> =
-            [("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c"), ("CNI_IFNAME", "eth0"), ("CNI_PATH", "/nonexistent")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-        let plugin = Parse::default();
-        let out = execute(&plugin, &env, &mut raw.to_string().as_bytes());
-        assert_eq!(out.exit_code, 0, "{}", out.stdout);
-        plugin.0.take().expect("DEL ran")
+        parse(&crate::tests::request(raw))
     }
 
     /// Keys as Go's decoder takes them (the reference bridge's struct fields are `IsGW`, `IPMasq`, ...

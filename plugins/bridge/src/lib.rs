@@ -64,7 +64,9 @@ impl Plugin for Bridge {
                 }
                 (errs, del_firewall(req, &plan, &firewall::open))
             });
-            let link_errs = iface::del_pod_link(req, || {
+            // The sender moves into the call and is dropped when it returns, unsent when there is
+            // nothing to delete, so the other thread stops waiting either way.
+            let link_errs = iface::del_pod_link(req, move || {
                 let _ = started.send(std::time::Instant::now());
             });
             let mut errs = match others.join() {
@@ -183,10 +185,9 @@ impl DelPlan {
     fn from_conf(conf: &BridgeConf) -> DelPlan {
         let masquerade = match conf.ip_masq {
             None => MasqueradeDel::None,
-            Some(m) => MasqueradeDel::Backend {
-                kind: m.backend,
-                leftovers: m.detected && m.backend == BackendKind::Nftables,
-            },
+            Some(m) => {
+                MasqueradeDel::Backend { kind: m.backend, leftovers: m.detected && m.backend == BackendKind::Nftables }
+            }
         };
         DelPlan {
             network: conf.network.clone(),
@@ -234,7 +235,7 @@ fn add<'a>(
     let br = host.ensure_bridge(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc)?;
     libcni::fault_point("bridge-ensured")?;
 
-    let (host_name, host_link) = iface::create_veth(host, req, ns, conf.mtu, conf.mac)?;
+    let (host_name, host_link) = iface::create_veth(host, &req.container_id, &req.ifname, ns, conf.mtu, conf.mac)?;
     let created = host_name.clone();
     // Deleting one end removes the pair, the container end included.
     undo.push(move || {

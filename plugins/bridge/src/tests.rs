@@ -28,7 +28,8 @@ impl Plugin for Capture {
     }
 }
 
-fn request(conf: Value) -> Request {
+/// The request skel builds from `conf` (a DEL of container `c1`, ifname `eth0`).
+pub(crate) fn request(conf: Value) -> Request {
     let env: HashMap<String, String> =
         [("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c1"), ("CNI_IFNAME", "eth0"), ("CNI_PATH", "/nonexistent")]
             .into_iter()
@@ -67,12 +68,7 @@ fn masquerade_is_undone_first_when_a_later_step_fails() {
     undo.run();
     assert_eq!(
         fw.calls(),
-        [
-            "add_masquerade net c1 eth0 10.1.2.7/24",
-            "del_masquerade net c1 eth0",
-            "undo ipam",
-            "undo veth"
-        ]
+        ["add_masquerade net c1 eth0 10.1.2.7/24", "del_masquerade net c1 eth0", "undo ipam", "undo veth"]
     );
 }
 
@@ -113,8 +109,7 @@ fn del_removes_masquerade_on_the_configured_backend() {
 fn check_compares_masquerade_with_the_pods_own_addresses() {
     let req = request(masq_conf());
     let conf = config::parse(&req).unwrap();
-    let mut prev = CniResult::default();
-    prev.ips = ips();
+    let mut prev = CniResult { ips: ips(), ..Default::default() };
     prev.ips.push(IpConfig { address: "10.9.9.9/24".parse().unwrap(), gateway: None, interface: Some(0) });
     let m = masquerade(&req, &conf, iface::own_ips(&prev, Some(2)));
     let fw = RecordingFirewall::default();
