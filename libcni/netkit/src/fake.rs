@@ -9,17 +9,22 @@ use std::sync::{Arc, Mutex};
 /// A [`Firewall`] that changes nothing and records each call as one line in a log it shares with
 /// its clones (and with anything else that writes there, to interleave other steps), e.g.
 /// `add_masquerade net c1 eth0 10.1.2.7/24` or `del_masquerade net c1 eth0`. A call whose name is
-/// in `fail` is recorded, then fails with code 100.
-#[derive(Debug, Clone, Default)]
+/// in `fail` is recorded, then fails with code 100. With a `probe`, each line ends with
+/// ` | <what the probe returned>`: the state (a pod's addresses, say) at the moment of the call.
+#[derive(Clone, Default)]
 pub struct RecordingFirewall {
     pub log: Arc<Mutex<Vec<String>>>,
     pub fail: Vec<&'static str>,
+    pub probe: Option<Probe>,
 }
+
+/// What [`RecordingFirewall`] looks at on each call.
+pub type Probe = Arc<dyn Fn() -> String + Send + Sync>;
 
 impl RecordingFirewall {
     /// A recorder writing to `log`.
     pub fn new(log: Arc<Mutex<Vec<String>>>) -> Self {
-        RecordingFirewall { log, fail: Vec::new() }
+        RecordingFirewall { log, ..Default::default() }
     }
 
     /// The lines recorded so far.
@@ -28,8 +33,9 @@ impl RecordingFirewall {
     }
 
     fn record(&self, call: &'static str, args: String) -> Result<()> {
+        let seen = self.probe.as_ref().map(|probe| format!(" | {}", probe())).unwrap_or_default();
         if let Ok(mut log) = self.log.lock() {
-            log.push(format!("{call} {args}"));
+            log.push(format!("{call} {args}{seen}"));
         }
         if self.fail.contains(&call) {
             return Err(Error::network(format!("{call}: failed as the test asked")));
