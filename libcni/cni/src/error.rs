@@ -35,13 +35,28 @@ pub struct Error {
     pub msg: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub details: String,
+    /// The OS error number the failure came from (a syscall's or the kernel's netlink answer), so
+    /// callers can tell "already there" or "not there" apart without reading the message. Not
+    /// part of the spec's error JSON.
+    #[serde(skip)]
+    pub errno: Option<i32>,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(code: u32, msg: impl Into<String>) -> Self {
-        Error { code, msg: msg.into(), details: String::new() }
+        Error { code, msg: msg.into(), details: String::new(), errno: None }
+    }
+    /// A failed OS operation on a named object, code NETWORK: `"<what>: <os error text>"`, with
+    /// the errno kept as data.
+    pub fn os(errno: i32, what: impl fmt::Display) -> Self {
+        Self::new(code::NETWORK, format!("{what}: {}", std::io::Error::from_raw_os_error(errno))).with_errno(errno)
+    }
+    /// The same error, carrying `errno` as its OS error number.
+    pub fn with_errno(mut self, errno: i32) -> Self {
+        self.errno = Some(errno);
+        self
     }
     pub fn with_details(mut self, details: impl Into<String>) -> Self {
         self.details = details.into();
@@ -62,11 +77,11 @@ impl Error {
     pub fn network(msg: impl Into<String>) -> Self {
         Self::new(code::NETWORK, msg)
     }
-    /// An I/O error on a named object: `"<what>: <os error>"`.
+    /// An I/O error on a named object: `"<what>: <os error>"`, keeping its errno if it has one.
     pub fn io(what: impl fmt::Display, err: &std::io::Error) -> Self {
-        Self::new(code::IO, format!("{what}: {err}"))
+        Error { errno: err.raw_os_error(), ..Self::new(code::IO, format!("{what}: {err}")) }
     }
-    /// Prefix the message with context, keeping the code.
+    /// Prefix the message with context, keeping the code and the errno.
     pub fn context(mut self, what: impl fmt::Display) -> Self {
         self.msg = format!("{what}: {}", self.msg);
         self
@@ -120,16 +135,17 @@ impl Errors {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-    /// Ok if nothing failed; else the first error's code with every message joined.
+    /// Ok if nothing failed; else the first error (its code, details and errno) with every
+    /// message joined.
     pub fn finish(self) -> Result<()> {
         let mut it = self.0.into_iter();
         let Some(first) = it.next() else { return Ok(()) };
         let rest: Vec<String> = it.map(|e| e.to_string()).collect();
         if rest.is_empty() {
-            Ok(Err(first)?)
+            Err(first)
         } else {
             let msg = format!("{}; {}", first.msg, rest.join("; "));
-            Err(Error { code: first.code, msg, details: first.details })
+            Err(Error { msg, ..first })
         }
     }
 }

@@ -370,7 +370,7 @@ fn interpret(plugin: &Path, out: RawOutput) -> Result<Vec<u8>> {
                 .unwrap_or_default()
                 .to_string();
             match code {
-                Some(c) if c != 0 => Err(Error { code: c, msg, details }),
+                Some(c) if c != 0 => Err(Error::new(c, msg).with_details(details)),
                 _ => Err(exec_error(format!(
                     "netplugin {name} failed ({exit}) and its error has no error code: {stdout:?}"
                 ))),

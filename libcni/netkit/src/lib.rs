@@ -1,12 +1,15 @@
 //! Kernel plumbing for the plugins: network namespace handles and guards, rtnetlink (links, bridges,
-//! veths, addresses, routes, bridge VLANs) and sysctls.
+//! veths, addresses, routes, bridge VLANs), sysctls, and the steps interface plugins share ([`iface`]).
 //!
 //! Every failure is a [`libcni::Error`] whose message names the object and ends with the OS error
-//! text, e.g. `create veth veth1a2b3c4d (peer eth0): File exists (os error 17)`. Callers that must
-//! tell "already there" or "not there" apart (DEL is idempotent) use [`errno`], [`is_exists`] and
-//! [`is_not_found`], which read that suffix; `Error::context` keeps it intact.
+//! text, e.g. `create veth veth1a2b3c4d (peer eth0): File exists (os error 17)`, and which carries
+//! that OS error number as data ([`libcni::Error::errno`], set by [`libcni::Error::os`] and
+//! [`libcni::Error::io`]). Callers that must tell "already there" or "not there" apart (DEL is
+//! idempotent) use [`errno`], [`is_exists`] and [`is_not_found`]; `Error::context` keeps the number.
 
+pub mod fake;
 pub mod firewall;
+pub mod iface;
 pub mod netlink;
 pub mod netns;
 pub mod sysctl;
@@ -18,7 +21,13 @@ use libcni::Error;
 
 /// The OS error number an error of ours was made from, if any.
 pub fn errno(err: &Error) -> Option<i32> {
-    let rest = err.msg.strip_suffix(')')?;
+    err.errno.or_else(|| errno_in_text(&err.msg))
+}
+
+/// The `(os error N)` an error built as text ends with. The nf_tables socket code
+/// (`firewall::nfnl`) still words its kernel errors that way instead of with [`Error::os`].
+fn errno_in_text(msg: &str) -> Option<i32> {
+    let rest = msg.strip_suffix(')')?;
     let start = rest.rfind("(os error ")?;
     rest[start + "(os error ".len()..].parse().ok()
 }
@@ -50,17 +59,40 @@ mod tests {
     use libcni::code;
 
     #[test]
-    fn errno_is_read_from_the_message_suffix() {
-        let e = Error::new(code::NETWORK, "create veth v1: File exists (os error 17)");
+    fn errno_is_data_and_survives_context() {
+        let e = Error::os(libc::EEXIST, "create veth v1");
+        assert_eq!(e.msg, "create veth v1: File exists (os error 17)");
         assert_eq!(errno(&e), Some(17));
         assert!(is_exists(&e));
         assert!(!is_not_found(&e));
         let e = e.context("bridge ADD");
         assert!(is_exists(&e));
-        let e = Error::new(code::NETWORK, "delete link v1: No such device (os error 19)");
+        assert!(is_not_found(&Error::os(libc::ENODEV, "delete link v1")));
+        // The number is the error's, not whatever a message happens to end with.
+        let e = Error::os(libc::ENOENT, "open netns /x").context("DEL (os error 17)");
+        assert!(is_not_found(&e) && !is_exists(&e));
+        let e = Error::io("stat /x", &std::io::Error::from_raw_os_error(libc::ENOENT));
         assert!(is_not_found(&e));
         assert_eq!(errno(&Error::new(code::NETWORK, "something else")), None);
+    }
+
+    #[test]
+    fn errno_of_errors_built_as_text() {
+        let e = Error::new(code::NETWORK, "nft add table: File exists (os error 17)");
+        assert!(is_exists(&e));
         assert_eq!(errno(&Error::new(code::NETWORK, "x (os error abc)")), None);
+    }
+
+    #[test]
+    fn errors_finish_keeps_the_first_errors_code_and_errno() {
+        let mut errs = libcni::Errors::new();
+        errs.push(Error::os(libc::EPERM, "delete link v1").context("DEL"));
+        errs.push(Error::io("read /x", &std::io::Error::from_raw_os_error(libc::ENOENT)));
+        let e = errs.finish().unwrap_err();
+        assert_eq!(e.code, code::NETWORK);
+        assert_eq!(errno(&e), Some(libc::EPERM), "{e}");
+        assert!(!is_not_found(&e), "{e}");
+        assert!(e.msg.ends_with("read /x: No such file or directory (os error 2)"), "{e}");
     }
 
     #[test]

@@ -179,14 +179,14 @@ impl Drop for NsGuard {
 }
 
 fn open_error(path: &Path, err: &io::Error) -> Error {
-    let msg = format!("open netns {}: {err}", path.display());
+    let what = format_args!("open netns {}", path.display());
     match err.raw_os_error() {
+        // A path with a file where a directory should be is as absent as a missing one: both are
+        // ENOENT, so is_not_found() recognises them.
         Some(libc::ENOENT) | Some(libc::ENOTDIR) => {
-            // Keep ENOENT in the suffix so is_not_found() recognises it.
-            let e = io::Error::from_raw_os_error(libc::ENOENT);
-            Error::env(format!("open netns {}: {e}", path.display()))
+            Error { code: code::INVALID_ENV, ..Error::io(what, &io::Error::from_raw_os_error(libc::ENOENT)) }
         }
-        _ => Error::new(code::IO, msg),
+        _ => Error::io(what, err),
     }
 }
 

@@ -51,7 +51,7 @@ pub fn set(rel: &str, value: &str) -> Result<()> {
         let mut f = std::fs::OpenOptions::new().write(true).open(&path)?;
         f.write_all(value.as_bytes())
     };
-    write().map_err(|e| Error::network(format!("set sysctl {rel} to {value:?}: {e}")))
+    write().map_err(|e| Error { code: code::NETWORK, ..Error::io(format_args!("set sysctl {rel} to {value:?}"), &e) })
 }
 
 /// Reads a sysctl, trimmed, in the calling thread's namespace.
@@ -59,7 +59,7 @@ pub fn get(rel: &str) -> Result<String> {
     let path = full_path(rel)?;
     std::fs::read_to_string(&path)
         .map(|s| s.trim().to_string())
-        .map_err(|e| Error::network(format!("read sysctl {rel}: {e}")))
+        .map_err(|e| Error { code: code::NETWORK, ..Error::io(format_args!("read sysctl {rel}"), &e) })
 }
 
 /// Writes a sysctl only if it differs (saves a write, and works on a read-only value that

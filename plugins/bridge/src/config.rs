@@ -5,6 +5,7 @@ use libcni::gojson::{self, Spelled};
 use libcni::skel::{validate_ifname, Request};
 use libcni::types::Dns;
 use libcni::{Error, Result};
+use netkit::firewall::{self, BackendKind};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -57,8 +58,8 @@ pub struct BridgeConf {
     pub is_gateway: bool,
     pub is_default_gateway: bool,
     pub force_address: bool,
-    pub ip_masq: bool,
-    pub ip_masq_backend: Option<String>,
+    /// Where masquerade rules go when `ipMasq` is set.
+    pub ip_masq: Option<IpMasq>,
     pub mtu: Option<u32>,
     pub hairpin: bool,
     pub promisc: bool,
@@ -77,6 +78,15 @@ pub struct BridgeConf {
     pub mac: Option<[u8; 6]>,
 }
 
+/// The masquerade backend, chosen once while parsing: `ipMasqBackend`, or detected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpMasq {
+    pub backend: BackendKind,
+    /// No `ipMasqBackend` was set: DEL then also removes what the reference plugin left in
+    /// iptables, on a node that switched from it to our nftables.
+    pub detected: bool,
+}
+
 impl BridgeConf {
     pub fn vlan_filtering(&self) -> bool {
         self.vlan != 0 || !self.vlan_trunk.is_empty()
@@ -84,18 +94,9 @@ impl BridgeConf {
 }
 
 pub fn parse_mac(s: &str) -> Result<[u8; 6]> {
-    let bad = || Error::config(format!("invalid MAC address {s:?}: expected six hex bytes like 0a:58:0a:f4:01:02"));
-    let mut out = [0u8; 6];
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return Err(bad());
-    }
-    for (o, p) in out.iter_mut().zip(parts) {
-        if p.len() != 2 {
-            return Err(bad());
-        }
-        *o = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
+    let out = netkit::parse_mac(s).ok_or_else(|| {
+        Error::config(format!("invalid MAC address {s:?}: expected six hex bytes like 0a:58:0a:f4:01:02"))
+    })?;
     if out[0] & 1 == 1 {
         return Err(Error::config(format!("invalid MAC address {s:?}: a multicast address cannot name an interface")));
     }
@@ -201,21 +202,26 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
         return Err(Error::config("isDefaultGateway needs an ipam plugin to learn the gateway address"));
     }
     let ip_masq_backend = raw.ip_masq_backend.filter(|b| !b.value.is_empty());
-    if let Some(b) = &ip_masq_backend {
-        if !matches!(b.value.as_str(), "nftables" | "nft" | "iptables") {
+    let backend = match &ip_masq_backend {
+        Some(b) => Some(BackendKind::parse(&b.value).map_err(|_| {
             let key = b.key_or("ipMasqBackend");
-            return Err(Error::config(format!("invalid {key} {:?}: use \"nftables\" or \"iptables\"", b.value)));
-        }
-    }
-    let ip_masq_backend = ip_masq_backend.map(|b| b.value);
+            Error::config(format!("invalid {key} {:?}: use \"nftables\" or \"iptables\"", b.value))
+        })?),
+        None => None,
+    };
+    // Detecting the backend probes the kernel: only when masquerade is on.
+    let ip_masq = match (raw.ip_masq, backend) {
+        (false, _) => None,
+        (true, Some(backend)) => Some(IpMasq { backend, detected: false }),
+        (true, None) => Some(IpMasq { backend: firewall::choose(None)?, detected: true }),
+    };
     Ok(BridgeConf {
         network: req.conf.name.clone(),
         bridge,
         is_gateway: raw.is_gateway || raw.is_default_gateway,
         is_default_gateway: raw.is_default_gateway,
         force_address: raw.force_address,
-        ip_masq: raw.ip_masq,
-        ip_masq_backend,
+        ip_masq,
         mtu,
         hairpin: raw.hairpin_mode,
         promisc: raw.promisc_mode,
@@ -236,39 +242,10 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use libcni::skel::{execute, Plugin};
-    use libcni::CniResult;
     use serde_json::json;
-    use std::cell::RefCell;
-    use std::collections::HashMap;
-
-    /// A plugin whose DEL parses the bridge config the way the bridge does, through skel.
-    #[derive(Default)]
-    struct Parse(RefCell<Option<Result<BridgeConf>>>);
-
-    impl Plugin for Parse {
-        fn add(&self, _: &Request) -> Result<CniResult> {
-            Ok(CniResult::default())
-        }
-        fn del(&self, req: &Request) -> Result<()> {
-            *self.0.borrow_mut() = Some(parse(req));
-            Ok(())
-        }
-        fn check(&self, _: &Request) -> Result<()> {
-            Ok(())
-        }
-    }
 
     fn parse_conf(raw: Value) -> Result<BridgeConf> {
-        let env: HashMap<String, String> =
-            [("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c"), ("CNI_IFNAME", "eth0"), ("CNI_PATH", "/nonexistent")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-        let plugin = Parse::default();
-        let out = execute(&plugin, &env, &mut raw.to_string().as_bytes());
-        assert_eq!(out.exit_code, 0, "{}", out.stdout);
-        plugin.0.take().expect("DEL ran")
+        parse(&crate::tests::request(raw))
     }
 
     /// Keys as Go's decoder takes them (the reference bridge's struct fields are `IsGW`, `IPMasq`, ...
@@ -282,8 +259,8 @@ mod tests {
             "RuntimeConfig": {"Mac": "0a:58:0a:f4:01:03"}}))
         .unwrap();
         assert_eq!(c.bridge, "br9");
-        assert!(c.is_gateway && c.ip_masq && c.hairpin);
-        assert_eq!(c.ip_masq_backend.as_deref(), Some("iptables"));
+        assert!(c.is_gateway && c.hairpin);
+        assert_eq!(c.ip_masq, Some(IpMasq { backend: BackendKind::Iptables, detected: false }));
         assert_eq!((c.mtu, c.vlan), (Some(1400), 5));
         assert_eq!(c.vlan_trunk, [(10, 20), (30, 30)]);
         assert_eq!(c.ipam_type.as_deref(), Some("host-local"));

@@ -20,7 +20,6 @@ use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DU
 use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::Handle;
 use std::fmt;
-use std::io;
 
 /// How often a dump that the kernel flags as interrupted (NLM_F_DUMP_INTR, or EINTR) is retried.
 const DUMP_ATTEMPTS: usize = 10;
@@ -68,11 +67,11 @@ impl Failure {
     /// `"<op> <object>: <os error text>"`, code NETWORK.
     pub(crate) fn into_error(self, what: impl fmt::Display) -> Error {
         match self {
-            Failure::Errno(e) => Error::network(format!("{what}: {}", io::Error::from_raw_os_error(e))),
-            Failure::Interrupted => Error::network(format!(
-                "{what}: dump interrupted {DUMP_ATTEMPTS} times by concurrent changes ({})",
-                io::Error::from_raw_os_error(libc::EINTR)
-            )),
+            Failure::Errno(e) => Error::os(e, what),
+            Failure::Interrupted => Error::os(
+                libc::EINTR,
+                format_args!("{what}: dump interrupted {DUMP_ATTEMPTS} times by concurrent changes"),
+            ),
             Failure::Other(msg) => Error::network(format!("{what}: {msg}")),
         }
     }

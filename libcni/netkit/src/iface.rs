@@ -1,0 +1,379 @@
+//! The steps every interface plugin shares (bridge today; ptp, macvlan, ipvlan, vlan, host-device,
+//! dummy and tap need the same), in the order ADD takes them:
+//!
+//! 1. open and guard the pod's namespace ([`crate::container_netns`], which refuses the plugin's
+//!    own) and refuse an `ifname` already there ([`ensure_absent`]);
+//! 2. create the link: a veth pair with a host name derived from the attachment ([`create_veth`]);
+//! 3. ask IPAM ([`ipam_add`]), fill gateways and default routes ([`set_gateways`]);
+//! 4. configure the pod's interface from the result ([`configure`], Go's `ipam.ConfigureIface`);
+//! 5. forwarding sysctls for the families in use ([`enable_forwarding`]);
+//!
+//! each successful step registering its reversal in an [`Undo`] that a failed ADD runs. CHECK
+//! compares the pod's interface with prevResult ([`check_pod`], Go's
+//! `ip.ValidateExpectedInterfaceIPs` and `ValidateExpectedRoute`); DEL removes the pod's link, or
+//! a veth's host end stranded by a namespace that is gone ([`del_pod_link`]). A chained ADD
+//! outputs the previous result with its own appended ([`chained`]).
+
+use crate::sysctl::{self, Family};
+use crate::{IpFamily, Link, NetNs, Netlink, RouteSpec};
+use ipnetwork::IpNetwork;
+use libcni::invoke;
+use libcni::types::{CniResult, IpConfig, Route};
+use libcni::{code, Error, Request, Result};
+use sha2::{Digest, Sha256};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// What a failed ADD must undo: each step registers its reversal as it starts, and [`Undo::run`]
+/// runs them newest first, best effort. A successful ADD drops it unrun.
+#[derive(Default)]
+pub struct Undo<'a> {
+    steps: Vec<Box<dyn FnOnce() + 'a>>,
+}
+
+impl<'a> Undo<'a> {
+    pub fn push(&mut self, step: impl FnOnce() + 'a) {
+        self.steps.push(Box::new(step));
+    }
+
+    /// Runs the reversals, the last registered first.
+    pub fn run(self) {
+        self.steps.into_iter().rev().for_each(|step| step());
+    }
+}
+
+/// Fails when `ifname` already exists in the pod's namespace: an ADD without a DEL in between.
+pub fn ensure_absent(cont: &Netlink, ns: &NetNs, ifname: &str) -> Result<()> {
+    if cont.link(ifname)?.is_some() {
+        return Err(Error::new(
+            code::NETWORK,
+            format!("interface {ifname} already exists in {}: DEL the attachment first", ns.path().display()),
+        ));
+    }
+    Ok(())
+}
+
+/// Candidate names for a veth's host end, derived from the attachment (`attempt` 0 first). A later
+/// attempt is used only when a hash collision gives another pod's veth the same name.
+pub fn host_veth_name(container_id: &str, ifname: &str, attempt: u32) -> String {
+    let seed =
+        if attempt == 0 { format!("{container_id}:{ifname}") } else { format!("{container_id}:{ifname}:{attempt}") };
+    let digest = Sha256::digest(seed.as_bytes());
+    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("veth{hex}")
+}
+
+/// How many host names ADD tries before giving up on collisions.
+pub const HOST_NAME_ATTEMPTS: u32 = 8;
+
+/// Creates the pair `<host name>` (on the host) - `ifname` (in `ns`) in one request; the host
+/// end's name and link. The pod has no `ifname` ([`ensure_absent`]) and the pair dies with the
+/// pod's namespace, so a host link holding a candidate name is another pod's: the next is tried.
+pub fn create_veth(
+    host: &Netlink,
+    container_id: &str,
+    ifname: &str,
+    ns: &NetNs,
+    mtu: Option<u32>,
+    mac: Option<[u8; 6]>,
+) -> Result<(String, Link)> {
+    for attempt in 0..HOST_NAME_ATTEMPTS {
+        let candidate = host_veth_name(container_id, ifname, attempt);
+        if host.link(&candidate)?.is_some() {
+            continue;
+        }
+        match host.create_veth(&candidate, ifname, ns, mtu, mac) {
+            Ok(link) => return Ok((candidate, link)),
+            // Another ADD took the name between the lookup and the create.
+            Err(e) if crate::is_exists(&e) && host.link(&candidate)?.is_some() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::network(format!("no free host veth name for {container_id}:{ifname} after {HOST_NAME_ATTEMPTS} tries")))
+}
+
+/// Runs the IPAM plugin's ADD. Its DEL is registered in `undo` before the call: an IPAM plugin
+/// that died half-way may hold a reservation, and its DEL releases only what this attachment holds.
+pub fn ipam_add<'a>(ipam: &'a str, req: &'a Request, undo: &mut Undo<'a>) -> Result<CniResult> {
+    undo.push(move || {
+        let _ = invoke::delegate_del(ipam, req);
+    });
+    let r = invoke::delegate_add(ipam, req)?;
+    libcni::fault_point("ipam-done")?;
+    if r.ips.is_empty() {
+        return Err(Error::new(code::PLUGIN_EXEC, format!("IPAM plugin {ipam} returned no IP addresses")));
+    }
+    Ok(r)
+}
+
+pub fn is_v4(n: &IpNetwork) -> bool {
+    matches!(n, IpNetwork::V4(_))
+}
+
+/// The first address after the network address: the default gateway of a subnet.
+pub fn subnet_gateway(n: &IpNetwork) -> IpAddr {
+    match n {
+        IpNetwork::V4(v4) => IpAddr::V4(Ipv4Addr::from(u32::from(v4.network()).wrapping_add(1))),
+        IpNetwork::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6.network()).wrapping_add(1))),
+    }
+}
+
+/// `0.0.0.0/0` or `::/0`.
+pub fn default_dst(v4: bool) -> IpNetwork {
+    if v4 {
+        IpNetwork::V4(ipnetwork::Ipv4Network::from(Ipv4Addr::UNSPECIFIED))
+    } else {
+        IpNetwork::V6(ipnetwork::Ipv6Network::from(Ipv6Addr::UNSPECIFIED))
+    }
+    .with_prefix(0)
+}
+
+trait WithPrefix {
+    fn with_prefix(self, p: u8) -> IpNetwork;
+}
+impl WithPrefix for IpNetwork {
+    fn with_prefix(self, p: u8) -> IpNetwork {
+        IpNetwork::new(self.ip(), p).unwrap_or(self)
+    }
+}
+
+/// Points each address at the result's interface `index`. With `gateway`, an address IPAM gave no
+/// gateway gets its subnet's first address; with `default_route`, each family with a gateway and
+/// no default route gets one through it.
+pub fn set_gateways(result: &mut CniResult, index: usize, gateway: bool, default_route: bool) {
+    for ip in &mut result.ips {
+        ip.interface = Some(index);
+        if gateway && ip.gateway.is_none() {
+            ip.gateway = Some(subnet_gateway(&ip.address));
+        }
+    }
+    if !default_route {
+        return;
+    }
+    for v4 in [true, false] {
+        let Some(gw) = result.ips.iter().find(|ip| is_v4(&ip.address) == v4).and_then(|ip| ip.gateway) else {
+            continue;
+        };
+        if !result.routes.iter().any(|r| is_v4(&r.dst) == v4 && r.dst.prefix() == 0) {
+            result.routes.push(Route {
+                dst: default_dst(v4),
+                gw: Some(gw),
+                mtu: None,
+                advmss: None,
+                priority: None,
+                table: None,
+                scope: None,
+            });
+        }
+    }
+}
+
+/// Configures the pod's interface `index` (named `ifname`, in `ns`, `cont` a connection there)
+/// from an IPAM result, as Go's `ipam.ConfigureIface` does: IPv6 duplicate address detection on
+/// or off (`dad`), gratuitous ARP, the addresses, the link up, then the routes (a route without a
+/// gateway goes through its family's gateway, if any; one already there is kept).
+pub fn configure(cont: &Netlink, ns: &NetNs, ifname: &str, index: u32, result: &CniResult, dad: bool) -> Result<()> {
+    if result.ips.iter().any(|ip| !is_v4(&ip.address)) {
+        let _inside = ns.enter()?;
+        if dad {
+            sysctl::set_if(ifname, Family::V6, "enhanced_dad", "1").ok();
+            sysctl::set_if(ifname, Family::V6, "accept_dad", "1")?;
+        } else {
+            // The pod's address is unique by construction: skip the multi-second DAD wait.
+            sysctl::set_if(ifname, Family::V6, "accept_dad", "0")?;
+        }
+    }
+    if result.ips.iter().any(|ip| is_v4(&ip.address)) {
+        // Gratuitous ARP when the link comes up, as the reference sets it (best effort, as there).
+        let _ = cont.set_arp_notify(index);
+    }
+    for ip in &result.ips {
+        cont.add_address(index, ip.address, !is_v4(&ip.address) && !dad)
+            .map_err(|e| e.context(format_args!("add address {} to {ifname}", ip.address)))?;
+    }
+    cont.set_up(index)?;
+    for r in &result.routes {
+        let v4 = is_v4(&r.dst);
+        let gw = r.gw.or_else(|| result.ips.iter().find(|ip| is_v4(&ip.address) == v4).and_then(|ip| ip.gateway));
+        let spec = RouteSpec {
+            dst: r.dst,
+            gw,
+            oif: Some(index),
+            table: r.table,
+            metric: r.priority,
+            scope: r.scope,
+            mtu: r.mtu,
+            advmss: r.advmss,
+            src: None,
+        };
+        match cont.add_route(&spec) {
+            Ok(()) => {}
+            Err(e) if crate::is_exists(&e) => {}
+            Err(e) => return Err(e.context(format_args!("add route {} in {}", r.dst, ns.path().display()))),
+        }
+    }
+    Ok(())
+}
+
+/// Turns on IP forwarding on the host for each family `ips` uses.
+pub fn enable_forwarding(ips: &[IpConfig]) -> Result<()> {
+    if ips.iter().any(|ip| is_v4(&ip.address)) {
+        sysctl::enable_forwarding(Family::V4)?;
+    }
+    if ips.iter().any(|ip| !is_v4(&ip.address)) {
+        sysctl::enable_forwarding(Family::V6)?;
+    }
+    Ok(())
+}
+
+/// CHECK of the pod's interface against prevResult (code 103 on a difference): `ifname` exists
+/// in `ns`, has the MAC prevResult records, is up (when `up`), holds prevResult's addresses for
+/// it, and the namespace has prevResult's routes. The link, and its index in prevResult's
+/// interfaces when listed there.
+pub fn check_pod(ns: &NetNs, ifname: &str, prev: &CniResult, up: bool) -> Result<(Link, Option<usize>)> {
+    let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);
+    let cont = Netlink::open_in(ns)?;
+    let link = cont
+        .link(ifname)?
+        .ok_or_else(|| failed(format!("interface {ifname} is missing in {}", ns.path().display())))?;
+    let sandbox_idx = prev.interfaces.iter().position(|i| i.name == ifname && i.sandbox.is_some());
+    if let Some(want) = sandbox_idx.and_then(|i| prev.interfaces[i].mac.clone()) {
+        let have = link.mac_string().unwrap_or_default();
+        if !have.eq_ignore_ascii_case(&want) {
+            return Err(failed(format!("{ifname} has MAC {have}, prevResult says {want}")));
+        }
+    }
+    if up && !link.up {
+        return Err(failed(format!("{ifname} is down")));
+    }
+    let addrs = cont.addresses(link.index)?;
+    for ip in own_ips(prev, sandbox_idx) {
+        if !addrs.iter().any(|a| a.ip() == ip.address.ip() && a.prefix() == ip.address.prefix()) {
+            return Err(failed(format!("{ifname} does not hold {}", ip.address)));
+        }
+    }
+    for r in &prev.routes {
+        let family = if is_v4(&r.dst) { IpFamily::V4 } else { IpFamily::V6 };
+        let routes = cont.routes(family, None)?;
+        if !routes
+            .iter()
+            .any(|have| have.dst == r.dst || (have.dst.ip() == r.dst.ip() && have.dst.prefix() == r.dst.prefix()))
+        {
+            return Err(failed(format!("route to {} is missing in {}", r.dst, ns.path().display())));
+        }
+    }
+    Ok((link, sandbox_idx))
+}
+
+/// prevResult's addresses of the interface at `sandbox_idx`, and those naming no interface.
+pub fn own_ips(prev: &CniResult, sandbox_idx: Option<usize>) -> impl Iterator<Item = &IpConfig> {
+    prev.ips.iter().filter(move |ip| ip.interface.is_none() || ip.interface == sandbox_idx)
+}
+
+/// DEL's link removal for a veth plugin; the errors, in order. `started` is called as the deletion
+/// request goes out (not at all when there is nothing to delete). Deleting the pod's end removes
+/// the pair. The plugin's own namespace is refused: deleting CNI_IFNAME there would take a node
+/// interface.
+pub fn del_pod_link(req: &Request, started: impl FnOnce()) -> Vec<Error> {
+    let mut errs = Vec::new();
+    match crate::container_netns_for_del(req) {
+        Ok(Some(ns)) => {
+            let deleted = Netlink::open_in(&ns).and_then(|nl| {
+                started();
+                nl.delete_link_by_name(&req.ifname)
+            });
+            errs.extend(deleted.err());
+        }
+        Ok(None) => errs.extend(del_stranded_host_veth(req, started).err()),
+        Err(e) => errs.push(e),
+    }
+    errs
+}
+
+/// DEL when the pod's namespace is gone from its path (or CNI_NETNS is unset). The kernel removed
+/// the pair with the namespace, unless a process still holds the namespace: then the host end is
+/// still there. It is deleted only when it is certainly ours: prevResult lists it under one of the
+/// names ADD picks for this attachment, and it is a veth with the MAC prevResult records (a host
+/// link that merely has our name may be another pod's, after a hash collision).
+fn del_stranded_host_veth(req: &Request, started: impl FnOnce()) -> Result<()> {
+    let Some(prev) = &req.conf.prev_result else { return Ok(()) };
+    let names: Vec<String> =
+        (0..HOST_NAME_ATTEMPTS).map(|attempt| host_veth_name(&req.container_id, &req.ifname, attempt)).collect();
+    let Some((name, mac)) = prev
+        .interfaces
+        .iter()
+        .filter(|i| i.sandbox.as_deref().is_none_or(str::is_empty) && names.contains(&i.name))
+        .find_map(|i| Some((i.name.clone(), i.mac.clone()?)))
+    else {
+        return Ok(());
+    };
+    let host = Netlink::open()?;
+    let Some(link) = host.link(&name)? else { return Ok(()) };
+    let same_mac = link.mac_string().is_some_and(|have| have.eq_ignore_ascii_case(&mac));
+    if link.kind.as_deref() != Some("veth") || !same_mac {
+        return Ok(());
+    }
+    started();
+    match host.delete_link_by_name(&name) {
+        Err(e) if !crate::is_not_found(&e) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// What ADD outputs when chained: the spec has a plugin given a `prevResult` output it, modified. The
+/// earlier plugins' interfaces, addresses and routes stay first, ours are appended (our addresses'
+/// interface indices shifted past theirs, theirs unchanged), and their DNS stays unless we set one.
+pub fn chained(prev: Option<&CniResult>, own: CniResult) -> CniResult {
+    let Some(prev) = prev else { return own };
+    let offset = prev.interfaces.len();
+    let mut out = CniResult {
+        cni_version: own.cni_version,
+        interfaces: prev.interfaces.clone(),
+        ips: prev.ips.clone(),
+        routes: prev.routes.clone(),
+        dns: if own.dns.is_empty() { prev.dns.clone() } else { own.dns },
+    };
+    out.interfaces.extend(own.interfaces);
+    out.ips.extend(own.ips.into_iter().map(|ip| IpConfig { interface: ip.interface.map(|i| i + offset), ..ip }));
+    for route in own.routes {
+        if !out.routes.contains(&route) {
+            out.routes.push(route);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn undo_runs_newest_first() {
+        let log = RefCell::new(Vec::new());
+        let mut undo = Undo::default();
+        for step in ["veth", "ipam", "masquerade"] {
+            let log = &log;
+            undo.push(move || log.borrow_mut().push(step));
+        }
+        undo.run();
+        assert_eq!(*log.borrow(), ["masquerade", "ipam", "veth"]);
+    }
+
+    #[test]
+    fn gateways_and_default_routes() {
+        let ip = |a: &str| IpConfig { address: a.parse().unwrap(), gateway: None, interface: None };
+        let mut r = CniResult { ips: vec![ip("10.1.2.7/24"), ip("fd00::7/64")], ..Default::default() };
+        r.ips[1].gateway = Some("fd00::fe".parse().unwrap());
+        set_gateways(&mut r, 2, true, true);
+        assert_eq!(r.ips[0].gateway, Some("10.1.2.1".parse().unwrap()));
+        assert_eq!(r.ips[1].gateway, Some("fd00::fe".parse().unwrap()));
+        assert!(r.ips.iter().all(|ip| ip.interface == Some(2)));
+        let defaults: Vec<_> = r.routes.iter().map(|r| (r.dst.to_string(), r.gw.unwrap().to_string())).collect();
+        assert_eq!(defaults, [("0.0.0.0/0".into(), "10.1.2.1".into()), ("::/0".into(), "fd00::fe".into())]);
+        // A default route IPAM gave is kept, and no gateway is invented without `gateway`.
+        let mut r = CniResult { ips: vec![ip("10.1.2.7/24")], ..Default::default() };
+        set_gateways(&mut r, 0, false, true);
+        assert!(r.ips[0].gateway.is_none() && r.routes.is_empty());
+    }
+}
