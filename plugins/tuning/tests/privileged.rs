@@ -443,3 +443,20 @@ fn bridge_host_local_tuning_chain() {
         assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0, "{version}: saved file left");
     }
 }
+
+/// The multi-call binary, hard-linked as `tuning`, is the same plugin.
+#[test]
+fn multi_call_binary_runs_tuning() {
+    let dir = TempDir::new("tun-mc");
+    let link = dir.path().join("tuning");
+    std::fs::hard_link(bin_dir().join("cni-rs"), &link).unwrap();
+    let ns = pod();
+    let data = TempDir::new("tun-data");
+    let cid = unique("ctr");
+    let c = conf("1.1.0", &ns, data.path(), json!({ "mtu": 1400, "txQLen": 5 }));
+    assert_eq!(run(&link, "ADD", &ns, &cid, &c).0, 0);
+    assert_eq!((attrs(&ns).mtu, attrs(&ns).txqlen), (1400, 5));
+    assert_eq!(run(&link, "CHECK", &ns, &cid, &c).0, 0);
+    assert_eq!(run(&link, "DEL", &ns, &cid, &c).0, 0);
+    assert_eq!(attrs(&ns), original());
+}
