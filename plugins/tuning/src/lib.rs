@@ -53,6 +53,19 @@ impl Saved {
         }
     }
 
+    /// Takes each value `earlier` holds in place of this one's.
+    fn keep_originals(&mut self, earlier: &Saved) {
+        if !earlier.mac.is_empty() && !self.mac.is_empty() {
+            self.mac.clone_from(&earlier.mac);
+        }
+        if earlier.mtu != 0 && self.mtu != 0 {
+            self.mtu = earlier.mtu;
+        }
+        self.promisc = self.promisc.and(earlier.promisc.or(self.promisc));
+        self.allmulti = self.allmulti.and(earlier.allmulti.or(self.allmulti));
+        self.txqlen = self.txqlen.and(earlier.txqlen.or(self.txqlen));
+    }
+
     fn to_json(&self) -> Result<Vec<u8>> {
         let mut buf = Vec::new();
         let fmt = serde_json::ser::PrettyFormatter::with_indent(b" ");
@@ -233,7 +246,13 @@ impl Tuning {
         }
         let result = (|| -> Result<()> {
             let before = link(&nl, &req.ifname)?;
-            let saved = Saved::capture(conf, &before);
+            let mut saved = Saved::capture(conf, &before);
+            // A repeated ADD for the same attachment keeps the originals an earlier one saved,
+            // not the values that ADD set.
+            if let Some(earlier) = std::fs::read(saved_file).ok().and_then(|t| serde_json::from_slice::<Saved>(&t).ok())
+            {
+                saved.keep_originals(&earlier);
+            }
             save(saved_file, &saved)?;
             let want = Saved {
                 mac: conf.mac.map(|m| format_mac(&m)).unwrap_or_default(),

@@ -356,6 +356,9 @@ fn mac_capability_beats_config_and_args_cni_beats_both() {
     assert_eq!(rc, 0);
     assert_eq!(attrs(&ns).mac, "02:00:00:00:00:04");
     assert_eq!(out["interfaces"][0]["mac"], json!("02:00:00:00:00:04"));
+    // Three ADDs for one attachment: DEL still restores the MAC from before the first.
+    assert_eq!(run(&ours(), "DEL", &ns, &cid, &c).0, 0);
+    assert_eq!(attrs(&ns), original());
 }
 
 #[test]
