@@ -112,6 +112,11 @@ impl Fixture {
                 "runtimeConfig": { "portMappings": [{ "hostPort": 18080, "containerPort": 80, "protocol": "tcp" }] },
                 "prevResult": self.prev_result()
             }),
+            "tuning" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "tuning", "dataDir": self.data_dir(),
+                "mtu": 1400, "sysctl": { "net.ipv4.conf.IFNAME.arp_ignore": "1" },
+                "prevResult": self.prev_result()
+            }),
             other => panic!("no base config for {other}"),
         }
     }
@@ -340,7 +345,7 @@ const BAD_CNI_ARGS: [(&str, &str); 5] = [
 ];
 
 fn reads_cni_args(plugin: &str) -> bool {
-    matches!(plugin, "bridge" | "host-local")
+    matches!(plugin, "bridge" | "host-local" | "tuning")
 }
 
 /// Rows for plugins that open CNI_NETNS on ADD.
@@ -652,6 +657,57 @@ fn portmap_cases(f: &Fixture) -> Vec<Case> {
     ]
 }
 
+fn tuning_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("tuning");
+    let sysctl = |k: &str| with(&b, "sysctl", json!({ k: "1" }));
+    let mut cases = vec![
+        case("sysctl kernel.hostname", sysctl("kernel.hostname"), CONFIG),
+        case("sysctl kernel/core_pattern", sysctl("kernel/core_pattern"), CONFIG),
+        case("sysctl net/../kernel/hostname", sysctl("net/../kernel/hostname"), CONFIG),
+        case("sysctl net.ipv4.conf.IFNAME.../../../..", sysctl("net.ipv4.conf.IFNAME.../../../.."), CONFIG),
+        case("sysctl net/core/../../vm/swappiness", sysctl("net/core/../../vm/swappiness"), CONFIG),
+        case("sysctl /proc/sys/net/core/somaxconn", sysctl("/proc/sys/net/core/somaxconn"), CONFIG),
+        case("sysctl net//core", sysctl("net//core"), CONFIG),
+        case("sysctl net alone", sysctl("net"), CONFIG),
+        case("sysctl empty key", sysctl(""), CONFIG),
+        case("sysctl key with NUL", sysctl("net.core\u{0}x"), CONFIG),
+        case("sysctl value a number", with(&b, "sysctl", json!({ "net.core.somaxconn": 5 })), CONFIG),
+        case("sysctl value with NUL", with(&b, "sysctl", json!({ "net.core.somaxconn": "5\u{0}1" })), CONFIG),
+        case("sysctl an array", with(&b, "sysctl", json!(["net.core.somaxconn=5"])), CONFIG),
+        case(
+            "sysctl key given twice",
+            format!(
+                r#"{{"cniVersion":"1.0.0","name":"{}","type":"tuning","dataDir":"{}","sysctl":{{"net.core.somaxconn":"1","net.core.somaxconn":"2"}},"prevResult":{}}}"#,
+                f.network,
+                f.data_dir(),
+                f.prev_result()
+            ),
+            CONFIG,
+        ),
+        case(
+            "args.cni.sysctl kernel.hostname",
+            with(&b, "args", json!({ "cni": { "sysctl": { "kernel.hostname": "x" } } })),
+            CONFIG,
+        ),
+        case("mtu -1", with(&b, "mtu", json!(-1)), CONFIG),
+        case("mtu 2^32", with(&b, "mtu", json!(4_294_967_296u64)), CONFIG),
+        case("mtu a string", with(&b, "mtu", json!("1400")), CONFIG),
+        case("txQLen -1", with(&b, "txQLen", json!(-1)), CONFIG),
+        case("txQLen a string", with(&b, "txQLen", json!("5")), CONFIG),
+        case("mac not a MAC", with(&b, "mac", json!("zz:zz:zz:zz:zz:zz")), CONFIG),
+        case("mac multicast", with(&b, "mac", json!("01:00:5e:00:00:01")), CONFIG),
+        case("runtimeConfig.mac a number", with(&b, "runtimeConfig", json!({ "mac": 5 })), CONFIG),
+        case("args.cni.mac garbage", with(&b, "args", json!({ "cni": { "mac": "x;reboot" } })), CONFIG),
+        case("promisc a string", with(&b, "promisc", json!("yes")), CONFIG),
+        case("allmulti a number", with(&b, "allmulti", json!(1)), CONFIG),
+        case("dataDir relative", with(&b, "dataDir", json!("../escape")), CONFIG),
+        case("dataDir a number", with(&b, "dataDir", json!(5)), CONFIG),
+        case("no prevResult", without(&b, "prevResult"), CONFIG),
+    ];
+    cases.push(env_case("CNI_ARGS MAC not a MAC", &b, vec![("CNI_ARGS", Some("MAC=zz".into()))], CONFIG));
+    cases
+}
+
 fn env_for(f: &Fixture, c: &Case, command: &str) -> BTreeMap<String, String> {
     let mut env = f.env(command);
     for (k, v) in &c.env {
@@ -819,6 +875,19 @@ fn portmap_refuses_hostile_input() {
     assert!(!nft.contains("10.210.3.2"), "portmap left a rule for the pod:\n{nft}");
 }
 
+#[test]
+fn tuning_refuses_hostile_input() {
+    let f = Fixture::new();
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    let mut cases = common_cases(&f, "tuning");
+    cases.extend(netns_cases(&f, "tuning"));
+    cases.extend(tuning_cases(&f));
+    run_table(&f, "tuning", &cases);
+    assert_eq!(std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname"), hostname);
+    let arp_ignore = f.pod.sh("cat", &["/proc/sys/net/ipv4/conf/all/arp_ignore"]);
+    assert_eq!(arp_ignore.trim(), "0", "a refused ADD wrote a sysctl in the pod");
+}
+
 /// A host port another container holds is refused on both backends: code 100 naming the port,
 /// and the refused ADD adds no rule. The plugin runs in a namespace of its own (the "node"), so
 /// the host's rulesets are not touched.
@@ -860,7 +929,7 @@ fn portmap_refuses_a_held_host_port() {
 fn del_and_check_refuse_hostile_input_too() {
     let f = Fixture::new();
     let mut failures = Vec::new();
-    for plugin in ["bridge", "host-local", "loopback", "portmap"] {
+    for plugin in ["bridge", "host-local", "loopback", "portmap", "tuning"] {
         let base = f.base(plugin);
         let rows = [
             case("truncated", &base.to_string().as_bytes()[..10], SYNTAX),
@@ -892,7 +961,7 @@ fn del_succeeds_where_add_refuses() {
     std::fs::write(f.scratch.path().join("data").join("netns-empty"), "").expect("write");
     let empty_netns = f.scratch.path().join("data").join("netns-empty").display().to_string();
     let mut failures = Vec::new();
-    for plugin in ["bridge", "host-local", "loopback", "portmap"] {
+    for plugin in ["bridge", "host-local", "loopback", "portmap", "tuning"] {
         let base = f.base(plugin);
         let mut rows: Vec<Case> = BAD_CNI_ARGS
             .iter()
@@ -939,6 +1008,11 @@ fn del_succeeds_where_add_refuses() {
                     case("markMasqBit a string", with(&base, "markMasqBit", json!("13")), 0),
                 ]);
             }
+            "tuning" => rows.extend([
+                case("sysctl kernel.hostname", with(&base, "sysctl", json!({ "kernel.hostname": "x" })), 0),
+                case("mtu -1", with(&base, "mtu", json!(-1)), 0),
+                case("mac not a MAC", with(&base, "mac", json!("zz")), 0),
+            ]),
             _ => {}
         }
         for c in &rows {

@@ -8,10 +8,12 @@
 mod addr;
 mod link;
 mod route;
+mod tune;
 
 pub use addr::Address;
 pub use link::{format_mac, parse_mac, BridgeVlan, Link};
 pub use route::RouteSpec;
+pub use tune::LinkTuning;
 
 use crate::netns::NetNs;
 use futures::StreamExt;
