@@ -242,8 +242,21 @@ impl Segment {
     /// Connects namespace `node` to the segment: `eth0` in `node` with `addr` (CIDR form),
     /// `port` on the bridge.
     pub fn attach(&self, node: &Netns, port: &str, addr: &str) {
+        self.attach_to("br0", node, port, addr)
+    }
+
+    /// A second bridge `name` with `cidr` in the segment namespace, which then routes between
+    /// its bridges.
+    pub fn add_bridge(&self, name: &str, cidr: &str) {
+        run(&["ip", "-n", &self.ns.0, "link", "add", name, "type", "bridge"]);
+        run(&["ip", "-n", &self.ns.0, "addr", "add", cidr, "dev", name]);
+        run(&["ip", "-n", &self.ns.0, "link", "set", name, "up"]);
+        run(&["ip", "netns", "exec", &self.ns.0, "sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    }
+
+    pub fn attach_to(&self, bridge: &str, node: &Netns, port: &str, addr: &str) {
         run(&["ip", "-n", &node.0, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", &self.ns.0]);
-        run(&["ip", "-n", &self.ns.0, "link", "set", port, "master", "br0", "up"]);
+        run(&["ip", "-n", &self.ns.0, "link", "set", port, "master", bridge, "up"]);
         run(&["ip", "-n", &node.0, "addr", "add", addr, "dev", "eth0"]);
         run(&["ip", "-n", &node.0, "link", "set", "eth0", "up"]);
     }
