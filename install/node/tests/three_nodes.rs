@@ -240,6 +240,28 @@ fn three_nodes_route_pods_across_host_gw_and_vxlan() {
     let nft = run_in(&c.nodes[0].ns.0, &["nft", "list", "table", "inet", "cni-rs-node"]);
     assert!(nft.contains(&format!("ip saddr {} ip daddr != 10.244.0.0/16 masquerade", cidrs[0])), "{nft}");
 
+    // /healthz and /metrics on the default --metrics-addr (127.0.0.1:9901 in each node).
+    let health = run_in(&c.nodes[0].ns.0, &["curl", "-sS", "-w", " %{http_code}", "http://127.0.0.1:9901/healthz"]);
+    assert_eq!(health, "ok\n 200", "/healthz");
+    let metrics = run_in(&c.nodes[0].ns.0, &["curl", "-sS", "http://127.0.0.1:9901/metrics"]);
+    for line in [
+        "cni_rs_node_nodes_known 2\n",
+        "cni_rs_node_routes_programmed 2\n",
+        "cni_rs_node_vxlan_peers 1\n",
+        "cni_rs_node_reconcile_errors_total 0\n",
+        "# TYPE cni_rs_node_last_sync_timestamp_seconds gauge\n",
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
+    }
+    let last_sync: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("cni_rs_node_last_sync_timestamp_seconds "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(now - last_sync < 60.0, "last sync {last_sync}, now {now}");
+
     let pods: Vec<(String, String)> = (0..3).map(|i| c.add_pod(i)).collect();
     for (i, (_, ip)) in pods.iter().enumerate() {
         let cidr: ipnetwork::IpNetwork = cidrs[i].parse().unwrap();
