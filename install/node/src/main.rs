@@ -200,22 +200,37 @@ fn plan(options: &Options, local: &Local, own: &Held, peers: &Peers) -> Plan {
         }
         for cidr in &peer.pod_cidrs {
             let v4 = cidr.is_ipv4();
-            let (Some(under), Some(peer_ip)) =
-                (if v4 { local.v4 } else { local.v6 }, peer.node_ips.iter().copied().find(|ip| ip.is_ipv4() == v4))
-            else {
-                continue;
+            let under = if v4 { local.v4 } else { local.v6 };
+            let peer_ip = peer.node_ips.iter().copied().find(|ip| ip.is_ipv4() == v4);
+            let host_gw = match (under, peer_ip) {
+                (Some(under), Some(peer_ip)) => match options.backend {
+                    Backend::HostGw => Some(peer_ip),
+                    Backend::Vxlan => None,
+                    Backend::Auto => under.subnet.contains(peer_ip).then_some(peer_ip),
+                },
+                _ => None,
             };
-            let host_gw = match options.backend {
-                Backend::HostGw => true,
-                Backend::Vxlan => false,
-                Backend::Auto => under.subnet.contains(peer_ip),
-            };
-            if host_gw {
-                plan.routes.push(Route { dst: *cidr, gw: peer_ip, oif: None, onlink: false });
+            if let Some(gw) = host_gw {
+                plan.routes.push(Route { dst: *cidr, gw, oif: None, onlink: false });
                 continue;
             }
-            let (IpNetwork::V4(block), IpAddr::V4(peer_ip), Some((index, _))) = (cidr, peer_ip, local.vxlan) else {
-                eprintln!("warning: no route to {cidr} of node {}: it needs VXLAN, which carries IPv4 only", peer.node);
+            if options.backend == Backend::HostGw {
+                eprintln!(
+                    "warning: no route to {cidr} of node {}: host-gw needs a node address of its family on both ends",
+                    peer.node
+                );
+                continue;
+            }
+            // VXLAN runs over IPv4 and carries both families.
+            let peer_v4 = peer.node_ips.iter().find_map(|ip| match ip {
+                IpAddr::V4(v4) => Some(*v4),
+                IpAddr::V6(_) => None,
+            });
+            let (Some(peer_v4), Some((index, _))) = (peer_v4, local.vxlan) else {
+                eprintln!(
+                    "warning: no route to {cidr} of node {}: not on this node's subnet, and VXLAN needs an IPv4 node address on both ends",
+                    peer.node
+                );
                 continue;
             };
             let Some(mac) = peer.vtep_mac.as_deref().and_then(net::parse_mac) else {
@@ -225,9 +240,9 @@ fn plan(options: &Options, local: &Local, own: &Held, peers: &Peers) -> Plan {
                 );
                 continue;
             };
-            let vtep = block.network();
-            plan.routes.push(Route { dst: *cidr, gw: IpAddr::V4(vtep), oif: Some(index), onlink: true });
-            plan.vteps.push(Vtep { vtep, mac, dst: peer_ip });
+            let vtep = cidr.network();
+            plan.routes.push(Route { dst: *cidr, gw: vtep, oif: Some(index), onlink: true });
+            plan.vteps.push(Vtep { vtep, mac, dst: peer_v4 });
             plan.vxlan_peers.insert(peer.node.clone());
         }
     }

@@ -56,10 +56,12 @@ impl fmt::Display for Route {
     }
 }
 
-/// A remote VTEP: neighbour `vtep -> mac` and FDB `mac -> dst` on the VXLAN device.
+/// A remote VTEP: neighbour `vtep -> mac` and FDB `mac -> dst` on the VXLAN device. `vtep` is
+/// the gateway address of the routes to that node (the network address of its block, IPv4 or
+/// IPv6: the IPv4 underlay carries both).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Vtep {
-    pub vtep: Ipv4Addr,
+    pub vtep: IpAddr,
     pub mac: [u8; 6],
     pub dst: Ipv4Addr,
 }
@@ -359,12 +361,13 @@ pub async fn reconcile_routes(handle: &Handle, want: &[Route]) -> Changes {
     changes
 }
 
-/// Makes the neighbour (IPv4) and FDB (bridge) entries on VXLAN device `index` exactly `want`.
+/// Makes the permanent neighbour (IPv4, IPv6) and FDB (bridge) entries on VXLAN device `index`
+/// exactly `want`; entries the kernel made (neighbour discovery) are left to the kernel.
 pub async fn reconcile_vteps(handle: &Handle, index: u32, want: &[Vtep]) -> Changes {
     let mut changes = Changes::default();
-    let mut neigh: BTreeMap<Ipv4Addr, ([u8; 6], NeighbourMessage)> = BTreeMap::new();
+    let mut neigh: BTreeMap<IpAddr, ([u8; 6], NeighbourMessage)> = BTreeMap::new();
     let mut fdb: BTreeMap<[u8; 6], (Option<Ipv4Addr>, NeighbourMessage)> = BTreeMap::new();
-    for family in [AddressFamily::Inet, AddressFamily::Bridge] {
+    for family in [AddressFamily::Inet, AddressFamily::Inet6, AddressFamily::Bridge] {
         let mut list = handle.neighbours().get().set_address_family(family).execute();
         loop {
             let msg = match list.try_next().await {
@@ -384,20 +387,23 @@ pub async fn reconcile_vteps(handle: &Handle, index: u32, want: &[Vtep]) -> Chan
             for attr in &msg.attributes {
                 match attr {
                     NeighbourAttribute::LinkLayerAddress(a) => lladdr = <[u8; 6]>::try_from(a.as_slice()).ok(),
-                    NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)) => dst = Some(*ip),
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)) => dst = Some(IpAddr::V4(*ip)),
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet6(ip)) => dst = Some(IpAddr::V6(*ip)),
                     _ => {}
                 }
             }
             match (family, lladdr, dst) {
-                (AddressFamily::Inet, Some(mac), Some(ip)) => {
-                    neigh.insert(ip, (mac, msg));
-                }
                 (AddressFamily::Bridge, Some(mac), dst) => {
+                    let dst = match dst {
+                        Some(IpAddr::V4(ip)) => Some(ip),
+                        _ => None,
+                    };
                     fdb.insert(mac, (dst, msg));
                 }
-                (AddressFamily::Inet, None, Some(ip)) => {
-                    // An incomplete or failed entry left by traffic before the agent added it.
-                    neigh.insert(ip, ([0; 6], msg));
+                // An incomplete or failed entry (no MAC) left by traffic before the agent added
+                // its own counts as wrong, so it is replaced.
+                (_, lladdr, Some(ip)) => {
+                    neigh.insert(ip, (lladdr.unwrap_or([0; 6]), msg));
                 }
                 _ => {}
             }
@@ -408,7 +414,10 @@ pub async fn reconcile_vteps(handle: &Handle, index: u32, want: &[Vtep]) -> Chan
         if want.iter().any(|w| w.vtep == *ip && w.mac == *mac) && permanent {
             continue;
         }
-        if !want.iter().any(|w| w.vtep == *ip) && handle.neighbours().del(msg.clone()).execute().await.is_ok() {
+        if permanent
+            && !want.iter().any(|w| w.vtep == *ip)
+            && handle.neighbours().del(msg.clone()).execute().await.is_ok()
+        {
             eprintln!("removed neighbour {ip} on link {index}");
             changes.removed += 1;
         }
@@ -422,13 +431,14 @@ pub async fn reconcile_vteps(handle: &Handle, index: u32, want: &[Vtep]) -> Chan
             changes.removed += 1;
         }
     }
+    let mut fdb_done = std::collections::BTreeSet::new();
     for w in want {
         let good =
             neigh.get(&w.vtep).is_some_and(|(mac, msg)| *mac == w.mac && msg.header.state == NeighbourState::Permanent);
         if !good {
             let req = handle
                 .neighbours()
-                .add(index, IpAddr::V4(w.vtep))
+                .add(index, w.vtep)
                 .link_layer_address(&w.mac)
                 .state(NeighbourState::Permanent)
                 .replace();
@@ -443,7 +453,8 @@ pub async fn reconcile_vteps(handle: &Handle, index: u32, want: &[Vtep]) -> Chan
                 }
             }
         }
-        if fdb.get(&w.mac).is_some_and(|(dst, _)| *dst == Some(w.dst)) {
+        // One FDB entry per node, whichever of its families' VTEPs asks first.
+        if fdb.get(&w.mac).is_some_and(|(dst, _)| *dst == Some(w.dst)) || !fdb_done.insert(w.mac) {
             continue;
         }
         let req = handle

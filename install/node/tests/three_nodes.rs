@@ -50,6 +50,7 @@ fn template(data: &Path) -> String {
 struct Node {
     ns: Netns,
     ip: &'static str,
+    ip6: &'static str,
     dir: PathBuf,
 }
 
@@ -70,18 +71,25 @@ fn cluster(backend: &str) -> Cluster {
     let dir = TempDir::new("three-nodes");
     let seg = Segment::new(format!("cnseg{t}"), "10.95.0.1/24");
     seg.add_bridge("br1", "10.96.0.1/24");
+    run(&["ip", "-n", &seg.ns.0, "addr", "add", "fd00:95::1/64", "dev", "br0", "nodad"]);
+    run(&["ip", "-n", &seg.ns.0, "addr", "add", "fd00:96::1/64", "dev", "br1", "nodad"]);
+    run(&["ip", "netns", "exec", &seg.ns.0, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
     let etcd = Etcd::start(&seg.ns.0, "10.95.0.1");
     let mut nodes = Vec::new();
-    for (i, ip) in ["10.95.0.11", "10.95.0.12", "10.96.0.13"].into_iter().enumerate() {
+    let ips = [("10.95.0.11", "fd00:95::11"), ("10.95.0.12", "fd00:95::12"), ("10.96.0.13", "fd00:96::13")];
+    for (i, (ip, ip6)) in ips.into_iter().enumerate() {
         let ns = Netns::new(format!("cnn{t}-{i}"));
         let bridge = if i < 2 { "br0" } else { "br1" };
         seg.attach_to(bridge, &ns, &format!("p{i}"), &format!("{ip}/24"));
         let gw = if i < 2 { "10.95.0.1" } else { "10.96.0.1" };
         run(&["ip", "-n", &ns.0, "route", "add", "default", "via", gw]);
+        run(&["ip", "-n", &ns.0, "addr", "add", &format!("{ip6}/64"), "dev", "eth0", "nodad"]);
+        let gw6 = if i < 2 { "fd00:95::1" } else { "fd00:96::1" };
+        run(&["ip", "-n", &ns.0, "-6", "route", "add", "default", "via", gw6]);
         let ndir = dir.0.join(format!("n{i}"));
         std::fs::create_dir_all(ndir.join("ipam")).unwrap();
         std::fs::write(ndir.join("template"), template(&ndir.join("ipam"))).unwrap();
-        nodes.push(Node { ns, ip, dir: ndir });
+        nodes.push(Node { ns, ip, ip6, dir: ndir });
     }
     let mut c = Cluster { pods: Vec::new(), agents: Vec::new(), etcd, nodes, seg, dir, plugins };
     for i in 0..3 {
@@ -104,9 +112,9 @@ impl Cluster {
             "--etcd-endpoints",
             &self.etcd.url,
             "--cluster-cidr",
-            "10.244.0.0/16",
+            "10.244.0.0/16,fd00:10:244::/56",
             "--node-ip",
-            n.ip,
+            &format!("{},{}", n.ip, n.ip6),
             "--lease-ttl",
             &TTL.to_string(),
             "--backend",
@@ -133,13 +141,21 @@ impl Cluster {
         self.conflist(i).unwrap()["plugins"][0]["ipam"]["ranges"][0][0]["subnet"].as_str().unwrap().to_string()
     }
 
+    fn pod_cidr6(&self, i: usize) -> String {
+        self.conflist(i).unwrap()["plugins"][0]["ipam"]["ranges"][1][0]["subnet"].as_str().unwrap().to_string()
+    }
+
     fn routes(&self, i: usize) -> String {
         run_in(&self.nodes[i].ns.0, &["ip", "-4", "route", "show", "proto", "210"])
     }
 
+    fn routes6(&self, i: usize) -> String {
+        run_in(&self.nodes[i].ns.0, &["ip", "-6", "route", "show", "proto", "210"])
+    }
+
     /// A pod on node `i` (namespace `<node ns>-p<k>`) added with cnitool and the agent's conflist;
-    /// returns its IPv4 address.
-    fn add_pod(&mut self, i: usize) -> (String, String) {
+    /// returns its namespace and its IPv4 and IPv6 addresses.
+    fn add_pod(&mut self, i: usize) -> Pod {
         let name = format!("{}-p{}", self.nodes[i].ns.0, self.pods.len());
         let pod = Netns::new(name.clone());
         let n = &self.nodes[i];
@@ -154,9 +170,10 @@ impl Cluster {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "cnitool add on n{i}: {text}{}", String::from_utf8_lossy(&out.stderr));
         let result: Value = serde_json::from_str(&text).unwrap();
-        let ip = result["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+        let ip = |k: usize| result["ips"][k]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+        let (v4, v6) = (ip(0), ip(1));
         self.pods.push(pod);
-        (name, ip)
+        Pod { ns: name, v4, v6 }
     }
 }
 
@@ -167,40 +184,55 @@ fn ping(from: &str, to: &str) -> bool {
 }
 
 /// A TCP server in `ns` on `port` that answers each connection with the peer address it sees.
+struct Pod {
+    ns: String,
+    v4: String,
+    v6: String,
+}
+
 fn peer_address_server(ns: &str, addr: &str, port: u16, dir: &Path) -> Proc {
-    let args: Vec<String> =
-        ["socat", &format!("TCP-LISTEN:{port},bind={addr},reuseaddr,fork"), "SYSTEM:echo $SOCAT_PEERADDR"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+    let listen = if addr.contains(':') {
+        format!("TCP6-LISTEN:{port},bind=[{addr}],reuseaddr,fork")
+    } else {
+        format!("TCP-LISTEN:{port},bind={addr},reuseaddr,fork")
+    };
+    let args: Vec<String> = ["socat", &listen, "SYSTEM:echo $SOCAT_PEERADDR"].iter().map(|s| s.to_string()).collect();
     let p = Proc::spawn(ns, &args, dir.join(format!("socat-{ns}-{port}.log")));
     wait_for("socat to listen", Duration::from_secs(5), || {
-        run_in(ns, &["ss", "-ltnH"]).contains(&format!("{addr}:{port}")).then_some(())
+        run_in(ns, &["ss", "-ltnH"]).contains(&format!(":{port} ")).then_some(())
     });
     p
 }
 
 /// Connects from `ns` to `addr:port` and returns what the server saw as our address.
 fn seen_as(ns: &str, addr: &str, port: u16) -> String {
-    let (ok, out) = try_in(ns, &["socat", "-T", "3", "-", &format!("TCP:{addr}:{port},connect-timeout=3")]);
+    let target = if addr.contains(':') { format!("TCP6:[{addr}]:{port}") } else { format!("TCP:{addr}:{port}") };
+    let (ok, out) = try_in(ns, &["socat", "-T", "3", "-", &format!("{target},connect-timeout=3")]);
     assert!(ok, "TCP from {ns} to {addr}:{port}: {out}");
-    out.trim().to_string()
+    // socat shows an IPv6 peer as [fd00:0010:...]: print it the usual way.
+    let seen = out.trim().trim_start_matches('[').trim_end_matches(']');
+    seen.parse::<std::net::IpAddr>().map(|ip| ip.to_string()).unwrap_or_else(|_| out.trim().to_string())
 }
 
-fn assert_full_mesh(c: &mut Cluster, pods: &[(String, String)]) {
+/// Every pod pings every other and connects to it over TCP, IPv4 and IPv6, and the receiver sees
+/// the sender's pod address.
+fn assert_full_mesh(c: &mut Cluster, pods: &[Pod]) {
     let dir = c.dir.0.clone();
     let mut servers = Vec::new();
-    for (k, (ns, ip)) in pods.iter().enumerate() {
-        servers.push(peer_address_server(ns, ip, 7000 + k as u16, &dir));
+    for (k, pod) in pods.iter().enumerate() {
+        servers.push(peer_address_server(&pod.ns, &pod.v4, 7000 + k as u16, &dir));
+        servers.push(peer_address_server(&pod.ns, &pod.v6, 7100 + k as u16, &dir));
     }
-    for (a, (ns_a, ip_a)) in pods.iter().enumerate() {
-        for (b, (_, ip_b)) in pods.iter().enumerate() {
+    for (a, from) in pods.iter().enumerate() {
+        for (b, to) in pods.iter().enumerate() {
             if a == b {
                 continue;
             }
-            assert!(ping(ns_a, ip_b), "pod {ip_a} (n{a}) cannot ping pod {ip_b} (n{b})");
-            let seen = seen_as(ns_a, ip_b, 7000 + b as u16);
-            assert_eq!(&seen, ip_a, "pod {ip_b} saw {ip_a} as {seen}: pod-to-pod traffic must keep its source");
+            for (src, dst, port) in [(&from.v4, &to.v4, 7000 + b as u16), (&from.v6, &to.v6, 7100 + b as u16)] {
+                assert!(ping(&from.ns, dst), "pod {src} (n{a}) cannot ping pod {dst} (n{b})");
+                let seen = seen_as(&from.ns, dst, port);
+                assert_eq!(&seen, src, "pod {dst} saw {src} as {seen}: pod-to-pod traffic must keep its source");
+            }
         }
     }
 }
@@ -217,6 +249,7 @@ fn three_nodes_route_pods_across_host_gw_and_vxlan() {
         });
     }
     let cidrs: Vec<String> = (0..3).map(|i| c.pod_cidr(i)).collect();
+    let cidrs6: Vec<String> = (0..3).map(|i| c.pod_cidr6(i)).collect();
     // host-gw between n0 and n1 (same subnet), VXLAN to and from n2.
     let r0 = c.routes(0);
     assert!(r0.contains(&format!("{} via 10.95.0.12 dev eth0", cidrs[1])), "{r0}");
@@ -227,6 +260,14 @@ fn three_nodes_route_pods_across_host_gw_and_vxlan() {
         r2.contains(&format!("{} via {} dev cni-rs.1 onlink", cidrs[0], cidrs[0].split('/').next().unwrap())),
         "{r2}"
     );
+    // IPv6: host-gw to n1, and over the same (IPv4) VXLAN device to n2.
+    let r6 = wait_for("IPv6 routes", Duration::from_secs(10), || {
+        let r6 = c.routes6(0);
+        (r6.lines().count() == 2).then_some(r6)
+    });
+    assert!(r6.contains(&format!("{} via fd00:95::12 dev eth0", cidrs6[1])), "{r6}");
+    let vtep6 = cidrs6[2].split('/').next().unwrap();
+    assert!(r6.contains(&format!("{} via {vtep6} dev cni-rs.1", cidrs6[2])) && r6.contains("onlink"), "{r6}");
     let link = run_in(&c.nodes[0].ns.0, &["ip", "-d", "link", "show", "cni-rs.1"]);
     assert!(link.contains("vxlan id 1 ") && link.contains("dstport 8472") && link.contains("mtu 1450"), "{link}");
     let fdb = run_in(&c.nodes[0].ns.0, &["bridge", "fdb", "show", "dev", "cni-rs.1"]);
@@ -246,7 +287,7 @@ fn three_nodes_route_pods_across_host_gw_and_vxlan() {
     let metrics = run_in(&c.nodes[0].ns.0, &["curl", "-sS", "http://127.0.0.1:9901/metrics"]);
     for line in [
         "cni_rs_node_nodes_known 2\n",
-        "cni_rs_node_routes_programmed 2\n",
+        "cni_rs_node_routes_programmed 4\n",
         "cni_rs_node_vxlan_peers 1\n",
         "cni_rs_node_reconcile_errors_total 0\n",
         "# TYPE cni_rs_node_last_sync_timestamp_seconds gauge\n",
@@ -262,26 +303,28 @@ fn three_nodes_route_pods_across_host_gw_and_vxlan() {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     assert!(now - last_sync < 60.0, "last sync {last_sync}, now {now}");
 
-    let pods: Vec<(String, String)> = (0..3).map(|i| c.add_pod(i)).collect();
-    for (i, (_, ip)) in pods.iter().enumerate() {
-        let cidr: ipnetwork::IpNetwork = cidrs[i].parse().unwrap();
-        assert!(cidr.contains(ip.parse().unwrap()), "pod on n{i} got {ip}, outside {cidr}");
+    let pods: Vec<Pod> = (0..3).map(|i| c.add_pod(i)).collect();
+    for (i, pod) in pods.iter().enumerate() {
+        for (ip, cidr) in [(&pod.v4, &cidrs[i]), (&pod.v6, &cidrs6[i])] {
+            let cidr: ipnetwork::IpNetwork = cidr.parse().unwrap();
+            assert!(cidr.contains(ip.parse().unwrap()), "pod on n{i} got {ip}, outside {cidr}");
+        }
     }
     assert_full_mesh(&mut c, &pods);
 
     // Leaving the cluster range: masqueraded to the node's address (the router is outside).
     let dir = c.dir.0.clone();
     let seg = c.seg.ns.0.clone();
-    let _outside = peer_address_server(&seg, "10.95.0.1", 7100, &dir);
-    assert_eq!(seen_as(&pods[0].0, "10.95.0.1", 7100), "10.95.0.11");
-    assert_eq!(seen_as(&pods[2].0, "10.95.0.1", 7100), "10.96.0.13");
+    let _outside = peer_address_server(&seg, "10.95.0.1", 7200, &dir);
+    assert_eq!(seen_as(&pods[0].ns, "10.95.0.1", 7200), "10.95.0.11");
+    assert_eq!(seen_as(&pods[2].ns, "10.95.0.1", 7200), "10.96.0.13");
 
     // An agent restart: traffic keeps flowing while it is down, and the new agent changes nothing.
     let before = c.routes(0);
     let start = Instant::now();
     let status = c.agents[0].proc.stop(SIGTERM, Duration::from_secs(10));
     assert!(status.is_some_and(|s| s.success()) && start.elapsed() < Duration::from_secs(5), "SIGTERM exit");
-    assert!(ping(&pods[0].0, &pods[1].1) && ping(&pods[0].0, &pods[2].1), "traffic stopped with the agent");
+    assert!(ping(&pods[0].ns, &pods[1].v4) && ping(&pods[0].ns, &pods[2].v4), "traffic stopped with the agent");
     let args = c.agent_args(0, "auto");
     c.agents[0] = Agent::start(&c.nodes[0].ns.0, &c.nodes[0].dir, args);
     wait_for("the restarted agent's first sync", Duration::from_secs(20), || {
@@ -291,7 +334,7 @@ fn three_nodes_route_pods_across_host_gw_and_vxlan() {
     let log = c.agents[0].proc.log();
     assert!(!log.contains("added route") && !log.contains("removed route"), "restart changed routes:\n{log}");
     assert_eq!(c.routes(0), before);
-    assert!(ping(&pods[0].0, &pods[2].1) && ping(&pods[2].0, &pods[0].1));
+    assert!(ping(&pods[0].ns, &pods[2].v4) && ping(&pods[2].ns, &pods[0].v4));
 
     // Reconcile, not flush: with a stale route of ours and a missing one, a restart removes and
     // adds exactly those, and leaves the VXLAN route and foreign routes alone.
@@ -317,7 +360,7 @@ fn three_nodes_route_pods_across_host_gw_and_vxlan() {
         });
     }
     eprintln!("n1's routes were gone {:?} after it stopped (TTL {TTL}s)", gone.elapsed());
-    assert!(ping(&pods[0].0, &pods[2].1), "n0 <-> n2 must not be disturbed");
+    assert!(ping(&pods[0].ns, &pods[2].v4), "n0 <-> n2 must not be disturbed");
     // n1 returns, takes its block back, and its pod is reachable again.
     let args = c.agent_args(1, "auto");
     c.agents[1] = Agent::start(&c.nodes[1].ns.0, &c.nodes[1].dir, args);
@@ -342,6 +385,6 @@ fn three_nodes_all_over_vxlan() {
     // Even the node on the same subnet is reached through the VXLAN device.
     let r0 = c.routes(0);
     assert_eq!(r0.lines().filter(|l| l.contains("dev cni-rs.1 onlink")).count(), 2, "{r0}");
-    let pods: Vec<(String, String)> = (0..3).map(|i| c.add_pod(i)).collect();
+    let pods: Vec<Pod> = (0..3).map(|i| c.add_pod(i)).collect();
     assert_full_mesh(&mut c, &pods);
 }
