@@ -304,7 +304,19 @@ async fn reconcile_loop(
         // Before the first full list, only add: removing would drop routes to live nodes that a
         // restarted agent has not read yet.
         if snapshot.synced {
-            errors += net::reconcile_routes(&local.handle, &plan.routes).await.errors;
+            let started = std::time::Instant::now();
+            let changes = net::reconcile_routes(&local.handle, &plan.routes).await;
+            if changes.added + changes.removed + changes.errors > 0 {
+                eprintln!(
+                    "routes synced in {:.1} ms: {} wanted, {} added, {} removed, {} errors",
+                    started.elapsed().as_secs_f64() * 1000.0,
+                    plan.routes.len(),
+                    changes.added,
+                    changes.removed,
+                    changes.errors
+                );
+            }
+            errors += changes.errors;
             if let Some((index, _)) = local.vxlan {
                 errors += net::reconcile_vteps(&local.handle, index, &plan.vteps).await.errors;
             }

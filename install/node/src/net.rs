@@ -4,7 +4,7 @@
 //! ([`RTPROT_CNI_RS`]), so a reconcile only ever removes routes it made; the FDB and neighbour
 //! entries live on the agent's own VXLAN device.
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use ipnetwork::IpNetwork;
 use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{InfoData, InfoKind, LinkAttribute, LinkInfo};
@@ -26,6 +26,8 @@ pub const VNI: u32 = 1;
 pub const VXLAN_PORT: u16 = 8472;
 /// VXLAN over IPv4 adds 50 bytes (outer IPv4 20, UDP 8, VXLAN 8, inner Ethernet 14).
 pub const VXLAN_OVERHEAD: u32 = 50;
+/// Route requests sent before waiting for their answers.
+const IN_FLIGHT: usize = 128;
 
 pub fn errno(err: &rtnetlink::Error) -> Option<i32> {
     match err {
@@ -310,11 +312,18 @@ pub async fn reconcile_routes(handle: &Handle, want: &[Route]) -> Changes {
             return changes;
         }
     };
-    for (route, msg) in &have {
-        if want.iter().any(|w| satisfies(route, w)) {
-            continue;
-        }
-        match handle.route().del(msg.clone()).execute().await {
+    // The requests go out together on the one socket (up to IN_FLIGHT unanswered), so a first
+    // sync of a thousand routes does not wait for a thousand round trips.
+    let stale = have.iter().filter(|(route, _)| !want.iter().any(|w| satisfies(route, w)));
+    let removals = futures::stream::iter(stale.map(|(route, msg)| {
+        let request = handle.route().del(msg.clone()).execute();
+        async move { (route, request.await) }
+    }))
+    .buffer_unordered(IN_FLIGHT)
+    .collect::<Vec<_>>()
+    .await;
+    for (route, result) in removals {
+        match result {
             Ok(()) => {
                 eprintln!("removed route {route}");
                 changes.removed += 1;
@@ -326,10 +335,8 @@ pub async fn reconcile_routes(handle: &Handle, want: &[Route]) -> Changes {
             }
         }
     }
-    for route in want {
-        if have.iter().any(|(h, _)| satisfies(h, route)) {
-            continue;
-        }
+    let mut messages = Vec::new();
+    for route in want.iter().filter(|route| !have.iter().any(|(h, _)| satisfies(h, route))) {
         let built = RouteMessageBuilder::<IpAddr>::new()
             .destination_prefix(route.dst.network(), route.dst.prefix())
             .and_then(|b| b.gateway(route.gw));
@@ -347,7 +354,17 @@ pub async fn reconcile_routes(handle: &Handle, want: &[Route]) -> Changes {
         if route.onlink {
             builder = builder.onlink();
         }
-        match handle.route().add(builder.build()).replace().execute().await {
+        messages.push((route, builder.build()));
+    }
+    let additions = futures::stream::iter(messages.into_iter().map(|(route, msg)| {
+        let request = handle.route().add(msg).replace().execute();
+        async move { (route, request.await) }
+    }))
+    .buffer_unordered(IN_FLIGHT)
+    .collect::<Vec<_>>()
+    .await;
+    for (route, result) in additions {
+        match result {
             Ok(()) => {
                 eprintln!("added route {route}");
                 changes.added += 1;
