@@ -198,7 +198,20 @@ fn plan(options: &Options, local: &Local, own: &Held, peers: &Peers) -> Plan {
             );
             continue;
         }
+        if peer.node_ips.iter().any(|ip| options.node_ips.contains(ip)) {
+            eprintln!("warning: node {} claims this node's address {:?}; ignored", peer.node, peer.node_ips);
+            continue;
+        }
         for cidr in &peer.pod_cidrs {
+            // Only blocks of the cluster range are routed: a record cannot pull other traffic
+            // (a default route, the node network) to itself.
+            let inside = options.cluster.iter().any(|(net, size)| {
+                net.is_ipv4() == cidr.is_ipv4() && cidr.prefix() == *size && net.contains(cidr.network())
+            });
+            if !inside || cidr.network() != cidr.ip() {
+                eprintln!("warning: node {} claims {cidr}, which is not a block of --cluster-cidr; ignored", peer.node);
+                continue;
+            }
             let v4 = cidr.is_ipv4();
             let under = if v4 { local.v4 } else { local.v6 };
             let peer_ip = peer.node_ips.iter().copied().find(|ip| ip.is_ipv4() == v4);

@@ -78,7 +78,7 @@ impl Fixture {
         self.etcd
             .get_prefix("/cni-rs/subnets/")
             .into_iter()
-            .map(|(k, v)| (k, serde_json::from_str(&v).unwrap()))
+            .filter_map(|(k, v)| Some((k, serde_json::from_str(&v).ok()?)))
             .collect()
     }
 
@@ -202,4 +202,53 @@ fn an_expired_lease_frees_the_block_and_the_node_takes_it_back() {
     let key = wait_for("n0's block again", Duration::from_secs(20), || f.key_of("n0"));
     assert_eq!(key, "/cni-rs/subnets/10.244.0.0-24");
     assert_eq!(f.blocks().len(), 3);
+}
+
+#[test]
+fn hostile_records_route_nothing_and_break_nothing() {
+    if skip_unless_root("hostile_records_route_nothing_and_break_nothing") {
+        return;
+    }
+    let mut f = fixture(1);
+    let put = |key: &str, value: &str| {
+        f.etcd.etcdctl(&["put", &format!("/cni-rs/subnets/{key}"), value]);
+    };
+    put("garbage", "not json");
+    put("wrong-shape", r#"{"node":7}"#);
+    // Overlaps the block n0 will take (block 0).
+    put("overlap", r#"{"node":"evil1","nodeIPs":["10.95.0.50"],"podCIDRs":["10.244.0.0/23","fd00:10:244::/63"]}"#);
+    // A default route (overlaps everything), and a network outside the cluster range.
+    put("default", r#"{"node":"evil2","nodeIPs":["10.95.0.51"],"podCIDRs":["0.0.0.0/0","::/0"]}"#);
+    put("outside", r#"{"node":"evil4","nodeIPs":["10.95.0.53"],"podCIDRs":["192.168.7.0/24","fd00:99::/64"]}"#);
+    // Claims n0's own address.
+    put(
+        "10.244.9.0-24",
+        r#"{"node":"evil3","nodeIPs":["10.95.0.11"],"podCIDRs":["10.244.9.0/24","fd00:10:244:9::/64"]}"#,
+    );
+    // One honest peer.
+    put(
+        "10.244.5.0-24",
+        r#"{"node":"peer","nodeIPs":["10.95.0.52"],"podCIDRs":["10.244.5.0/24","fd00:10:244:5::/64"]}"#,
+    );
+    let a = f.start(0, 60);
+    let key = wait_for("n0's block", Duration::from_secs(20), || f.key_of("n0"));
+    assert_eq!(key, "/cni-rs/subnets/10.244.0.0-24");
+    let routes = wait_for("the honest peer's route", Duration::from_secs(20), || {
+        let r = run_in(&f.nodes[0].0, &["ip", "-4", "route", "show", "proto", "210"]);
+        r.contains("10.244.5.0/24").then_some(r)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let routes = format!("{routes}{}", run_in(&f.nodes[0].0, &["ip", "-6", "route", "show", "proto", "210"]));
+    assert_eq!(routes.lines().count(), 1, "only the honest peer's IPv4 route (no IPv6 node address): {routes}");
+    assert!(run_in(&f.nodes[0].0, &["ip", "route", "show", "default"]).is_empty());
+    let log = f.agents[a].proc.log();
+    for want in [
+        "not a node record",
+        "overlaps this node's block",
+        "not a block of --cluster-cidr",
+        "claims this node's address",
+    ] {
+        assert!(log.contains(want), "no {want:?} in\n{log}");
+    }
+    assert!(f.agents[a].proc.running());
 }
