@@ -85,6 +85,8 @@ struct Local {
 async fn agent(options: Arc<Options>) -> Result<(), String> {
     let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("open a netlink socket: {e}"))?;
     tokio::spawn(connection);
+    let options =
+        if options.node_ips.is_empty() { Arc::new(default_node_ips(&handle, &options).await?) } else { options };
 
     let mut local = Local { handle, v4: None, v6: None, vxlan: None };
     for ip in &options.node_ips {
@@ -144,6 +146,25 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
     }
     tokio::spawn(metrics::serve(listener, stats.clone(), RESYNC * 3));
     reconcile_loop(options, local, held_rx, peers_rx, stats).await
+}
+
+/// `--node-ip` left out: per family of `--cluster-cidr`, the address on the interface of that
+/// family's default route.
+async fn default_node_ips(handle: &rtnetlink::Handle, options: &Options) -> Result<Options, String> {
+    let mut options = options.clone();
+    for v4 in [true, false] {
+        if !options.cluster.iter().any(|(net, _)| net.is_ipv4() == v4) {
+            continue;
+        }
+        if let Some(ip) = net::default_route_address(handle, v4).await? {
+            eprintln!("node address {ip} (on the interface of the default route; set --node-ip to choose)");
+            options.node_ips.push(ip);
+        }
+    }
+    if options.node_ips.is_empty() {
+        return Err("no --node-ip, and no default route with an address to take it from: give --node-ip".into());
+    }
+    Ok(options)
 }
 
 fn install_plugins(src: &std::path::Path, bin_dir: &std::path::Path) -> Result<(), String> {

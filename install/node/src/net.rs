@@ -121,6 +121,40 @@ pub async fn link_of_address(handle: &Handle, ip: IpAddr) -> Result<Option<Under
     Ok(Some(Underlay { index, mtu: 1500, subnet }))
 }
 
+/// The first global address of `family` (IPv4 when `v4`) on the interface of that family's
+/// default route in the main table.
+pub async fn default_route_address(handle: &Handle, v4: bool) -> Result<Option<IpAddr>, String> {
+    let filter = if v4 {
+        RouteMessageBuilder::<Ipv4Addr>::new().build()
+    } else {
+        RouteMessageBuilder::<std::net::Ipv6Addr>::new().build()
+    };
+    let mut routes = handle.route().get(filter).execute();
+    let mut oif = None;
+    while let Some(msg) = routes.try_next().await.map_err(|e| format!("list routes: {e}"))? {
+        if msg.header.destination_prefix_length != 0 || msg.header.table != 254 || oif.is_some() {
+            continue;
+        }
+        oif = msg.attributes.iter().find_map(|a| match a {
+            RouteAttribute::Oif(i) => Some(*i),
+            _ => None,
+        });
+    }
+    let Some(oif) = oif else { return Ok(None) };
+    let mut addrs = handle.address().get().set_link_index_filter(oif).execute();
+    let mut found = None;
+    while let Some(msg) = addrs.try_next().await.map_err(|e| format!("list addresses of link {oif}: {e}"))? {
+        if msg.header.scope != netlink_packet_route::address::AddressScope::Universe || found.is_some() {
+            continue;
+        }
+        found = msg.attributes.iter().find_map(|a| match a {
+            AddressAttribute::Address(ip) if ip.is_ipv4() == v4 => Some(*ip),
+            _ => None,
+        });
+    }
+    Ok(found)
+}
+
 /// Link index and MAC of `name` if it exists, and whether it is a VXLAN device.
 async fn link_by_name(handle: &Handle, name: &str) -> Result<Option<(u32, Option<[u8; 6]>, bool, u32)>, String> {
     let mut links = handle.link().get().match_name(name.to_string()).execute();

@@ -13,6 +13,7 @@ usage: cni-rs-node [options]
   --cluster-cidr LIST     the cluster's pod range, one per family (e.g. 10.244.0.0/16,fd00:10:244::/56)
   --node-cidr-size LIST   prefix length of each node's block, by position (default 24 for IPv4, 64 for IPv6)
   --node-ip LIST          this node's address per family, as the other nodes reach it
+                          (default: the address of the interface of that family's default route)
   --lease-ttl SECONDS     TTL of the node's lease on its block (default 60)
   --backend MODE          host-gw, vxlan or auto             (default auto)
   --vxlan-dev NAME        the VXLAN device                   (default cni-rs.1)
@@ -195,9 +196,6 @@ impl Options {
                 return Err(format!("--node-cidr-size {size} for {net}: must be between {} and {max}", net.prefix()));
             }
             cluster.push((net, size));
-        }
-        if node_ips.is_empty() {
-            return Err("--node-ip is required (this node's address the others reach it on)".into());
         }
         if node_ips.len() > 2 || (node_ips.len() == 2 && node_ips[0].is_ipv4() == node_ips[1].is_ipv4()) {
             return Err("--node-ip: give one address, or one IPv4 and one IPv6".into());

@@ -252,3 +252,25 @@ fn hostile_records_route_nothing_and_break_nothing() {
     }
     assert!(f.agents[a].proc.running());
 }
+
+#[test]
+fn node_ip_defaults_to_the_default_route_interface() {
+    if skip_unless_root("node_ip_defaults_to_the_default_route_interface") {
+        return;
+    }
+    let mut f = fixture(1);
+    let ns = f.nodes[0].0.clone();
+    // A second interface with an address that sorts first, and the default route via eth0.
+    run_in(&ns, &["ip", "link", "add", "extra0", "type", "bridge"]);
+    run_in(&ns, &["ip", "addr", "add", "10.1.1.1/24", "dev", "extra0"]);
+    run_in(&ns, &["ip", "link", "set", "extra0", "up"]);
+    run_in(&ns, &["ip", "route", "add", "default", "via", "10.95.0.1"]);
+    let conf = f.dir.0.join("n0");
+    let mut args = node_args(&f.etcd, "n0", "unused", &conf, 60);
+    let at = args.iter().position(|a| a == "--node-ip").unwrap();
+    args.drain(at..at + 2);
+    f.agents.push(Agent::start(&ns, &conf, args));
+    wait_for("n0's block", Duration::from_secs(20), || f.key_of("n0"));
+    let (_, value) = f.blocks().into_iter().find(|(_, v)| v["node"] == "n0").unwrap();
+    assert_eq!(value["nodeIPs"], serde_json::json!(["10.95.0.11"]), "{}", f.agents[0].proc.log());
+}
