@@ -7,6 +7,7 @@
 
 mod conf;
 mod etcd;
+mod k8s;
 mod metrics;
 mod net;
 mod options;
@@ -14,7 +15,7 @@ mod options;
 use etcd::{Held, NodeRecord, Peers};
 use ipnetwork::IpNetwork;
 use net::{Route, Underlay, Vtep};
-use options::{Backend, Options, USAGE};
+use options::{Backend, Datastore, Options, USAGE};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -109,33 +110,14 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
     }
     enable_forwarding(&options);
 
-    let mut client = loop {
-        match etcd::connect(&options).await {
-            Ok(client) => break client,
-            Err(e) => {
-                eprintln!("warning: {e}; retrying in 2s");
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-        }
-    };
     let vtep_mac = local.vxlan.map(|(_, mac)| net::format_mac(&mac));
-    let lease = client
-        .lease_grant(options.lease_ttl, None)
-        .await
-        .map_err(|e| format!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
-        .id();
-    let previous = conf::previous_cidrs(&options.conf_dir, &options.conf_name);
-    let held = etcd::acquire(&mut client, &options, lease, vtep_mac.clone(), Some(&previous)).await?;
-    log_held(&held);
-
+    let (held_rx, peers_rx) = match options.datastore {
+        Datastore::Etcd => start_etcd(&options, vtep_mac).await?,
+        Datastore::Kubernetes => start_kubernetes(&options, vtep_mac).await?,
+    };
     if let Some(src) = &options.src {
         install_plugins(src, &options.bin_dir)?;
     }
-
-    let (held_tx, held_rx) = watch::channel(Arc::new(held));
-    tokio::spawn(hold(client.clone(), options.clone(), vtep_mac, held_tx));
-    let (peers_tx, peers_rx) = watch::channel(Arc::new(Peers::default()));
-    tokio::spawn(etcd::watch_peers(client, options.clone(), peers_tx));
 
     let stats = metrics::Shared::default();
     let listener = tokio::net::TcpListener::bind(options.metrics_addr)
@@ -146,6 +128,60 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
     }
     tokio::spawn(metrics::serve(listener, stats.clone(), RESYNC * 3));
     reconcile_loop(options, local, held_rx, peers_rx, stats).await
+}
+
+type Channels = (watch::Receiver<Arc<Held>>, watch::Receiver<Arc<Peers>>);
+
+/// Leases a block in etcd and keeps it; watches the other nodes' blocks.
+async fn start_etcd(options: &Arc<Options>, vtep_mac: Option<String>) -> Result<Channels, String> {
+    let mut client = loop {
+        match etcd::connect(options).await {
+            Ok(client) => break client,
+            Err(e) => {
+                eprintln!("warning: {e}; retrying in 2s");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    };
+    let lease = client
+        .lease_grant(options.lease_ttl, None)
+        .await
+        .map_err(|e| format!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
+        .id();
+    let previous = conf::previous_cidrs(&options.conf_dir, &options.conf_name);
+    let held = etcd::acquire(&mut client, options, lease, vtep_mac.clone(), Some(&previous)).await?;
+    log_held(&held);
+    let (held_tx, held_rx) = watch::channel(Arc::new(held));
+    tokio::spawn(hold(client.clone(), options.clone(), vtep_mac, held_tx));
+    let (peers_tx, peers_rx) = watch::channel(Arc::new(Peers::default()));
+    tokio::spawn(etcd::watch_peers(client, options.clone(), peers_tx));
+    Ok((held_rx, peers_rx))
+}
+
+/// Watches the Nodes; returns once this node has pod CIDRs.
+async fn start_kubernetes(options: &Arc<Options>, vtep_mac: Option<String>) -> Result<Channels, String> {
+    let client = k8s::client(options).await?;
+    let (own_tx, mut own_rx) = watch::channel(None);
+    let (peers_tx, peers_rx) = watch::channel(Arc::new(Peers::default()));
+    tokio::spawn(k8s::watch_nodes(client, options.clone(), vtep_mac, own_tx, peers_tx));
+    let first = loop {
+        if let Some(held) = own_rx.borrow_and_update().clone() {
+            break held;
+        }
+        own_rx.changed().await.map_err(|_| "the Kubernetes node watch stopped".to_string())?;
+    };
+    log_held(&first);
+    let (held_tx, held_rx) = watch::channel(first);
+    tokio::spawn(async move {
+        while own_rx.changed().await.is_ok() {
+            let next = own_rx.borrow_and_update().clone();
+            if let Some(held) = next {
+                log_held(&held);
+                held_tx.send_replace(held);
+            }
+        }
+    });
+    Ok((held_rx, peers_rx))
 }
 
 /// `--node-ip` left out: per family of `--cluster-cidr`, the address on the interface of that
@@ -226,8 +262,13 @@ fn plan(options: &Options, local: &Local, own: &Held, peers: &Peers) -> Plan {
         for cidr in &peer.pod_cidrs {
             // Only blocks of the cluster range are routed: a record cannot pull other traffic
             // (a default route, the node network) to itself.
+            // (etcd blocks have the configured size; Kubernetes allocates its own.)
             let inside = options.cluster.iter().any(|(net, size)| {
-                net.is_ipv4() == cidr.is_ipv4() && cidr.prefix() == *size && net.contains(cidr.network())
+                let size_ok = match options.datastore {
+                    Datastore::Etcd => cidr.prefix() == *size,
+                    Datastore::Kubernetes => cidr.prefix() >= net.prefix(),
+                };
+                net.is_ipv4() == cidr.is_ipv4() && size_ok && net.contains(cidr.network())
             });
             if !inside || cidr.network() != cidr.ip() {
                 eprintln!("warning: node {} claims {cidr}, which is not a block of --cluster-cidr; ignored", peer.node);

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 pub const USAGE: &str = "\
 usage: cni-rs-node [options]
   --node-name NAME        this node's name                  (default $NODE_NAME)
-  --datastore etcd        where pod CIDRs are leased         (default etcd)
+  --datastore MODE        kubernetes (Node.spec.podCIDRs) or etcd (leased blocks)
+                          (default: etcd when --etcd-endpoints is given, else kubernetes)
+  --kubeconfig PATH       kubernetes: a kubeconfig instead of the in-cluster service account
   --etcd-endpoints LIST   etcd client URLs, comma-separated (e.g. http://10.95.0.1:2379)
   --prefix PREFIX         etcd key prefix                    (default /cni-rs)
   --cluster-cidr LIST     the cluster's pod range, one per family (e.g. 10.244.0.0/16,fd00:10:244::/56)
@@ -26,6 +28,12 @@ usage: cni-rs-node [options]
   --conf-name NAME        conflist file name in conf-dir     (default 10-cni-rs.conflist)";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Datastore {
+    Etcd,
+    Kubernetes,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     HostGw,
     Vxlan,
@@ -35,6 +43,8 @@ pub enum Backend {
 #[derive(Debug, Clone)]
 pub struct Options {
     pub node_name: String,
+    pub datastore: Datastore,
+    pub kubeconfig: Option<PathBuf>,
     pub etcd_endpoints: Vec<String>,
     pub prefix: String,
     /// (cluster range, node block prefix length), one per family, in the order given.
@@ -71,6 +81,8 @@ impl Options {
     ) -> Result<Option<Options>, String> {
         let mut node_name = node_name_env.filter(|n| !n.is_empty());
         let mut endpoints = Vec::new();
+        let mut datastore = None;
+        let mut kubeconfig = None;
         let mut prefix = "/cni-rs".to_string();
         let mut cluster_text = None;
         let mut sizes_text = None;
@@ -106,12 +118,13 @@ impl Options {
             match flag.as_str() {
                 "--node-name" => node_name = Some(value),
                 "--datastore" => {
-                    if value != "etcd" {
-                        return Err(format!(
-                            "--datastore {value:?}: this build supports only \"etcd\" (the kubernetes datastore is not built yet)"
-                        ));
-                    }
+                    datastore = Some(match value.as_str() {
+                        "etcd" => Datastore::Etcd,
+                        "kubernetes" => Datastore::Kubernetes,
+                        _ => return Err(format!("--datastore {value:?}: use kubernetes or etcd")),
+                    })
                 }
+                "--kubeconfig" => kubeconfig = Some(PathBuf::from(value)),
                 "--etcd-endpoints" => endpoints = list(&value).map(String::from).collect(),
                 "--prefix" => prefix = value.trim_end_matches('/').to_string(),
                 "--cluster-cidr" => cluster_text = Some(value),
@@ -168,8 +181,9 @@ impl Options {
         if node_name.contains('/') || node_name.contains(char::is_whitespace) {
             return Err(format!("--node-name {node_name:?} may not contain '/' or spaces"));
         }
-        if endpoints.is_empty() {
-            return Err("--etcd-endpoints is required (e.g. http://10.95.0.1:2379)".into());
+        let datastore = datastore.unwrap_or(if endpoints.is_empty() { Datastore::Kubernetes } else { Datastore::Etcd });
+        if datastore == Datastore::Etcd && endpoints.is_empty() {
+            return Err("--datastore etcd needs --etcd-endpoints (e.g. http://10.95.0.1:2379)".into());
         }
         if !prefix.starts_with('/') {
             return Err(format!("--prefix {prefix:?} must start with '/'"));
@@ -202,6 +216,8 @@ impl Options {
         }
         Ok(Some(Options {
             node_name,
+            datastore,
+            kubeconfig,
             etcd_endpoints: endpoints,
             prefix,
             cluster,
@@ -269,7 +285,7 @@ mod tests {
             (&["--node-cidr-size", "24"][..], "gives 1 sizes for 2"),
             (&["--backend", "bgp"][..], "use host-gw"),
             (&["--lease-ttl", "1"][..], "from 5"),
-            (&["--datastore", "kubernetes"][..], "only \"etcd\""),
+            (&["--datastore", "consul"][..], "use kubernetes or etcd"),
             (&["--node-ip", "10.0.0.1,10.0.0.2"][..], "one IPv4 and one IPv6"),
         ] {
             let mut args = BASE.to_vec();
