@@ -5,9 +5,7 @@ use cni_installer::cidr::Cidr;
 use cni_installer::install::{self, Outcome};
 use cni_installer::render;
 use ipnetwork::IpNetwork;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 /// The built-in template: the installer's, with the bridge not masquerading (the agent does it,
 /// for traffic leaving the cluster only) and the pod MTU from the agent.
@@ -15,6 +13,7 @@ pub const TEMPLATE: &str = include_str!("../../conf/10-cni-rs-node.conflist.temp
 const MTU: &str = "\"__MTU__\"";
 /// The agent's own nftables table (`nft list table inet cni-rs-node`).
 pub const NFT_TABLE: &str = "cni-rs-node";
+const COMMENT: &str = "pods of this node leaving the cluster";
 
 pub fn render(template: &str, cidrs: &[IpNetwork], mtu: u32) -> Result<String, String> {
     let cidrs: Vec<Cidr> = cidrs.iter().map(|c| Cidr { addr: c.network(), prefix: c.prefix() }).collect();
@@ -60,8 +59,9 @@ fn collect_subnets(value: &serde_json::Value, out: &mut Vec<IpNetwork>) {
     }
 }
 
-/// The masquerade table: traffic from this node's pod CIDRs to anything outside the cluster range
-/// leaves with the node's address; pod-to-pod traffic across nodes keeps its source.
+/// The masquerade table as `nft list` shows it (what [`apply_masquerade`] programs; compared to
+/// apply only on a change): traffic from this node's pod CIDRs to anything outside the cluster
+/// range leaves with the node's address; pod-to-pod traffic across nodes keeps its source.
 pub fn nft_ruleset(pod_cidrs: &[IpNetwork], cluster: &[IpNetwork]) -> String {
     let mut rules = String::new();
     for pod in pod_cidrs {
@@ -78,22 +78,13 @@ pub fn nft_ruleset(pod_cidrs: &[IpNetwork], cluster: &[IpNetwork]) -> String {
     )
 }
 
-pub fn apply_nft(ruleset: &str) -> Result<(), String> {
-    let mut child = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("run nft (is nftables installed?): {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(ruleset.as_bytes()).map_err(|e| format!("write to nft: {e}"))?;
-    }
-    let out = child.wait_with_output().map_err(|e| format!("wait for nft: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("nft -f refused table inet {NFT_TABLE}: {}", String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    Ok(())
+/// Applies the masquerade table over netlink (no `nft` binary needed).
+pub fn apply_masquerade(pod_cidrs: &[IpNetwork], cluster: &[IpNetwork]) -> Result<(), String> {
+    let pairs: Vec<(IpNetwork, IpNetwork)> = pod_cidrs
+        .iter()
+        .filter_map(|pod| cluster.iter().find(|c| c.is_ipv4() == pod.is_ipv4()).map(|range| (*pod, *range)))
+        .collect();
+    netkit::firewall::replace_masquerade_chain(NFT_TABLE, &pairs, COMMENT).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

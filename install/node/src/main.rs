@@ -415,7 +415,7 @@ async fn reconcile_loop(
             }
             let ruleset = conf::nft_ruleset(&own.record.pod_cidrs, &cluster);
             if ruleset != nft_applied {
-                match conf::apply_nft(&ruleset) {
+                match conf::apply_masquerade(&own.record.pod_cidrs, &cluster) {
                     Ok(()) => {
                         eprintln!("masquerading pod traffic leaving {cluster:?} (table inet {})", conf::NFT_TABLE);
                         nft_applied = ruleset;
