@@ -376,8 +376,8 @@ async fn reconcile_loop(
                 errors += 1;
             }
         }
-        // Before the first full list, only add: removing would drop routes to live nodes that a
-        // restarted agent has not read yet.
+        // Nothing changes before the first full list: a restarted agent that removed what it has
+        // not read yet would drop routes to live nodes.
         if snapshot.synced {
             let started = std::time::Instant::now();
             let changes = net::reconcile_routes(&local.handle, &plan.routes).await;
