@@ -9,7 +9,7 @@
 #
 # Environment:
 #   CNI_RS_IMAGE        tag to build                (default cni-rs-installer:dev)
-#   CNI_RS_BIN_DIR      dir of prebuilt static binaries (cni-installer + cni-rs); skips cargo
+#   CNI_RS_BIN_DIR      dir of prebuilt static binaries (cni-installer, cni-rs, cni-rs-node); skips cargo
 #   CNI_RS_CONTEXT_DIR  where to stage the build context (default: a temp dir, removed afterwards)
 #   CNI_RS_PLUGINS      plugin names to install as links to cni-rs
 #                       (default "bridge host-local loopback portmap tuning"; each is checked to run)
@@ -28,9 +28,9 @@ if [ -n "${CNI_RS_BIN_DIR:-}" ]; then
     bin_dir="$CNI_RS_BIN_DIR"
 else
     # --target keeps crt-static away from build scripts and proc macros, which must stay dynamic.
-    echo "build-image: static release build of cni-installer cni-rs" >&2
+    echo "build-image: static release build of cni-installer cni-rs cni-rs-node" >&2
     (cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" \
-        "$cargo_cmd" build --release --target "$triple" -p cni-installer -p cni-rs)
+        "$cargo_cmd" build --release --target "$triple" -p cni-installer -p cni-rs -p cni-rs-node)
     bin_dir="${CARGO_TARGET_DIR:-$repo/target}/$triple/release"
 fi
 
@@ -41,7 +41,7 @@ else
     ctx="$(mktemp -d)"
     trap 'rm -rf "$ctx"' EXIT
 fi
-rm -rf "$ctx/bin" "$ctx/conf" "$ctx/cni-installer"
+rm -rf "$ctx/bin" "$ctx/conf" "$ctx/cni-installer" "$ctx/cni-rs-node"
 mkdir -p "$ctx/bin" "$ctx/conf"
 
 require_static() {
@@ -62,6 +62,10 @@ require_static() {
 [ -f "$bin_dir/cni-installer" ] || { echo "build-image: $bin_dir/cni-installer not found" >&2; exit 1; }
 require_static "$bin_dir/cni-installer"
 install -m 0755 "$bin_dir/cni-installer" "$ctx/cni-installer"
+
+[ -f "$bin_dir/cni-rs-node" ] || { echo "build-image: $bin_dir/cni-rs-node not found" >&2; exit 1; }
+require_static "$bin_dir/cni-rs-node"
+install -m 0755 "$bin_dir/cni-rs-node" "$ctx/cni-rs-node"
 
 [ -f "$bin_dir/cni-rs" ] || { echo "build-image: $bin_dir/cni-rs not found" >&2; exit 1; }
 require_static "$bin_dir/cni-rs"

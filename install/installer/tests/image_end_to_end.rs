@@ -186,6 +186,19 @@ fn image_end_to_end() {
     let built = fs::read(context.join("bin/cni-rs")).unwrap();
     eprintln!("cni-rs in the image: {} bytes, linked as {PLUGINS:?}", built.len());
 
+    // The node agent (install/node-agent.yaml runs /cni-rs-node) is in the image and runs there.
+    let mut args = vec!["run", "--rm", "--network", "none"];
+    args.extend_from_slice(ULIMITS);
+    args.extend_from_slice(&["--entrypoint", "/cni-rs-node", &image, "--help"]);
+    let out = podman(&args);
+    assert!(
+        out.status.success() && text(&out.stdout).contains("usage: cni-rs-node"),
+        "/cni-rs-node --help in the image: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    eprintln!("cni-rs-node in the image: {} bytes", fs::metadata(context.join("cni-rs-node")).unwrap().len());
+
     // 2. Host dirs holding another vendor's files, and another binary at one of our names.
     let host_bin = scratch.0.join("host-bin");
     let host_conf = scratch.0.join("host-conf");

@@ -283,6 +283,29 @@ pub fn flush_udp_conntrack(port: u16, v6: bool) -> Result<()> {
     }
 }
 
+/// Makes chain `postrouting` (nat, hook postrouting, priority srcnat) of table `inet <table>` hold
+/// exactly one rule per `(source, exempt)` pair: `ip saddr <source> ip daddr != <exempt>
+/// masquerade comment "<comment>"` (ip6 for IPv6 pairs). One nf_tables transaction over netlink:
+/// the table and chain are added if missing and the chain's rules replaced, so the table is never
+/// seen half-written. For the node agent (`cni-rs-node`), which owns the table.
+pub fn replace_masquerade_chain(table: &str, pairs: &[(IpNetwork, IpNetwork)], comment: &str) -> Result<()> {
+    use nfnl::{BaseChain, Batch, ChainType, Family, Hook, Rule};
+    let chain = "postrouting";
+    let base = BaseChain { hook: Hook::Postrouting, priority: 100, kind: ChainType::Nat, policy_accept: true };
+    let mut batch = Batch::new();
+    batch.add_table(Family::Inet, table);
+    batch.add_chain(Family::Inet, table, chain, Some(base), None);
+    batch.flush_chain(Family::Inet, table, chain);
+    for (source, exempt) in pairs {
+        let rule = Rule::new(Family::Inet).saddr_in(*source).daddr_not_in(*exempt).masquerade();
+        batch.add_rule_with_comment(Family::Inet, table, chain, rule, Some(comment));
+    }
+    match batch.send_each()?.into_iter().next() {
+        None => Ok(()),
+        Some(first) => Err(first.error.context(format_args!("masquerade chain of table inet {table}"))),
+    }
+}
+
 /// Lowercase hex of sha512(input).
 fn sha512_hex(input: &str) -> String {
     let digest = Sha512::digest(input.as_bytes());

@@ -717,6 +717,10 @@ impl Rule {
     pub(crate) fn saddr_not_in(self, net: IpNetwork) -> Rule {
         self.addr_prefix(true, net, CmpOp::Neq)
     }
+    /// `ip saddr 10.244.1.0/24`.
+    pub(crate) fn saddr_in(self, net: IpNetwork) -> Rule {
+        self.addr_prefix(true, net, CmpOp::Eq)
+    }
     /// `ip daddr 127.0.0.0/8`.
     pub(crate) fn daddr_in(self, net: IpNetwork) -> Rule {
         self.addr_prefix(false, net, CmpOp::Eq)

@@ -1,0 +1,333 @@
+//! The etcd datastore: each node leases one block of the cluster range under `<prefix>/subnets/`.
+//!
+//! A block is a key `<prefix>/subnets/<first block with '/' as '-'>` (e.g.
+//! `/cni-rs/subnets/10.244.3.0-24`) attached to the node's lease, so it disappears when the node
+//! stops renewing. Block `i` is the `i`-th block of every configured family (IPv4 and IPv6 together),
+//! so one key owns both. A block is taken with a transaction that puts the key only if its
+//! `create_revision` is 0 (it does not exist): two nodes racing for one block cannot both win, and
+//! the loser moves on to the next free block. A restarted node finds the key whose value names it and
+//! takes it back with a transaction on that key's `mod_revision`.
+
+use crate::options::Options;
+use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
+use ipnetwork::IpNetwork;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// What a node records in its block's value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRecord {
+    pub node: String,
+    #[serde(rename = "nodeIPs")]
+    pub node_ips: Vec<IpAddr>,
+    #[serde(rename = "podCIDRs")]
+    pub pod_cidrs: Vec<IpNetwork>,
+    /// The MAC of the node's VXLAN device, when it has one; its VTEP address is the network
+    /// address of its IPv4 pod CIDR.
+    #[serde(default, rename = "vtepMAC", skip_serializing_if = "Option::is_none")]
+    pub vtep_mac: Option<String>,
+}
+
+/// The other nodes, by key, as last read from etcd.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Peers {
+    pub nodes: BTreeMap<String, NodeRecord>,
+    /// False until the first full list arrived.
+    pub synced: bool,
+}
+
+/// The block this node holds.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub key: String,
+    pub lease: i64,
+    pub record: NodeRecord,
+}
+
+pub fn subnets_prefix(options: &Options) -> String {
+    format!("{}/subnets/", options.prefix)
+}
+
+/// Number of blocks: the smallest count over the families (a block holds one of each).
+pub fn block_count(options: &Options) -> u128 {
+    options.cluster.iter().map(|(net, size)| 1u128 << u32::from(size - net.prefix()).min(100)).min().unwrap_or(0)
+}
+
+/// The `index`-th block of every family.
+pub fn blocks(options: &Options, index: u128) -> Option<Vec<IpNetwork>> {
+    options
+        .cluster
+        .iter()
+        .map(|(net, size)| match net {
+            IpNetwork::V4(v4) => {
+                let step = 1u128 << (32 - u32::from(*size));
+                let base = u128::from(u32::from(v4.network()));
+                let addr = u32::try_from(base + index.checked_mul(step)?).ok()?;
+                IpNetwork::new(IpAddr::V4(addr.into()), *size).ok()
+            }
+            IpNetwork::V6(v6) => {
+                let step = 1u128.checked_shl(128 - u32::from(*size))?;
+                let base = u128::from(v6.network());
+                let addr = base.checked_add(index.checked_mul(step)?)?;
+                IpNetwork::new(IpAddr::V6(addr.into()), *size).ok()
+            }
+        })
+        .collect()
+}
+
+pub fn block_key(options: &Options, block: &IpNetwork) -> String {
+    format!("{}{}-{}", subnets_prefix(options), block.network(), block.prefix())
+}
+
+/// Whether `cidrs` is a set of blocks this configuration could have handed out.
+fn fits(options: &Options, cidrs: &[IpNetwork]) -> bool {
+    cidrs.len() == options.cluster.len()
+        && cidrs.iter().zip(&options.cluster).all(|(cidr, (net, size))| {
+            cidr.prefix() == *size && net.contains(cidr.network()) && cidr.network() == cidr.ip()
+        })
+}
+
+pub async fn connect(options: &Options) -> Result<Client, String> {
+    let connect = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(10))
+        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+    Client::connect(&options.etcd_endpoints, Some(connect))
+        .await
+        .map_err(|e| format!("connect to etcd {}: {e}", options.etcd_endpoints.join(",")))
+}
+
+fn etcd_err(what: impl std::fmt::Display) -> impl FnOnce(etcd_client::Error) -> String {
+    move |e| format!("etcd: {what}: {e}")
+}
+
+/// Takes this node's block: the one whose value names it (after a restart), else `preferred` if
+/// it is free (the block it held before its lease was lost), else the first free one.
+pub async fn acquire(
+    client: &mut Client,
+    options: &Options,
+    lease: i64,
+    vtep_mac: Option<String>,
+    preferred: Option<&[IpNetwork]>,
+) -> Result<Held, String> {
+    let prefix = subnets_prefix(options);
+    let count = block_count(options);
+    let record_for = |cidrs: Vec<IpNetwork>| NodeRecord {
+        node: options.node_name.clone(),
+        node_ips: options.node_ips.clone(),
+        pod_cidrs: cidrs,
+        vtep_mac: vtep_mac.clone(),
+    };
+    let put = |key: &str, record: &NodeRecord| -> Result<TxnOp, String> {
+        let value = serde_json::to_vec(record).map_err(|e| format!("encode node record: {e}"))?;
+        Ok(TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))))
+    };
+    for _attempt in 0..1000 {
+        let listing = client
+            .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(etcd_err(format_args!("list {prefix}")))?;
+        let mut taken = BTreeSet::new();
+        let mut mine = None;
+        for kv in listing.kvs() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            if let Ok(record) = serde_json::from_slice::<NodeRecord>(kv.value()) {
+                if record.node == options.node_name && fits(options, &record.pod_cidrs) && mine.is_none() {
+                    mine = Some((key.clone(), kv.mod_revision(), record.pod_cidrs));
+                }
+            }
+            taken.insert(key);
+        }
+        if let Some((key, revision, cidrs)) = mine {
+            let record = record_for(cidrs);
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, revision)])
+                .and_then([put(&key, &record)?]);
+            if client.txn(txn).await.map_err(etcd_err(format_args!("retake {key}")))?.succeeded() {
+                return Ok(Held { key, lease, record });
+            }
+            continue;
+        }
+        let preferred = preferred.filter(|cidrs| fits(options, cidrs)).map(|cidrs| cidrs.to_vec());
+        let candidates = preferred.into_iter().chain((0..count).filter_map(|i| blocks(options, i)));
+        let mut lost_race = false;
+        for cidrs in candidates {
+            let key = block_key(options, &cidrs[0]);
+            if taken.contains(&key) {
+                continue;
+            }
+            let record = record_for(cidrs);
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([put(&key, &record)?]);
+            if client.txn(txn).await.map_err(etcd_err(format_args!("take {key}")))?.succeeded() {
+                return Ok(Held { key, lease, record });
+            }
+            // Another node took it between the list and the transaction: try the next one.
+            taken.insert(key);
+            lost_race = true;
+        }
+        if !lost_race {
+            let ranges: Vec<String> = options.cluster.iter().map(|(n, s)| format!("{n} in /{s} blocks")).collect();
+            return Err(format!(
+                "no free block left in {} ({count} blocks, all held by live nodes under {prefix})",
+                ranges.join(" and ")
+            ));
+        }
+    }
+    Err(format!("could not take a block under {prefix}: every attempt lost a race"))
+}
+
+/// Keeps `lease` alive until it is lost (expired, revoked, or etcd unreachable past the TTL);
+/// returns why.
+pub async fn keep_alive(client: &mut Client, lease: i64, ttl: i64) -> String {
+    let interval = Duration::from_secs((ttl / 3).max(1) as u64);
+    let deadline_after = Duration::from_secs(ttl.max(1) as u64);
+    let mut last_ok = tokio::time::Instant::now();
+    loop {
+        match client.lease_keep_alive(lease).await {
+            Ok((mut keeper, mut stream)) => loop {
+                if let Err(e) = keeper.keep_alive().await {
+                    eprintln!("warning: etcd: renew lease {lease:x}: {e}");
+                    break;
+                }
+                match stream.message().await {
+                    Ok(Some(reply)) if reply.ttl() > 0 => last_ok = tokio::time::Instant::now(),
+                    Ok(Some(_)) => return format!("lease {lease:x} expired"),
+                    Ok(None) => break,
+                    Err(e) => {
+                        eprintln!("warning: etcd: renew lease {lease:x}: {e}");
+                        break;
+                    }
+                }
+                tokio::time::sleep(interval).await;
+            },
+            Err(e) => eprintln!("warning: etcd: renew lease {lease:x}: {e}"),
+        }
+        if last_ok.elapsed() >= deadline_after {
+            return format!("lease {lease:x} not renewed for {}s", deadline_after.as_secs());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Lists and watches `<prefix>/subnets/` forever, publishing every node but `own_node`; lists
+/// again after any watch failure (including compaction).
+pub async fn watch_peers(mut client: Client, options: Arc<Options>, out: watch::Sender<Arc<Peers>>) {
+    let prefix = subnets_prefix(&options);
+    loop {
+        if let Err(e) = watch_once(&mut client, &options, &prefix, &out).await {
+            eprintln!("warning: {e}; listing {prefix} again in 1s");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn decode(options: &Options, key: &[u8], value: &[u8]) -> Option<(String, NodeRecord)> {
+    let key = String::from_utf8_lossy(key).into_owned();
+    match serde_json::from_slice::<NodeRecord>(value) {
+        Ok(record) if record.node != options.node_name => Some((key, record)),
+        Ok(_) => None,
+        Err(e) => {
+            eprintln!("warning: etcd: {key}: not a node record ({e}); ignored");
+            None
+        }
+    }
+}
+
+async fn watch_once(
+    client: &mut Client,
+    options: &Options,
+    prefix: &str,
+    out: &watch::Sender<Arc<Peers>>,
+) -> Result<(), String> {
+    let listing = client
+        .get(prefix, Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(etcd_err(format_args!("list {prefix}")))?;
+    let revision = listing.header().map(|h| h.revision()).unwrap_or(0);
+    let mut peers = Peers { nodes: BTreeMap::new(), synced: true };
+    for kv in listing.kvs() {
+        if let Some((key, record)) = decode(options, kv.key(), kv.value()) {
+            peers.nodes.insert(key, record);
+        }
+    }
+    publish(out, &peers);
+    let mut stream = client
+        .watch(prefix, Some(WatchOptions::new().with_prefix().with_start_revision(revision + 1)))
+        .await
+        .map_err(etcd_err(format_args!("watch {prefix}")))?;
+    while let Some(reply) = stream.message().await.map_err(etcd_err(format_args!("watch {prefix}")))? {
+        if reply.canceled() {
+            return Err(format!("etcd: watch {prefix} canceled: {}", reply.cancel_reason()));
+        }
+        for event in reply.events() {
+            let Some(kv) = event.kv() else { continue };
+            match event.event_type() {
+                EventType::Put => {
+                    if let Some((key, record)) = decode(options, kv.key(), kv.value()) {
+                        peers.nodes.insert(key, record);
+                    }
+                }
+                EventType::Delete => {
+                    peers.nodes.remove(String::from_utf8_lossy(kv.key()).as_ref());
+                }
+            }
+        }
+        publish(out, &peers);
+    }
+    Err(format!("etcd: watch {prefix} ended"))
+}
+
+fn publish(out: &watch::Sender<Arc<Peers>>, peers: &Peers) {
+    out.send_if_modified(|current| {
+        if **current == *peers {
+            return false;
+        }
+        *current = Arc::new(peers.clone());
+        true
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(cluster: &str, sizes: &str) -> Options {
+        let args = [
+            "--node-name",
+            "n1",
+            "--etcd-endpoints",
+            "http://127.0.0.1:1",
+            "--cluster-cidr",
+            cluster,
+            "--node-cidr-size",
+            sizes,
+            "--node-ip",
+            "10.0.0.1",
+        ];
+        Options::parse(args.iter().map(|s| s.to_string()), None).unwrap().unwrap()
+    }
+
+    #[test]
+    fn blocks_pair_families_by_index() {
+        let o = options("10.244.0.0/16,fd00:10:244::/56", "24,64");
+        assert_eq!(block_count(&o), 256);
+        let b = blocks(&o, 3).unwrap();
+        assert_eq!(b[0].to_string(), "10.244.3.0/24");
+        assert_eq!(b[1].to_string(), "fd00:10:244:3::/64");
+        assert_eq!(block_key(&o, &b[0]), "/cni-rs/subnets/10.244.3.0-24");
+        assert!(fits(&o, &b));
+        assert!(!fits(&o, &b[..1]));
+        let last = blocks(&o, 255).unwrap();
+        assert_eq!(last[0].to_string(), "10.244.255.0/24");
+        let o = options("10.244.0.0/22", "26");
+        assert_eq!(block_count(&o), 16);
+        assert_eq!(blocks(&o, 5).unwrap()[0].to_string(), "10.244.1.64/26");
+    }
+}

@@ -1,0 +1,164 @@
+//! The Kubernetes datastore: every Node's `spec.podCIDRs` (allocated by kube-controller-manager
+//! `--allocate-node-cidrs`) and `InternalIP` addresses, read by list + watch. kube-runtime's
+//! watcher keeps the resourceVersion, resumes a broken watch from it, and lists again when the API
+//! server answers 410 Gone; this node's VTEP MAC is published in an annotation on its own Node.
+
+use crate::etcd::{Held, NodeRecord, Peers};
+use crate::options::Options;
+use futures::StreamExt;
+use ipnetwork::IpNetwork;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Config};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The annotation holding a node's VTEP MAC (VXLAN backends).
+pub const VTEP_MAC_ANNOTATION: &str = "cni-rs.io/vtep-mac";
+
+pub async fn client(options: &Options) -> Result<Client, String> {
+    let config = match &options.kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| format!("read --kubeconfig {}: {e}", path.display()))?;
+            Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?
+        }
+        None => Config::incluster().map_err(|e| {
+            format!("in-cluster Kubernetes config (service account token, KUBERNETES_SERVICE_HOST): {e}; outside a pod give --kubeconfig")
+        })?,
+    };
+    Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
+}
+
+/// A Node as the agent needs it; `None` without a name.
+pub fn record(node: &Node) -> Option<NodeRecord> {
+    let name = node.metadata.name.clone()?;
+    let spec = node.spec.as_ref();
+    let cidrs: Vec<String> = spec
+        .and_then(|s| s.pod_cidrs.clone().filter(|l| !l.is_empty()).or_else(|| s.pod_cidr.clone().map(|c| vec![c])))
+        .unwrap_or_default();
+    let pod_cidrs: Vec<IpNetwork> = cidrs.iter().filter_map(|c| c.parse().ok()).collect();
+    let node_ips = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .map(|list| list.iter().filter(|a| a.type_ == "InternalIP").filter_map(|a| a.address.parse().ok()).collect())
+        .unwrap_or_default();
+    let vtep_mac = node.metadata.annotations.as_ref().and_then(|a| a.get(VTEP_MAC_ANNOTATION)).cloned();
+    Some(NodeRecord { node: name, node_ips, pod_cidrs, vtep_mac })
+}
+
+/// Lists and watches Nodes forever: this node's record goes to `own` once it has pod CIDRs, the
+/// others to `peers` (marked synced after each complete list).
+pub async fn watch_nodes(
+    client: Client,
+    options: Arc<Options>,
+    vtep_mac: Option<String>,
+    own: watch::Sender<Option<Arc<Held>>>,
+    peers: watch::Sender<Arc<Peers>>,
+) {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut stream = watcher(api.clone(), watcher::Config::default()).default_backoff().boxed();
+    let mut nodes: BTreeMap<String, NodeRecord> = BTreeMap::new();
+    let mut listing: Option<BTreeMap<String, NodeRecord>> = None;
+    let mut synced = false;
+    let mut annotated = false;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Init) => listing = Some(BTreeMap::new()),
+            Ok(Event::InitApply(node)) => {
+                if let (Some(list), Some(r)) = (listing.as_mut(), record(&node)) {
+                    list.insert(r.node.clone(), r);
+                }
+            }
+            Ok(Event::InitDone) => {
+                nodes = listing.take().unwrap_or_default();
+                synced = true;
+            }
+            Ok(Event::Apply(node)) => {
+                if let Some(r) = record(&node) {
+                    nodes.insert(r.node.clone(), r);
+                }
+            }
+            Ok(Event::Delete(node)) => {
+                if let Some(name) = &node.metadata.name {
+                    nodes.remove(name);
+                }
+            }
+            Err(e) => {
+                eprintln!("warning: kubernetes: watch nodes: {e}; retrying");
+                continue;
+            }
+        }
+        if listing.is_some() {
+            continue;
+        }
+        if let Some(me) = nodes.get(&options.node_name) {
+            if !annotated && vtep_mac.is_some() && me.vtep_mac != vtep_mac {
+                annotated = annotate(&api, &options.node_name, vtep_mac.as_deref()).await;
+            }
+            if me.pod_cidrs.is_empty() {
+                eprintln!(
+                    "waiting: node {} has no spec.podCIDRs (kube-controller-manager --allocate-node-cidrs)",
+                    options.node_name
+                );
+            } else {
+                let record = NodeRecord {
+                    node: options.node_name.clone(),
+                    node_ips: options.node_ips.clone(),
+                    pod_cidrs: me.pod_cidrs.clone(),
+                    vtep_mac: vtep_mac.clone(),
+                };
+                let held = Held { key: format!("Node/{}", options.node_name), lease: 0, record };
+                own.send_if_modified(|current| {
+                    if current.as_ref().is_some_and(|c| c.record == held.record) {
+                        return false;
+                    }
+                    *current = Some(Arc::new(held));
+                    true
+                });
+            }
+        } else if synced {
+            eprintln!("waiting: no Node named {} in the API server", options.node_name);
+        }
+        let others: BTreeMap<String, NodeRecord> =
+            nodes.iter().filter(|(name, _)| **name != options.node_name).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let snapshot = Peers { nodes: others, synced };
+        peers.send_if_modified(|current| {
+            if **current == snapshot {
+                return false;
+            }
+            *current = Arc::new(snapshot);
+            true
+        });
+    }
+}
+
+fn watcher(
+    api: Api<Node>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<Event<Node>, watcher::Error>> {
+    watcher::watcher(api, config)
+}
+
+/// Records this node's VTEP MAC on its Node (merge patch); `true` when done.
+async fn annotate(api: &Api<Node>, name: &str, mac: Option<&str>) -> bool {
+    let patch = serde_json::json!({ "metadata": { "annotations": { VTEP_MAC_ANNOTATION: mac } } });
+    match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => {
+            eprintln!("annotated node {name}: {VTEP_MAC_ANNOTATION}={}", mac.unwrap_or(""));
+            true
+        }
+        Err(e) => {
+            eprintln!(
+                "warning: kubernetes: annotate node {name} with its VTEP MAC: {e} (VXLAN peers cannot reach this node)"
+            );
+            false
+        }
+    }
+}

@@ -1,0 +1,490 @@
+//! cni-rs-node: the node agent. It leases this node's pod CIDRs from etcd, installs the plugins and
+//! a conflist with those CIDRs, routes to every other node's pod CIDRs (host-gw or VXLAN) and
+//! masquerades pod traffic leaving the cluster range.
+
+// Tests may unwrap: a panic there is a failed assertion. The shipped binary is still checked.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+mod conf;
+mod etcd;
+mod k8s;
+mod metrics;
+mod net;
+mod options;
+
+use etcd::{Held, NodeRecord, Peers};
+use ipnetwork::IpNetwork;
+use net::{Route, Underlay, Vtep};
+use options::{Backend, Datastore, Options, USAGE};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+fn main() -> ExitCode {
+    let options = match Options::parse(std::env::args().skip(1), std::env::var("NODE_NAME").ok()) {
+        Ok(Some(options)) => options,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            eprintln!("error: {err}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(Arc::new(options))) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs until SIGTERM or SIGINT. The lease is left to expire rather than revoked: a restarting
+/// agent takes its block back, and the other nodes keep their routes to it meanwhile.
+async fn run(options: Arc<Options>) -> Result<(), String> {
+    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("install SIGTERM handler: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("install SIGINT handler: {e}"))?;
+    tokio::select! {
+        result = agent(options) => result,
+        _ = term.recv() => {
+            eprintln!("received SIGTERM, exiting (lease left to expire, routes left in place)");
+            Ok(())
+        }
+        _ = int.recv() => {
+            eprintln!("received SIGINT, exiting (lease left to expire, routes left in place)");
+            Ok(())
+        }
+    }
+}
+
+/// How often the whole state is reconciled even without a change in the datastore (repairs
+/// routes removed by hand or by another program).
+const RESYNC: Duration = Duration::from_secs(30);
+
+/// What the agent learned about this node at start.
+struct Local {
+    handle: rtnetlink::Handle,
+    v4: Option<Underlay>,
+    v6: Option<Underlay>,
+    /// Index and MAC of the VXLAN device (backends vxlan and auto with an IPv4 node address).
+    vxlan: Option<(u32, [u8; 6])>,
+}
+
+async fn agent(options: Arc<Options>) -> Result<(), String> {
+    let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("open a netlink socket: {e}"))?;
+    tokio::spawn(connection);
+    let options =
+        if options.node_ips.is_empty() { Arc::new(default_node_ips(&handle, &options).await?) } else { options };
+
+    let mut local = Local { handle, v4: None, v6: None, vxlan: None };
+    for ip in &options.node_ips {
+        let underlay = net::link_of_address(&local.handle, *ip).await?.ok_or_else(|| {
+            format!("--node-ip {ip} is not an address of any interface in this network namespace; give this node's own address")
+        })?;
+        if ip.is_ipv4() {
+            local.v4 = Some(underlay);
+        } else {
+            local.v6 = Some(underlay);
+        }
+    }
+    if options.backend != Backend::HostGw {
+        if let (Some(IpAddr::V4(ip)), Some(under)) = (options.node_ip(true), local.v4) {
+            let mtu = under.mtu.saturating_sub(net::VXLAN_OVERHEAD);
+            local.vxlan = Some(net::ensure_vxlan(&local.handle, &options.vxlan_dev, ip, under.index, mtu).await?);
+        } else if options.backend == Backend::Vxlan {
+            return Err("--backend vxlan needs an IPv4 --node-ip (VXLAN runs over IPv4)".into());
+        }
+    }
+    enable_forwarding(&options);
+
+    let vtep_mac = local.vxlan.map(|(_, mac)| net::format_mac(&mac));
+    let (held_rx, peers_rx) = match options.datastore {
+        Datastore::Etcd => start_etcd(&options, vtep_mac).await?,
+        Datastore::Kubernetes => start_kubernetes(&options, vtep_mac).await?,
+    };
+    if let Some(src) = &options.src {
+        install_plugins(src, &options.bin_dir)?;
+    }
+
+    let stats = metrics::Shared::default();
+    let listener = tokio::net::TcpListener::bind(options.metrics_addr)
+        .await
+        .map_err(|e| format!("listen on --metrics-addr {}: {e}", options.metrics_addr))?;
+    if let Ok(addr) = listener.local_addr() {
+        eprintln!("serving /healthz and /metrics on http://{addr}");
+    }
+    tokio::spawn(metrics::serve(listener, stats.clone(), RESYNC * 3));
+    reconcile_loop(options, local, held_rx, peers_rx, stats).await
+}
+
+type Channels = (watch::Receiver<Arc<Held>>, watch::Receiver<Arc<Peers>>);
+
+/// Leases a block in etcd and keeps it; watches the other nodes' blocks.
+async fn start_etcd(options: &Arc<Options>, vtep_mac: Option<String>) -> Result<Channels, String> {
+    let mut client = loop {
+        match etcd::connect(options).await {
+            Ok(client) => break client,
+            Err(e) => {
+                eprintln!("warning: {e}; retrying in 2s");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    };
+    let lease = client
+        .lease_grant(options.lease_ttl, None)
+        .await
+        .map_err(|e| format!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
+        .id();
+    let previous = conf::previous_cidrs(&options.conf_dir, &options.conf_name);
+    let held = etcd::acquire(&mut client, options, lease, vtep_mac.clone(), Some(&previous)).await?;
+    log_held(&held);
+    let (held_tx, held_rx) = watch::channel(Arc::new(held));
+    tokio::spawn(hold(client.clone(), options.clone(), vtep_mac, held_tx));
+    let (peers_tx, peers_rx) = watch::channel(Arc::new(Peers::default()));
+    tokio::spawn(etcd::watch_peers(client, options.clone(), peers_tx));
+    Ok((held_rx, peers_rx))
+}
+
+/// Watches the Nodes; returns once this node has pod CIDRs.
+async fn start_kubernetes(options: &Arc<Options>, vtep_mac: Option<String>) -> Result<Channels, String> {
+    let client = k8s::client(options).await?;
+    let (own_tx, mut own_rx) = watch::channel(None);
+    let (peers_tx, peers_rx) = watch::channel(Arc::new(Peers::default()));
+    tokio::spawn(k8s::watch_nodes(client, options.clone(), vtep_mac, own_tx, peers_tx));
+    let first = loop {
+        if let Some(held) = own_rx.borrow_and_update().clone() {
+            break held;
+        }
+        own_rx.changed().await.map_err(|_| "the Kubernetes node watch stopped".to_string())?;
+    };
+    log_held(&first);
+    let (held_tx, held_rx) = watch::channel(first);
+    tokio::spawn(async move {
+        while own_rx.changed().await.is_ok() {
+            let next = own_rx.borrow_and_update().clone();
+            if let Some(held) = next {
+                log_held(&held);
+                held_tx.send_replace(held);
+            }
+        }
+    });
+    Ok((held_rx, peers_rx))
+}
+
+/// `--node-ip` left out: per family of `--cluster-cidr`, the address on the interface of that
+/// family's default route.
+async fn default_node_ips(handle: &rtnetlink::Handle, options: &Options) -> Result<Options, String> {
+    let mut options = options.clone();
+    for v4 in [true, false] {
+        if !options.cluster.iter().any(|(net, _)| net.is_ipv4() == v4) {
+            continue;
+        }
+        if let Some(ip) = net::default_route_address(handle, v4).await? {
+            eprintln!("node address {ip} (on the interface of the default route; set --node-ip to choose)");
+            options.node_ips.push(ip);
+        }
+    }
+    if options.node_ips.is_empty() {
+        return Err("no --node-ip, and no default route with an address to take it from: give --node-ip".into());
+    }
+    Ok(options)
+}
+
+fn install_plugins(src: &std::path::Path, bin_dir: &std::path::Path) -> Result<(), String> {
+    use cni_installer::install;
+    std::fs::create_dir_all(bin_dir).map_err(|e| format!("create {}: {e}", bin_dir.display()))?;
+    let source = install::Source::read(src)?;
+    install::remove_stale_temps(bin_dir, &source.names());
+    let report = install::install_dir(src, bin_dir)?;
+    if let Some(err) = &report.link_error {
+        eprintln!("warning: {err}; each plugin name is a full copy of {} instead of a hard link", install::MULTI_CALL);
+    }
+    let changed = report.outcomes.iter().filter(|(_, o)| !matches!(o, install::Outcome::Unchanged)).count();
+    eprintln!("plugins in {}: {} names, {changed} changed", bin_dir.display(), report.outcomes.len());
+    Ok(())
+}
+
+/// Pods on other nodes are reached through this node's routing.
+fn enable_forwarding(options: &Options) {
+    let mut keys = vec!["/proc/sys/net/ipv4/ip_forward"];
+    if options.cluster.iter().any(|(net, _)| net.is_ipv6()) {
+        keys.push("/proc/sys/net/ipv6/conf/all/forwarding");
+    }
+    for key in keys {
+        if std::fs::read_to_string(key).map(|v| v.trim() == "1").unwrap_or(false) {
+            continue;
+        }
+        match std::fs::write(key, "1") {
+            Ok(()) => eprintln!("enabled forwarding ({key})"),
+            Err(e) => eprintln!("warning: enable forwarding: write 1 to {key}: {e}"),
+        }
+    }
+}
+
+/// The routes and VXLAN entries this node needs for `peers`.
+struct Plan {
+    routes: Vec<Route>,
+    vteps: Vec<Vtep>,
+    vxlan_peers: BTreeSet<String>,
+}
+
+fn plan(options: &Options, local: &Local, own: &Held, peers: &Peers) -> Plan {
+    let mut plan = Plan { routes: Vec::new(), vteps: Vec::new(), vxlan_peers: BTreeSet::new() };
+    for peer in peers.nodes.values() {
+        if peer
+            .pod_cidrs
+            .iter()
+            .any(|c| own.record.pod_cidrs.iter().any(|o| o.contains(c.network()) || c.contains(o.network())))
+        {
+            eprintln!(
+                "warning: node {} claims {:?}, which overlaps this node's block; ignored",
+                peer.node, peer.pod_cidrs
+            );
+            continue;
+        }
+        if peer.node_ips.iter().any(|ip| options.node_ips.contains(ip)) {
+            eprintln!("warning: node {} claims this node's address {:?}; ignored", peer.node, peer.node_ips);
+            continue;
+        }
+        for cidr in &peer.pod_cidrs {
+            // Only blocks of the cluster range are routed: a record cannot pull other traffic
+            // (a default route, the node network) to itself.
+            // (etcd blocks have the configured size; Kubernetes allocates its own.)
+            let inside = options.cluster.iter().any(|(net, size)| {
+                let size_ok = match options.datastore {
+                    Datastore::Etcd => cidr.prefix() == *size,
+                    Datastore::Kubernetes => cidr.prefix() >= net.prefix(),
+                };
+                net.is_ipv4() == cidr.is_ipv4() && size_ok && net.contains(cidr.network())
+            });
+            if !inside || cidr.network() != cidr.ip() {
+                eprintln!("warning: node {} claims {cidr}, which is not a block of --cluster-cidr; ignored", peer.node);
+                continue;
+            }
+            let v4 = cidr.is_ipv4();
+            let under = if v4 { local.v4 } else { local.v6 };
+            let peer_ip = peer.node_ips.iter().copied().find(|ip| ip.is_ipv4() == v4);
+            let host_gw = match (under, peer_ip) {
+                (Some(under), Some(peer_ip)) => match options.backend {
+                    Backend::HostGw => Some(peer_ip),
+                    Backend::Vxlan => None,
+                    Backend::Auto => under.subnet.contains(peer_ip).then_some(peer_ip),
+                },
+                _ => None,
+            };
+            if let Some(gw) = host_gw {
+                plan.routes.push(Route { dst: *cidr, gw, oif: None, onlink: false });
+                continue;
+            }
+            if options.backend == Backend::HostGw {
+                eprintln!(
+                    "warning: no route to {cidr} of node {}: host-gw needs a node address of its family on both ends",
+                    peer.node
+                );
+                continue;
+            }
+            // VXLAN runs over IPv4 and carries both families.
+            let peer_v4 = peer.node_ips.iter().find_map(|ip| match ip {
+                IpAddr::V4(v4) => Some(*v4),
+                IpAddr::V6(_) => None,
+            });
+            let (Some(peer_v4), Some((index, _))) = (peer_v4, local.vxlan) else {
+                eprintln!(
+                    "warning: no route to {cidr} of node {}: not on this node's subnet, and VXLAN needs an IPv4 node address on both ends",
+                    peer.node
+                );
+                continue;
+            };
+            let Some(mac) = peer.vtep_mac.as_deref().and_then(net::parse_mac) else {
+                eprintln!(
+                    "warning: no route to {cidr} of node {}: it records no VTEP MAC (backend host-gw?)",
+                    peer.node
+                );
+                continue;
+            };
+            let vtep = cidr.network();
+            plan.routes.push(Route { dst: *cidr, gw: vtep, oif: Some(index), onlink: true });
+            plan.vteps.push(Vtep { vtep, mac, dst: peer_v4 });
+            plan.vxlan_peers.insert(peer.node.clone());
+        }
+    }
+    plan.routes.sort();
+    plan.vteps.sort();
+    plan
+}
+
+fn describe(record: &NodeRecord) -> String {
+    let cidrs: Vec<String> = record.pod_cidrs.iter().map(|c| c.to_string()).collect();
+    let ips: Vec<String> = record.node_ips.iter().map(|c| c.to_string()).collect();
+    format!("{} ({} via {})", record.node, cidrs.join(","), ips.join(","))
+}
+
+async fn reconcile_loop(
+    options: Arc<Options>,
+    local: Local,
+    mut held: watch::Receiver<Arc<Held>>,
+    mut peers: watch::Receiver<Arc<Peers>>,
+    stats: metrics::Shared,
+) -> Result<(), String> {
+    let template = match &options.template {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("read --template {}: {e}", path.display()))?,
+        None => conf::TEMPLATE.to_string(),
+    };
+    let cluster: Vec<IpNetwork> = options.cluster.iter().map(|(net, _)| *net).collect();
+    let mut known: BTreeMap<String, NodeRecord> = BTreeMap::new();
+    let mut nft_applied = String::new();
+    loop {
+        let snapshot = peers.borrow_and_update().clone();
+        let own = held.borrow_and_update().clone();
+        let mut errors = 0;
+
+        // Joins and leaves, one line each.
+        if snapshot.synced {
+            for (key, record) in &snapshot.nodes {
+                if known.get(key) != Some(record) {
+                    let verb = if known.contains_key(key) { "changed" } else { "joined" };
+                    eprintln!("node {verb}: {}", describe(record));
+                }
+            }
+            for (key, record) in &known {
+                if !snapshot.nodes.contains_key(key) {
+                    eprintln!("node left: {}", describe(record));
+                }
+            }
+            known = snapshot.nodes.clone();
+        }
+
+        let plan = plan(&options, &local, &own, &snapshot);
+        if let (Some((index, _)), Some(IpNetwork::V4(block))) =
+            (local.vxlan, own.record.pod_cidrs.iter().find(|c| c.is_ipv4()))
+        {
+            if let Err(e) = net::ensure_only_v4_address(&local.handle, index, block.network()).await {
+                eprintln!("error: {e}");
+                errors += 1;
+            }
+        }
+        // Nothing changes before the first full list: a restarted agent that removed what it has
+        // not read yet would drop routes to live nodes.
+        if snapshot.synced {
+            let started = std::time::Instant::now();
+            let changes = net::reconcile_routes(&local.handle, &plan.routes).await;
+            if changes.added + changes.removed + changes.errors > 0 {
+                eprintln!(
+                    "routes synced in {:.1} ms: {} wanted, {} added, {} removed, {} errors",
+                    started.elapsed().as_secs_f64() * 1000.0,
+                    plan.routes.len(),
+                    changes.added,
+                    changes.removed,
+                    changes.errors
+                );
+            }
+            errors += changes.errors;
+            if let Some((index, _)) = local.vxlan {
+                errors += net::reconcile_vteps(&local.handle, index, &plan.vteps).await.errors;
+            }
+
+            let base = local.v4.or(local.v6).map(|u| u.mtu).unwrap_or(1500);
+            let vxlan_mtu = options.backend == Backend::Vxlan || !plan.vxlan_peers.is_empty();
+            let mtu = if vxlan_mtu { base.saturating_sub(net::VXLAN_OVERHEAD) } else { base };
+            match conf::render(&template, &own.record.pod_cidrs, mtu)
+                .and_then(|text| conf::write(&options.conf_dir, &options.conf_name, &text))
+            {
+                Ok(true) => eprintln!(
+                    "wrote {} (pod CIDRs {:?}, mtu {mtu})",
+                    options.conf_dir.join(&options.conf_name).display(),
+                    own.record.pod_cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>()
+                ),
+                Ok(false) => {}
+                Err(e) => {
+                    eprintln!("error: conflist: {e}");
+                    errors += 1;
+                }
+            }
+            let ruleset = conf::nft_ruleset(&own.record.pod_cidrs, &cluster);
+            if ruleset != nft_applied {
+                match conf::apply_masquerade(&own.record.pod_cidrs, &cluster) {
+                    Ok(()) => {
+                        eprintln!("masquerading pod traffic leaving {cluster:?} (table inet {})", conf::NFT_TABLE);
+                        nft_applied = ruleset;
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        errors += 1;
+                    }
+                }
+            }
+        }
+
+        if let Ok(mut s) = stats.lock() {
+            s.nodes_known = snapshot.nodes.len();
+            s.routes_programmed = plan.routes.len();
+            s.vxlan_peers = plan.vxlan_peers.len();
+            s.reconciles += 1;
+            s.reconcile_errors += errors as u64;
+            if errors == 0 && snapshot.synced {
+                s.last_sync = Some(metrics::now());
+            }
+        }
+
+        let wait = if errors > 0 { Duration::from_secs(2) } else { RESYNC };
+        tokio::select! {
+            r = peers.changed() => r.map_err(|_| "the etcd watch stopped".to_string())?,
+            r = held.changed() => r.map_err(|_| "the lease keeper stopped".to_string())?,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+fn log_held(held: &Held) {
+    let cidrs: Vec<String> = held.record.pod_cidrs.iter().map(|c| c.to_string()).collect();
+    eprintln!("holding {} ({}) with lease {:x}", cidrs.join(","), held.key, held.lease);
+}
+
+/// Keeps the lease alive; when it is lost, takes a new lease and a block again (the same one if
+/// it is still free).
+async fn hold(
+    mut client: etcd_client::Client,
+    options: Arc<Options>,
+    vtep_mac: Option<String>,
+    out: watch::Sender<Arc<Held>>,
+) {
+    loop {
+        let current = out.borrow().clone();
+        let why = etcd::keep_alive(&mut client, current.lease, options.lease_ttl).await;
+        eprintln!("warning: {why}; taking a block again");
+        loop {
+            let attempt = async {
+                let lease = client
+                    .lease_grant(options.lease_ttl, None)
+                    .await
+                    .map_err(|e| format!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
+                    .id();
+                etcd::acquire(&mut client, &options, lease, vtep_mac.clone(), Some(&current.record.pod_cidrs)).await
+            };
+            match attempt.await {
+                Ok(held) => {
+                    log_held(&held);
+                    out.send_replace(Arc::new(held));
+                    break;
+                }
+                Err(e) => {
+                    eprintln!("warning: {e}; retrying in 2s");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+            }
+        }
+    }
+}

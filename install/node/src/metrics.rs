@@ -1,0 +1,133 @@
+//! `/healthz` and Prometheus `/metrics` over a minimal HTTP/1.1 server (GET only, one response per
+//! connection): the agent serves a few numbers, which needs no web framework.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub nodes_known: usize,
+    pub routes_programmed: usize,
+    pub vxlan_peers: usize,
+    pub reconciles: u64,
+    pub reconcile_errors: u64,
+    /// Unix time of the last reconcile that ended without errors.
+    pub last_sync: Option<f64>,
+}
+
+pub type Shared = Arc<Mutex<Stats>>;
+
+pub fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// Healthy when a reconcile succeeded within `max_age`.
+fn healthy(stats: &Stats, max_age: Duration) -> bool {
+    stats.last_sync.is_some_and(|t| now() - t <= max_age.as_secs_f64())
+}
+
+fn render(stats: &Stats) -> String {
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"));
+    };
+    metric(
+        "cni_rs_node_nodes_known",
+        "gauge",
+        "Other nodes holding a block in the datastore.",
+        stats.nodes_known.to_string(),
+    );
+    metric(
+        "cni_rs_node_routes_programmed",
+        "gauge",
+        "Routes to other nodes' pod CIDRs the agent keeps.",
+        stats.routes_programmed.to_string(),
+    );
+    metric("cni_rs_node_vxlan_peers", "gauge", "Other nodes reached over VXLAN.", stats.vxlan_peers.to_string());
+    metric("cni_rs_node_reconciles_total", "counter", "Reconciles run.", stats.reconciles.to_string());
+    metric(
+        "cni_rs_node_reconcile_errors_total",
+        "counter",
+        "Failed operations during reconciles (netlink, conflist, nftables).",
+        stats.reconcile_errors.to_string(),
+    );
+    metric(
+        "cni_rs_node_last_sync_timestamp_seconds",
+        "gauge",
+        "Unix time of the last reconcile without errors (0: none yet).",
+        format!("{:.3}", stats.last_sync.unwrap_or(0.0)),
+    );
+    out
+}
+
+pub async fn serve(listener: TcpListener, stats: Shared, max_age: Duration) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let stats = stats.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(5), answer(stream, stats, max_age)).await;
+        });
+    }
+}
+
+async fn answer(mut stream: TcpStream, stats: Shared, max_age: Duration) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let request = String::from_utf8_lossy(&buf);
+    let mut words = request.split_whitespace();
+    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let snapshot = stats.lock().map(|s| s.clone()).unwrap_or_default();
+    let (status, kind, body) = match (method, path.split('?').next().unwrap_or("")) {
+        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", render(&snapshot)),
+        ("GET", "/healthz") if healthy(&snapshot, max_age) => ("200 OK", "text/plain", "ok\n".to_string()),
+        ("GET", "/healthz") => (
+            "503 Service Unavailable",
+            "text/plain",
+            format!("no reconcile without errors in the last {}s\n", max_age.as_secs()),
+        ),
+        ("GET", _) => ("404 Not Found", "text/plain", "not found: use /healthz or /metrics\n".to_string()),
+        _ => ("405 Method Not Allowed", "text/plain", "only GET\n".to_string()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let stats = Stats {
+            nodes_known: 2,
+            routes_programmed: 3,
+            reconcile_errors: 1,
+            last_sync: Some(5.0),
+            ..Stats::default()
+        };
+        let text = render(&stats);
+        assert!(text.contains("# TYPE cni_rs_node_nodes_known gauge\ncni_rs_node_nodes_known 2\n"), "{text}");
+        assert!(text.contains("cni_rs_node_routes_programmed 3\n"));
+        assert!(text.contains("cni_rs_node_reconcile_errors_total 1\n"));
+        assert!(text.contains("cni_rs_node_last_sync_timestamp_seconds 5.000\n"));
+        assert!(!healthy(&stats, Duration::from_secs(60)));
+        assert!(healthy(&Stats { last_sync: Some(now()), ..stats }, Duration::from_secs(60)));
+    }
+}

@@ -1,0 +1,288 @@
+//! A cluster of "nodes" on one machine: network namespaces joined by a bridge in a segment
+//! namespace (one L2 segment), an etcd running in that segment namespace, and a `cni-rs-node`
+//! agent per node namespace. Everything is removed on drop, also when a test fails.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const AGENT: &str = env!("CARGO_BIN_EXE_cni-rs-node");
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A short unique tag: namespace and file names of concurrent tests never collide.
+pub fn tag() -> String {
+    format!("{}{}", std::process::id() % 100000, SEQ.fetch_add(1, Ordering::SeqCst))
+}
+
+pub fn skip_unless_root(test: &str) -> bool {
+    if nix_is_root() && which("etcd") && which("ip") {
+        return false;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: needs root, etcd (etcd-server) and iproute2");
+    }
+    eprintln!("skipping {test}: needs root, etcd (apt-get install etcd-server) and iproute2");
+    true
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// Runs a command and panics with its output if it fails.
+pub fn run(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    if !out.status.success() {
+        panic!("{args:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a command in a namespace and returns (success, stdout+stderr).
+pub fn try_in(ns: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new("ip").args(["netns", "exec", ns]).args(args).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+pub fn run_in(ns: &str, args: &[&str]) -> String {
+    let (ok, text) = try_in(ns, args);
+    assert!(ok, "in {ns}: {args:?} failed: {text}");
+    text
+}
+
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("cni-rs-node-{label}-{}", tag()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process killed (and reaped) on drop.
+pub struct Proc {
+    pub child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(ns: &str, args: &[String], log: PathBuf) -> Proc {
+        let file = fs::File::create(&log).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Proc { child: Some(child), log }
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends `signal` and waits up to `timeout` for the exit; returns the exit status.
+    pub fn stop(&mut self, signal: i32, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: kill has no memory preconditions; the pid is our own unreaped child.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if start.elapsed() > timeout {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.child.as_mut().map(|c| matches!(c.try_wait(), Ok(None))).unwrap_or(false)
+    }
+}
+
+pub const SIGTERM: i32 = 15;
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A network namespace deleted on drop (its links go with it).
+pub struct Netns(pub String);
+
+impl Netns {
+    pub fn new(name: String) -> Netns {
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        run(&["ip", "netns", "add", &name]);
+        run(&["ip", "-n", &name, "link", "set", "lo", "up"]);
+        Netns(name)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// etcd listening on `addr` inside namespace `ns`.
+pub struct Etcd {
+    pub proc: Proc,
+    pub url: String,
+    pub ns: String,
+    _data: TempDir,
+}
+
+impl Etcd {
+    pub fn start(ns: &str, addr: &str) -> Etcd {
+        let data = TempDir::new("etcd");
+        let client = format!("http://{addr}:2379");
+        let peer = format!("http://{addr}:2380");
+        let args: Vec<String> = [
+            "etcd",
+            "--name",
+            "test",
+            "--data-dir",
+            data.0.join("data").to_str().unwrap(),
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--initial-cluster",
+            &format!("test={peer}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let proc = Proc::spawn(ns, &args, data.0.join("etcd.log"));
+        let etcd = Etcd { proc, url: client, ns: ns.to_string(), _data: data };
+        wait_for("etcd to answer", Duration::from_secs(20), || {
+            let (ok, _) = try_in(ns, &["etcdctl", "--endpoints", &etcd.url, "endpoint", "health"]);
+            ok.then_some(())
+        });
+        etcd
+    }
+
+    /// `key value` pairs under `prefix`.
+    pub fn get_prefix(&self, prefix: &str) -> Vec<(String, String)> {
+        let out = run_in(&self.ns, &["etcdctl", "--endpoints", &self.url, "get", "--prefix", prefix]);
+        let lines: Vec<&str> = out.lines().collect();
+        lines.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].to_string(), c[1].to_string())).collect()
+    }
+
+    pub fn etcdctl(&self, args: &[&str]) -> String {
+        let mut all = vec!["etcdctl", "--endpoints", &self.url];
+        all.extend_from_slice(args);
+        run_in(&self.ns, &all)
+    }
+}
+
+/// One L2 segment: a namespace holding bridge `br0` with `gateway/prefix`, and etcd on it.
+pub struct Segment {
+    pub ns: Netns,
+}
+
+impl Segment {
+    pub fn new(name: String, cidr: &str) -> Segment {
+        let ns = Netns::new(name);
+        run(&["ip", "-n", &ns.0, "link", "add", "br0", "type", "bridge"]);
+        run(&["ip", "-n", &ns.0, "addr", "add", cidr, "dev", "br0"]);
+        run(&["ip", "-n", &ns.0, "link", "set", "br0", "up"]);
+        Segment { ns }
+    }
+
+    /// Connects namespace `node` to the segment: `eth0` in `node` with `addr` (CIDR form),
+    /// `port` on the bridge.
+    pub fn attach(&self, node: &Netns, port: &str, addr: &str) {
+        self.attach_to("br0", node, port, addr)
+    }
+
+    /// A second bridge `name` with `cidr` in the segment namespace, which then routes between
+    /// its bridges.
+    pub fn add_bridge(&self, name: &str, cidr: &str) {
+        run(&["ip", "-n", &self.ns.0, "link", "add", name, "type", "bridge"]);
+        run(&["ip", "-n", &self.ns.0, "addr", "add", cidr, "dev", name]);
+        run(&["ip", "-n", &self.ns.0, "link", "set", name, "up"]);
+        run(&["ip", "netns", "exec", &self.ns.0, "sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    }
+
+    pub fn attach_to(&self, bridge: &str, node: &Netns, port: &str, addr: &str) {
+        run(&["ip", "-n", &node.0, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", &self.ns.0]);
+        run(&["ip", "-n", &self.ns.0, "link", "set", port, "master", bridge, "up"]);
+        run(&["ip", "-n", &node.0, "addr", "add", addr, "dev", "eth0"]);
+        run(&["ip", "-n", &node.0, "link", "set", "eth0", "up"]);
+    }
+}
+
+/// A running agent in a node namespace, with its own conf and bin directories.
+pub struct Agent {
+    pub proc: Proc,
+    pub args: Vec<String>,
+    pub ns: String,
+    pub dir: PathBuf,
+}
+
+impl Agent {
+    pub fn start(ns: &str, dir: &Path, args: Vec<String>) -> Agent {
+        let mut all = vec![AGENT.to_string()];
+        all.extend(args.iter().cloned());
+        let log = dir.join(format!("agent-{}.log", SEQ.fetch_add(1, Ordering::SeqCst)));
+        Agent { proc: Proc::spawn(ns, &all, log), args, ns: ns.to_string(), dir: dir.to_path_buf() }
+    }
+
+    pub fn restart(&mut self) {
+        self.proc.stop(SIGTERM, Duration::from_secs(10));
+        let mut all = vec![AGENT.to_string()];
+        all.extend(self.args.iter().cloned());
+        let log = self.dir.join(format!("agent-{}.log", SEQ.fetch_add(1, Ordering::SeqCst)));
+        self.proc = Proc::spawn(&self.ns, &all, log);
+    }
+}

@@ -1,0 +1,225 @@
+//! The Kubernetes datastore against a stand-in API server (tests/k8s_standin.py: HTTPS, bearer
+//! token, Node list and watch, merge patch), since no API server runs on these machines. The Node
+//! objects have the shape of real kubeadm nodes. The agent learns its pod CIDRs from its Node,
+//! routes to the others' `spec.podCIDRs` via their InternalIP, follows ADDED / MODIFIED / DELETED,
+//! lists again after a 410 Gone, and records its VTEP MAC in an annotation.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use base64::Engine;
+use common::*;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+
+const TOKEN: &str = "standin-token-0123456789";
+
+/// A Node as `kubectl get node -o json` shows one on a kubeadm cluster.
+fn node(name: &str, v4: &str, v6: &str, cidr4: &str, cidr6: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": format!("5b0e3c1a-0000-4000-8000-{:012}", name.len()),
+            "creationTimestamp": "2026-11-01T10:00:00Z",
+            "labels": {
+                "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"
+            },
+            "annotations": {
+                "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///var/run/containerd/containerd.sock",
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true"
+            },
+            "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1",
+                               "time": "2026-11-01T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]
+        },
+        "spec": {
+            "podCIDR": cidr4,
+            "podCIDRs": [cidr4, cidr6],
+            "taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+        },
+        "status": {
+            "addresses": [
+                {"type": "InternalIP", "address": v4},
+                {"type": "InternalIP", "address": v6},
+                {"type": "Hostname", "address": name}
+            ],
+            "allocatable": {"cpu": "2", "ephemeral-storage": "28Gi", "memory": "3913Mi", "pods": "110"},
+            "capacity": {"cpu": "2", "ephemeral-storage": "30Gi", "memory": "4013Mi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                            "message": "container runtime network not ready: NetworkReady=false",
+                            "lastHeartbeatTime": "2026-11-01T10:05:00Z", "lastTransitionTime": "2026-11-01T10:00:00Z"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"architecture": "amd64", "bootID": "b", "containerRuntimeVersion": "containerd://1.6.20",
+                         "kernelVersion": "6.1.0-27-amd64", "kubeProxyVersion": "v1.31.2", "kubeletVersion": "v1.31.2",
+                         "machineID": "m", "operatingSystem": "linux", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                         "systemUUID": "s"}
+        }
+    })
+}
+
+fn certs(dir: &Path) -> String {
+    let p = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let mut ca = vec!["openssl", "req", "-x509"];
+    let (ca_key, ca_crt) = (p("ca.key"), p("ca.crt"));
+    ca.extend(ec);
+    ca.extend(["-keyout", &ca_key, "-out", &ca_crt, "-days", "1", "-subj", "/CN=standin-ca"]);
+    run(&ca);
+    let (key, csr, crt, ext) = (p("srv.key"), p("srv.csr"), p("srv.crt"), p("ext.cnf"));
+    let mut req = vec!["openssl", "req"];
+    req.extend(ec);
+    req.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=standin"]);
+    run(&req);
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "openssl",
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca_crt,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        &crt,
+        "-days",
+        "1",
+        "-extfile",
+        &ext,
+    ]);
+    base64::engine::general_purpose::STANDARD.encode(std::fs::read(&ca_crt).unwrap())
+}
+
+fn control(ns: &str, path: &str, body: &str) {
+    run_in(ns, &["curl", "-sSf", "-X", "POST", "--data-binary", body, &format!("http://127.0.0.1:6444{path}")]);
+}
+
+#[test]
+fn kubernetes_nodes_list_watch_gone_and_annotation() {
+    if skip_unless_root("kubernetes_nodes_list_watch_gone_and_annotation") || !which("openssl") || !which("python3") {
+        return;
+    }
+    let t = tag();
+    let dir = TempDir::new("k8s");
+    let seg = Segment::new(format!("cnseg{t}"), "10.95.0.1/24");
+    let node_ns = Netns::new(format!("cnn{t}-0"));
+    seg.attach(&node_ns, "p0", "10.95.0.11/24");
+    let ns = node_ns.0.clone();
+    run_in(&ns, &["ip", "addr", "add", "fd00:95::11/64", "dev", "eth0", "nodad"]);
+
+    let ca = certs(&dir.0);
+    let nodes = json!([
+        node("n0", "10.95.0.11", "fd00:95::11", "10.244.0.0/24", "fd00:10:244::/64"),
+        node("n1", "10.95.0.12", "fd00:95::12", "10.244.1.0/24", "fd00:10:244:1::/64"),
+    ]);
+    std::fs::write(dir.0.join("nodes.json"), nodes.to_string()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k8s_standin.py");
+    let args: Vec<String> = [
+        "python3",
+        script.to_str().unwrap(),
+        dir.0.join("srv.crt").to_str().unwrap(),
+        dir.0.join("srv.key").to_str().unwrap(),
+        TOKEN,
+        "6443",
+        "6444",
+        dir.0.join("nodes.json").to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let standin = Proc::spawn(&ns, &args, dir.0.join("standin.log"));
+    wait_for("the stand-in", Duration::from_secs(10), || standin.log().contains("serving").then_some(()));
+    let kubeconfig = dir.0.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: https://127.0.0.1:6443\n    certificate-authority-data: {ca}\nusers:\n- name: agent\n  user:\n    token: {TOKEN}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: agent\ncurrent-context: standin\n"
+        ),
+    )
+    .unwrap();
+
+    let conf = dir.0.join("net.d");
+    let args: Vec<String> = [
+        "--node-name",
+        "n0",
+        "--datastore",
+        "kubernetes",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--cluster-cidr",
+        "10.244.0.0/16,fd00:10:244::/56",
+        "--node-ip",
+        "10.95.0.11,fd00:95::11",
+        "--backend",
+        "auto",
+        "--no-plugins",
+        "--conf-dir",
+        conf.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let agent = Agent::start(&ns, &dir.0, args);
+    let routes = |family: &str| run_in(&ns, &["ip", family, "route", "show", "proto", "210"]);
+    let log = || format!("agent:\n{}\nstand-in:\n{}", agent.proc.log(), standin.log());
+
+    // The list: this node's CIDRs in the conflist, a host-gw route to n1 per family.
+    wait_for("n1's routes", Duration::from_secs(30), || {
+        (routes("-4").contains("10.244.1.0/24 via 10.95.0.12")
+            && routes("-6").contains("fd00:10:244:1::/64 via fd00:95::12"))
+        .then_some(())
+    });
+    let conflist = std::fs::read_to_string(conf.join("10-cni-rs.conflist")).unwrap();
+    assert!(conflist.contains("10.244.0.0/24") && conflist.contains("fd00:10:244::/64"), "{conflist}");
+
+    // ADDED: n2 on another subnet (VXLAN with auto) once its VTEP MAC is annotated.
+    let mut n2 = node("n2", "10.97.0.13", "fd00:97::13", "10.244.2.0/24", "fd00:10:244:2::/64");
+    n2["metadata"]["annotations"]["cni-rs.io/vtep-mac"] = json!("02:00:00:00:00:13");
+    control(&ns, "/add", &n2.to_string());
+    wait_for("n2's VXLAN route", Duration::from_secs(10), || {
+        routes("-4").contains("10.244.2.0/24 via 10.244.2.0 dev cni-rs.1 onlink").then_some(())
+    });
+    let fdb = run_in(&ns, &["bridge", "fdb", "show", "dev", "cni-rs.1"]);
+    assert!(fdb.contains("02:00:00:00:00:13 dst 10.97.0.13"), "{fdb}");
+
+    // MODIFIED: n1 moves to another address.
+    control(
+        &ns,
+        "/modify",
+        &node("n1", "10.95.0.22", "fd00:95::22", "10.244.1.0/24", "fd00:10:244:1::/64").to_string(),
+    );
+    wait_for("n1's new route", Duration::from_secs(10), || {
+        routes("-4").contains("10.244.1.0/24 via 10.95.0.22").then_some(())
+    });
+
+    // DELETED: n2's routes go.
+    control(&ns, "/delete?name=n2", "");
+    wait_for("n2's routes to go", Duration::from_secs(10), || (!routes("-4").contains("10.244.2.0/24")).then_some(()));
+
+    // 410 Gone: n3 appears without a watch event; only the re-list the 410 forces shows it.
+    let n3 = node("n3", "10.95.0.14", "fd00:95::14", "10.244.3.0/24", "fd00:10:244:3::/64");
+    control(&ns, "/gone", &json!([n3]).to_string());
+    wait_for("n3's route after the re-list", Duration::from_secs(20), || {
+        routes("-4").contains("10.244.3.0/24 via 10.95.0.14").then_some(())
+    });
+
+    // This node's VTEP MAC went into its annotation; every request carried the token.
+    let seen = run_in(&ns, &["curl", "-sSf", "http://127.0.0.1:6444/log"]);
+    assert!(seen.lines().any(|l| l == "PATCH n0"), "{seen}\n{}", log());
+    assert!(seen.lines().filter(|l| l.starts_with("LIST")).count() >= 2, "no re-list after 410: {seen}");
+    assert!(!seen.contains("401"), "{seen}");
+    let mac = run_in(&ns, &["cat", "/sys/class/net/cni-rs.1/address"]);
+    assert!(agent.proc.log().contains(&format!("cni-rs.io/vtep-mac={}", mac.trim())), "{}", log());
+    drop(agent);
+    drop(standin);
+}
