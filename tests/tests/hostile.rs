@@ -112,6 +112,10 @@ impl Fixture {
                 "runtimeConfig": { "portMappings": [{ "hostPort": 18080, "containerPort": 80, "protocol": "tcp" }] },
                 "prevResult": self.prev_result()
             }),
+            "static" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "bridge",
+                "ipam": { "type": "static", "addresses": [{ "address": "10.210.5.2/24", "gateway": "10.210.5.1" }] }
+            }),
             other => panic!("no base config for {other}"),
         }
     }
@@ -340,7 +344,7 @@ const BAD_CNI_ARGS: [(&str, &str); 5] = [
 ];
 
 fn reads_cni_args(plugin: &str) -> bool {
-    matches!(plugin, "bridge" | "host-local")
+    matches!(plugin, "bridge" | "host-local" | "static")
 }
 
 /// Rows for plugins that open CNI_NETNS on ADD.
@@ -652,6 +656,46 @@ fn portmap_cases(f: &Fixture) -> Vec<Case> {
     ]
 }
 
+fn static_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("static");
+    let addr = |a: Value| with(&b, "ipam", json!({ "type": "static", "addresses": [a] }));
+    let ipam = |k: &str, v: Value| with(&b, &format!("ipam.{k}"), v);
+    let args_env = |v: &str| vec![("CNI_ARGS", Some(v.to_string()))];
+    vec![
+        case("address without a prefix", addr(json!({ "address": "10.210.5.2" })), CONFIG),
+        case("address not an IP", addr(json!({ "address": "banana/24" })), CONFIG),
+        case("address prefix 33", addr(json!({ "address": "10.210.5.2/33" })), CONFIG),
+        case("address a number", addr(json!({ "address": 5 })), CONFIG),
+        case("address missing", addr(json!({ "gateway": "10.210.5.1" })), CONFIG),
+        case("gateway not an IP", addr(json!({ "address": "10.210.5.2/24", "gateway": "x" })), CONFIG),
+        case("gateway of the other family", addr(json!({ "address": "10.210.5.2/24", "gateway": "fd00::1" })), CONFIG),
+        case(
+            "the same address twice",
+            ipam("addresses", json!([{ "address": "10.210.5.2/24" }, { "address": "10.210.5.2/16" }])),
+            CONFIG,
+        ),
+        case("addresses an object", ipam("addresses", json!({ "address": "10.210.5.2/24" })), CONFIG),
+        case("routes a string", ipam("routes", json!("0.0.0.0/0")), CONFIG),
+        case("route dst not a CIDR", ipam("routes", json!([{ "dst": "banana" }])), CONFIG),
+        case("route gw not an IP", ipam("routes", json!([{ "dst": "0.0.0.0/0", "gw": "x" }])), CONFIG),
+        case("ipam.dns a number", ipam("dns", json!(5)), CONFIG),
+        case("runtimeConfig.ips not CIDRs", with(&b, "runtimeConfig", json!({ "ips": ["10.210.5.9"] })), CONFIG),
+        case("runtimeConfig.ips a string", with(&b, "runtimeConfig", json!({ "ips": "10.210.5.9/24" })), CONFIG),
+        case("args.cni.ips of numbers", with(&b, "args", json!({ "cni": { "ips": [5] } })), CONFIG),
+        case(
+            "two IPv4 addresses on 0.2.0",
+            with(
+                &with_value(&b, "cniVersion", json!("0.2.0")),
+                "ipam.addresses",
+                json!([{ "address": "10.210.5.2/24" }, { "address": "10.210.6.2/24" }]),
+            ),
+            CONFIG,
+        ),
+        env_case("CNI_ARGS IP without a prefix", &b, args_env("IP=10.210.5.9"), ENV),
+        env_case("CNI_ARGS GATEWAY not an IP", &b, args_env("IP=10.210.5.9/24;GATEWAY=x"), ENV),
+    ]
+}
+
 fn env_for(f: &Fixture, c: &Case, command: &str) -> BTreeMap<String, String> {
     let mut env = f.env(command);
     for (k, v) in &c.env {
@@ -796,6 +840,23 @@ fn host_local_never_follows_a_link_in_its_data_directory() {
             } else {
                 std::fs::remove_dir_all(&net_dir).expect("remove network dir");
             }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn static_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "static");
+    cases.extend(static_cases(&f));
+    run_table(&f, "static", &cases);
+    // DEL has nothing to release: it succeeds on every row that names an attachment.
+    let mut failures = Vec::new();
+    for c in static_cases(&f) {
+        let ran = exec(&bin_dir().join("static"), &[], &env_for(&f, &c, "DEL"), &c.stdin);
+        if ran.exit != Some(0) {
+            failures.push(format!("static DEL: {}: {} {}", c.label, ran.stdout, ran.stderr));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
