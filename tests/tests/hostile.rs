@@ -112,6 +112,9 @@ impl Fixture {
                 "runtimeConfig": { "portMappings": [{ "hostPort": 18080, "containerPort": 80, "protocol": "tcp" }] },
                 "prevResult": self.prev_result()
             }),
+            "sbr" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "sbr", "prevResult": self.prev_result()
+            }),
             "static" => json!({
                 "cniVersion": "1.0.0", "name": self.network, "type": "bridge",
                 "ipam": { "type": "static", "addresses": [{ "address": "10.210.5.2/24", "gateway": "10.210.5.1" }] }
@@ -696,6 +699,34 @@ fn static_cases(f: &Fixture) -> Vec<Case> {
     ]
 }
 
+fn sbr_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("sbr");
+    vec![
+        case("table 0", with(&b, "table", json!(0)), CONFIG),
+        case("table 254 (main)", with(&b, "table", json!(254)), CONFIG),
+        case("table 255 (local)", with(&b, "table", json!(255)), CONFIG),
+        case("table -1", with(&b, "table", json!(-1)), CONFIG),
+        case("table 2^32", with(&b, "table", json!(4_294_967_296u64)), CONFIG),
+        case("table a string", with(&b, "table", json!("100")), CONFIG),
+        case("gateways a string", with(&b, "gateways", json!("10.210.3.1")), CONFIG),
+        case("gateways not IPs", with(&b, "gateways", json!(["gw.example.com"])), CONFIG),
+        case("gateways two IPv4", with(&b, "gateways", json!(["10.210.3.1", "10.210.3.254"])), CONFIG),
+        case("gateways three", with(&b, "gateways", json!(["10.210.3.1", "fd00::1", "fd00::2"])), CONFIG),
+        case("addSourceHints a number", with(&b, "addSourceHints", json!(1)), CONFIG),
+        case("no prevResult", without(&b, "prevResult"), CONFIG),
+        case(
+            "prevResult without addresses for the interface",
+            with(
+                &b,
+                "prevResult",
+                json!({ "cniVersion": "1.0.0", "interfaces": [{ "name": "eth9" }],
+                        "ips": [{ "address": "10.210.3.2/24", "interface": 0 }] }),
+            ),
+            CONFIG,
+        ),
+    ]
+}
+
 fn env_for(f: &Fixture, c: &Case, command: &str) -> BTreeMap<String, String> {
     let mut env = f.env(command);
     for (k, v) in &c.env {
@@ -843,6 +874,17 @@ fn host_local_never_follows_a_link_in_its_data_directory() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn sbr_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "sbr");
+    cases.extend(netns_cases(&f, "sbr"));
+    cases.extend(sbr_cases(&f));
+    run_table(&f, "sbr", &cases);
+    let rules = String::from_utf8_lossy(&f.pod.exec("ip", &["rule"]).stdout).into_owned();
+    assert!(!rules.contains("10.210.3.2"), "sbr left a rule in the pod:\n{rules}");
 }
 
 #[test]

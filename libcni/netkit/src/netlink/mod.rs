@@ -7,10 +7,12 @@
 
 mod addr;
 mod link;
+mod policy;
 mod route;
 
 pub use addr::Address;
 pub use link::{format_mac, parse_mac, BridgeVlan, Link};
+pub use policy::{RawRoute, Rule};
 pub use route::RouteSpec;
 
 use crate::netns::NetNs;
