@@ -4,8 +4,8 @@
 //! 1. `runtimeConfig.ips` (the `ips` capability) replaces every other source;
 //! 2. else `args.cni.ips` replaces the configured addresses;
 //! 3. else the configured `addresses`, followed by CNI_ARGS `IP` (comma separated CIDRs); CNI_ARGS
-//!    `GATEWAY` (comma separated addresses) becomes the gateway of each of these addresses whose
-//!    subnet contains it.
+//!    `GATEWAY` (comma separated addresses) becomes the gateway of each `IP` address whose subnet
+//!    contains it.
 //!
 //! Configuration problems are code 7, CNI_ARGS problems code 4, each naming the key.
 
@@ -157,8 +157,11 @@ fn cidr_list(v: &Value, path: &str) -> Result<Vec<Address>> {
     Ok(out)
 }
 
-/// CNI_ARGS `IP` and `GATEWAY` applied to the configured addresses (code 4 on a bad value).
+/// CNI_ARGS `IP` appended to the configured addresses, and `GATEWAY` set on those of them whose
+/// subnet contains it (code 4 on a bad value). As in the reference, GATEWAY never changes a
+/// configured address's gateway.
 fn apply_cni_args(addresses: &mut Vec<Address>, args: &CniArgs) -> Result<()> {
+    let configured = addresses.len();
     if let Some(text) = args.get("IP").filter(|s| !s.is_empty()) {
         for item in text.split(',') {
             let item = item.trim();
@@ -172,7 +175,7 @@ fn apply_cni_args(addresses: &mut Vec<Address>, args: &CniArgs) -> Result<()> {
         for item in text.split(',') {
             let gw = parse_ip(item.trim())
                 .ok_or_else(|| Error::env(format!("CNI_ARGS GATEWAY: {item:?} is not an IP address")))?;
-            for a in addresses.iter_mut().filter(|a| a.address.contains(gw)) {
+            for a in addresses[configured..].iter_mut().filter(|a| a.address.contains(gw)) {
                 a.gateway = Some(gw);
             }
         }
@@ -326,9 +329,9 @@ mod tests {
                 pair("fd00::5/64", None)
             ]
         );
-        // GATEWAY also overrides a configured gateway in its subnet.
+        // GATEWAY leaves the configured addresses alone, even in its subnet (as the reference).
         let c = parse_full(full.clone(), "GATEWAY=10.10.0.254").unwrap();
-        assert_eq!(addrs(&c), [pair("10.10.0.5/24", Some("10.10.0.254"))]);
+        assert_eq!(addrs(&c), [pair("10.10.0.5/24", Some("10.10.0.1"))]);
         // args.cni.ips replaces the configured addresses and CNI_ARGS.
         full["args"] = json!({"cni": {"ips": ["10.30.0.5/24"]}});
         let c = parse_full(full.clone(), "IP=10.20.0.5/24").unwrap();
