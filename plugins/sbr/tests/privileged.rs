@@ -374,3 +374,52 @@ fn a_failed_add_undoes_itself() {
     assert!(ran.stdout.contains("\"code\": 100") && ran.stdout.contains("eth7"), "{}", ran.stdout);
     assert_eq!(w.layout(), before);
 }
+
+/// Through libcni, chained after bridge with static IPAM on a pod's second interface: sbr reads
+/// bridge's prevResult (three interfaces, the address on index 2), builds table 100, the pod still
+/// reaches the gateway through it, CHECK passes, and the chain's DEL leaves no rule.
+#[test]
+fn chained_after_bridge_and_static_through_libcni() {
+    use cni_tests::{pings, unique, LinkGuard, TempDir};
+    use libcni::conflist::NetworkConfigList;
+    use libcni::runtime::{CniConfig, RuntimeConf};
+    require_root();
+    let cache = TempDir::new("cnb-cache");
+    let cni = CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf());
+    let pod = Netns::new("cnbp");
+    let (br0, br1) = (LinkGuard(unique("cnb")), LinkGuard(unique("cnb")));
+    let net = |bridge: &str, n: u8, sbr: bool| {
+        let mut plugins = vec![json!({"type": "bridge", "bridge": bridge, "isGateway": true,
+            "ipam": {"type": "static", "addresses": [{"address": format!("10.248.3{n}.5/24"), "gateway": format!("10.248.3{n}.1")}],
+                     "routes": [{"dst": "0.0.0.0/0"}]}})];
+        if sbr {
+            plugins.push(json!({"type": "sbr"}));
+        }
+        let v = json!({"cniVersion": "1.0.0", "name": unique("netb"), "plugins": plugins});
+        NetworkConfigList::from_bytes(v.to_string().as_bytes()).unwrap()
+    };
+    let rt = |ifname: &str| RuntimeConf {
+        container_id: "ctr-sbr-chain".into(),
+        netns: pod.path.clone(),
+        ifname: ifname.into(),
+        ..Default::default()
+    };
+    let (first, second) = (net(&br0.0, 1, false), net(&br1.0, 2, true));
+    cni.add_network_list(&first, &rt("eth0")).unwrap();
+    let result = cni.add_network_list(&second, &rt("eth1")).unwrap();
+    assert_eq!(result.ips[0].interface, Some(2), "{result:?}");
+    let rules = pod.sh("ip", &["-4", "rule"]);
+    assert!(rules.contains("from 10.248.32.5 lookup 100"), "{rules}");
+    let t100 = pod.sh("ip", &["-4", "route", "show", "table", "100"]);
+    assert!(t100.contains("default via 10.248.32.1 dev eth1"), "{t100}");
+    let main = pod.sh("ip", &["-4", "route", "show", "table", "main"]);
+    assert!(!main.contains("eth1") && main.contains("default via 10.248.31.1 dev eth0"), "{main}");
+    assert!(pings(&pod, "10.248.31.1"), "eth0's gateway");
+    let out = pod.exec("busybox", &["ping", "-c", "1", "-W", "2", "-I", "10.248.32.5", "10.248.32.1"]);
+    assert!(out.status.success(), "eth1's gateway from eth1's address, through table 100");
+    cni.check_network_list(&second, &rt("eth1")).unwrap();
+    cni.del_network_list(&second, &rt("eth1")).unwrap();
+    assert!(!pod.sh("ip", &["-4", "rule"]).contains("10.248.32.5"));
+    cni.del_network_list(&second, &rt("eth1")).unwrap();
+    cni.del_network_list(&first, &rt("eth0")).unwrap();
+}
