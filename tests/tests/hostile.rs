@@ -117,6 +117,13 @@ impl Fixture {
                 "mtu": 1400, "sysctl": { "net.ipv4.conf.IFNAME.arp_ignore": "1" },
                 "prevResult": self.prev_result()
             }),
+            "sbr" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "sbr", "prevResult": self.prev_result()
+            }),
+            "static" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "bridge",
+                "ipam": { "type": "static", "addresses": [{ "address": "10.210.5.2/24", "gateway": "10.210.5.1" }] }
+            }),
             other => panic!("no base config for {other}"),
         }
     }
@@ -345,7 +352,7 @@ const BAD_CNI_ARGS: [(&str, &str); 5] = [
 ];
 
 fn reads_cni_args(plugin: &str) -> bool {
-    matches!(plugin, "bridge" | "host-local" | "tuning")
+    matches!(plugin, "bridge" | "host-local" | "tuning" | "static")
 }
 
 /// Rows for plugins that open CNI_NETNS on ADD.
@@ -708,6 +715,74 @@ fn tuning_cases(f: &Fixture) -> Vec<Case> {
     cases
 }
 
+fn static_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("static");
+    let addr = |a: Value| with(&b, "ipam", json!({ "type": "static", "addresses": [a] }));
+    let ipam = |k: &str, v: Value| with(&b, &format!("ipam.{k}"), v);
+    let args_env = |v: &str| vec![("CNI_ARGS", Some(v.to_string()))];
+    vec![
+        case("address without a prefix", addr(json!({ "address": "10.210.5.2" })), CONFIG),
+        case("address not an IP", addr(json!({ "address": "banana/24" })), CONFIG),
+        case("address prefix 33", addr(json!({ "address": "10.210.5.2/33" })), CONFIG),
+        case("address a number", addr(json!({ "address": 5 })), CONFIG),
+        case("address missing", addr(json!({ "gateway": "10.210.5.1" })), CONFIG),
+        case("gateway not an IP", addr(json!({ "address": "10.210.5.2/24", "gateway": "x" })), CONFIG),
+        case("gateway of the other family", addr(json!({ "address": "10.210.5.2/24", "gateway": "fd00::1" })), CONFIG),
+        case(
+            "the same address twice",
+            ipam("addresses", json!([{ "address": "10.210.5.2/24" }, { "address": "10.210.5.2/16" }])),
+            CONFIG,
+        ),
+        case("addresses an object", ipam("addresses", json!({ "address": "10.210.5.2/24" })), CONFIG),
+        case("routes a string", ipam("routes", json!("0.0.0.0/0")), CONFIG),
+        case("route dst not a CIDR", ipam("routes", json!([{ "dst": "banana" }])), CONFIG),
+        case("route gw not an IP", ipam("routes", json!([{ "dst": "0.0.0.0/0", "gw": "x" }])), CONFIG),
+        case("ipam.dns a number", ipam("dns", json!(5)), CONFIG),
+        case("runtimeConfig.ips not CIDRs", with(&b, "runtimeConfig", json!({ "ips": ["10.210.5.9"] })), CONFIG),
+        case("runtimeConfig.ips a string", with(&b, "runtimeConfig", json!({ "ips": "10.210.5.9/24" })), CONFIG),
+        case("args.cni.ips of numbers", with(&b, "args", json!({ "cni": { "ips": [5] } })), CONFIG),
+        case(
+            "two IPv4 addresses on 0.2.0",
+            with(
+                &with_value(&b, "cniVersion", json!("0.2.0")),
+                "ipam.addresses",
+                json!([{ "address": "10.210.5.2/24" }, { "address": "10.210.6.2/24" }]),
+            ),
+            CONFIG,
+        ),
+        env_case("CNI_ARGS IP without a prefix", &b, args_env("IP=10.210.5.9"), ENV),
+        env_case("CNI_ARGS GATEWAY not an IP", &b, args_env("IP=10.210.5.9/24;GATEWAY=x"), ENV),
+    ]
+}
+
+fn sbr_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("sbr");
+    vec![
+        case("table 0", with(&b, "table", json!(0)), CONFIG),
+        case("table 254 (main)", with(&b, "table", json!(254)), CONFIG),
+        case("table 255 (local)", with(&b, "table", json!(255)), CONFIG),
+        case("table -1", with(&b, "table", json!(-1)), CONFIG),
+        case("table 2^32", with(&b, "table", json!(4_294_967_296u64)), CONFIG),
+        case("table a string", with(&b, "table", json!("100")), CONFIG),
+        case("gateways a string", with(&b, "gateways", json!("10.210.3.1")), CONFIG),
+        case("gateways not IPs", with(&b, "gateways", json!(["gw.example.com"])), CONFIG),
+        case("gateways two IPv4", with(&b, "gateways", json!(["10.210.3.1", "10.210.3.254"])), CONFIG),
+        case("gateways three", with(&b, "gateways", json!(["10.210.3.1", "fd00::1", "fd00::2"])), CONFIG),
+        case("addSourceHints a number", with(&b, "addSourceHints", json!(1)), CONFIG),
+        case("no prevResult", without(&b, "prevResult"), CONFIG),
+        case(
+            "prevResult without addresses for the interface",
+            with(
+                &b,
+                "prevResult",
+                json!({ "cniVersion": "1.0.0", "interfaces": [{ "name": "eth9" }],
+                        "ips": [{ "address": "10.210.3.2/24", "interface": 0 }] }),
+            ),
+            CONFIG,
+        ),
+    ]
+}
+
 fn env_for(f: &Fixture, c: &Case, command: &str) -> BTreeMap<String, String> {
     let mut env = f.env(command);
     for (k, v) in &c.env {
@@ -852,6 +927,34 @@ fn host_local_never_follows_a_link_in_its_data_directory() {
             } else {
                 std::fs::remove_dir_all(&net_dir).expect("remove network dir");
             }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn sbr_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "sbr");
+    cases.extend(netns_cases(&f, "sbr"));
+    cases.extend(sbr_cases(&f));
+    run_table(&f, "sbr", &cases);
+    let rules = String::from_utf8_lossy(&f.pod.exec("ip", &["rule"]).stdout).into_owned();
+    assert!(!rules.contains("10.210.3.2"), "sbr left a rule in the pod:\n{rules}");
+}
+
+#[test]
+fn static_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "static");
+    cases.extend(static_cases(&f));
+    run_table(&f, "static", &cases);
+    // DEL has nothing to release: it succeeds on every row that names an attachment.
+    let mut failures = Vec::new();
+    for c in static_cases(&f) {
+        let ran = exec(&bin_dir().join("static"), &[], &env_for(&f, &c, "DEL"), &c.stdin);
+        if ran.exit != Some(0) {
+            failures.push(format!("static DEL: {}: {} {}", c.label, ran.stdout, ran.stderr));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

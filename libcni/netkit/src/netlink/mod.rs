@@ -7,11 +7,13 @@
 
 mod addr;
 mod link;
+mod policy;
 mod route;
 mod tune;
 
 pub use addr::Address;
 pub use link::{format_mac, parse_mac, BridgeVlan, Link};
+pub use policy::{RawRoute, Rule};
 pub use route::RouteSpec;
 pub use tune::LinkTuning;
 
