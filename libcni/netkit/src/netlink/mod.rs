@@ -8,6 +8,7 @@
 mod addr;
 mod link;
 mod route;
+pub mod tc;
 
 pub use addr::Address;
 pub use link::{format_mac, parse_mac, BridgeVlan, Link};
