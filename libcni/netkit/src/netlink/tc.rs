@@ -164,12 +164,16 @@ impl Netlink {
         msg.attributes.push(LinkAttribute::IfName(name.to_string()));
         msg.attributes.push(LinkAttribute::Mtu(mtu));
         msg.attributes.push(LinkAttribute::TxQueueLen(0));
-        if let Some(alias) = alias {
-            msg.attributes.push(LinkAttribute::IfAlias(alias.to_string()));
-        }
         msg.attributes.push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)]));
         self.ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
-            .map_err(|f| f.into_error(format_args!("create ifb {name}")))
+            .map_err(|f| f.into_error(format_args!("create ifb {name}")))?;
+        let Some(alias) = alias else { return Ok(()) };
+        // The kernel ignores IFLA_IFALIAS in the request that creates a link: set it afterwards.
+        let mut set = LinkMessage::default();
+        set.attributes.push(LinkAttribute::IfName(name.to_string()));
+        set.attributes.push(LinkAttribute::IfAlias(alias.to_string()));
+        self.ack(RouteNetlinkMessage::NewLink(set), 0)
+            .map_err(|f| f.into_error(format_args!("set alias {alias:?} on ifb {name}")))
     }
 
     /// Every ifb device of the namespace: `(index, name, alias)`.
