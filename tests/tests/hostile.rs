@@ -112,6 +112,11 @@ impl Fixture {
                 "runtimeConfig": { "portMappings": [{ "hostPort": 18080, "containerPort": 80, "protocol": "tcp" }] },
                 "prevResult": self.prev_result()
             }),
+            "bandwidth" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "bandwidth",
+                "ingressRate": 8_000_000, "ingressBurst": 400_000, "egressRate": 8_000_000, "egressBurst": 400_000,
+                "prevResult": self.prev_result()
+            }),
             other => panic!("no base config for {other}"),
         }
     }
@@ -613,6 +618,47 @@ fn host_local_cases(f: &Fixture) -> Vec<Case> {
     ]
 }
 
+fn bandwidth_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("bandwidth");
+    let rt = |v: Value| {
+        with(
+            &without_keys(&b, &["ingressRate", "ingressBurst", "egressRate", "egressBurst"]),
+            "runtimeConfig",
+            json!({ "bandwidth": v }),
+        )
+    };
+    vec![
+        case("ingressRate without ingressBurst", with(&b, "ingressBurst", json!(0)), CONFIG),
+        case("egressBurst without egressRate", with(&b, "egressRate", json!(0)), CONFIG),
+        case("ingressRate negative", with(&b, "ingressRate", json!(-8000)), CONFIG),
+        case("ingressRate a string", with(&b, "ingressRate", json!("8Mbit")), CONFIG),
+        case("ingressRate a float", with(&b, "ingressRate", json!(8.5)), CONFIG),
+        case("ingressRate beyond u64", with(&b, "ingressRate", json!(1e30)), CONFIG),
+        case("egressBurst of 4 GB", with(&b, "egressBurst", json!(40_000_000_000u64)), CONFIG),
+        case("egressRate below 8 bits/s", with(&b, "egressRate", json!(7)), CONFIG),
+        case("a bucket longer than the kernel's ticks", with(&b, "egressRate", json!(8)), CONFIG),
+        case("unshapedSubnets (reverted upstream)", with(&b, "unshapedSubnets", json!(["10.0.0.0/8"])), CONFIG),
+        case("shapedSubnets a string", with(&b, "shapedSubnets", json!("10.0.0.0/8")), CONFIG),
+        case("runtimeConfig.bandwidth a string", rt(json!("8Mbit")), CONFIG),
+        case("runtimeConfig.bandwidth rate without burst", rt(json!({ "IngressRate": 8000 })), CONFIG),
+        case("runtimeConfig.bandwidth negative", rt(json!({ "egressRate": -1, "egressBurst": 8 })), CONFIG),
+        case("no prevResult", without(&b, "prevResult"), CONFIG),
+        case(
+            "cniVersion 0.2.0 (the reference starts at 0.3.0)",
+            with(&without_keys(&b, &["prevResult"]), "cniVersion", json!("0.2.0")),
+            VERSION,
+        ),
+    ]
+}
+
+fn without_keys(base: &Value, keys: &[&str]) -> Value {
+    let mut v = base.clone();
+    for k in keys {
+        v.as_object_mut().expect("object").remove(*k);
+    }
+    v
+}
+
 fn portmap_cases(f: &Fixture) -> Vec<Case> {
     let b = f.base("portmap");
     let maps = |m: Value| with(&b, "runtimeConfig", json!({ "portMappings": m }));
@@ -819,6 +865,16 @@ fn portmap_refuses_hostile_input() {
     assert!(!nft.contains("10.210.3.2"), "portmap left a rule for the pod:\n{nft}");
 }
 
+#[test]
+fn bandwidth_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "bandwidth");
+    cases.extend(bandwidth_cases(&f));
+    run_table(&f, "bandwidth", &cases);
+    let links = String::from_utf8_lossy(&run("ip", &["-o", "-d", "link", "show", "type", "ifb"]).stdout).into_owned();
+    assert!(!links.contains(&f.network), "bandwidth left an ifb of the network:\n{links}");
+}
+
 /// A host port another container holds is refused on both backends: code 100 naming the port,
 /// and the refused ADD adds no rule. The plugin runs in a namespace of its own (the "node"), so
 /// the host's rulesets are not touched.
@@ -860,7 +916,7 @@ fn portmap_refuses_a_held_host_port() {
 fn del_and_check_refuse_hostile_input_too() {
     let f = Fixture::new();
     let mut failures = Vec::new();
-    for plugin in ["bridge", "host-local", "loopback", "portmap"] {
+    for plugin in ["bridge", "host-local", "loopback", "portmap", "bandwidth"] {
         let base = f.base(plugin);
         let rows = [
             case("truncated", &base.to_string().as_bytes()[..10], SYNTAX),
@@ -892,7 +948,7 @@ fn del_succeeds_where_add_refuses() {
     std::fs::write(f.scratch.path().join("data").join("netns-empty"), "").expect("write");
     let empty_netns = f.scratch.path().join("data").join("netns-empty").display().to_string();
     let mut failures = Vec::new();
-    for plugin in ["bridge", "host-local", "loopback", "portmap"] {
+    for plugin in ["bridge", "host-local", "loopback", "portmap", "bandwidth"] {
         let base = f.base(plugin);
         let mut rows: Vec<Case> = BAD_CNI_ARGS
             .iter()
@@ -939,6 +995,11 @@ fn del_succeeds_where_add_refuses() {
                     case("markMasqBit a string", with(&base, "markMasqBit", json!("13")), 0),
                 ]);
             }
+            "bandwidth" => rows.extend([
+                case("ingressRate without ingressBurst", with(&base, "ingressBurst", json!(0)), 0),
+                case("egressRate a string", with(&base, "egressRate", json!("8Mbit")), 0),
+                case("unshapedSubnets", with(&base, "unshapedSubnets", json!(["10.0.0.0/8"])), 0),
+            ]),
             _ => {}
         }
         for c in &rows {
