@@ -7,16 +7,17 @@
 //! The chain test goes through libcni with bridge + host-local + bandwidth on the host.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use cni_tests::{bin_dir, run, sh, unique, LinkGuard, Netns, TempDir};
+use common::{in_netns, receive, send, within};
 use libcni::conf::Attachment;
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use serde_json::{json, Map, Value};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsFd;
+use std::io::Write;
+use std::net::TcpListener;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 const REFERENCE: &str = "/usr/lib/cni/bandwidth";
 
@@ -264,57 +265,6 @@ fn gc_removes_ifbs_of_attachments_no_longer_valid() {
     assert!(p.links().contains(&bandwidth::ifb_name("bwnet", "keep")), "GC of another network removed ours");
     let (ok, out) = p.ours("STATUS", "", &json!({"cniVersion": "1.1.0", "name": "bwnet", "type": "bandwidth"}));
     assert!(ok, "STATUS: {out}");
-}
-
-/// Runs `f` on a thread inside the namespace at `path` (setns affects only that thread).
-fn in_netns<T: Send + 'static>(path: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
-    let file = std::fs::File::open(path).unwrap();
-    std::thread::spawn(move || {
-        nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        f()
-    })
-}
-
-/// Receives one connection until EOF: bits per second between its first and last byte.
-fn receive(listener: TcpListener) -> f64 {
-    let (mut s, _) = listener.accept().unwrap();
-    let mut buf = vec![0u8; 65536];
-    let (mut first, mut last, mut total) = (None, Instant::now(), 0usize);
-    loop {
-        let n = s.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        if first.is_none() {
-            first = Some(Instant::now());
-        } else {
-            total += n;
-        }
-        last = Instant::now();
-    }
-    total as f64 * 8.0 / (last - first.unwrap()).as_secs_f64()
-}
-
-fn send(to: String, bytes: usize) {
-    let mut s = TcpStream::connect_timeout(&to.parse().unwrap(), Duration::from_secs(5)).unwrap();
-    let chunk = vec![0x5au8; 65536];
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(chunk.len());
-        s.write_all(&chunk[..n]).unwrap();
-        left -= n;
-    }
-}
-
-fn within(measured: f64, rate: f64, what: &str) {
-    let ratio = measured / rate;
-    eprintln!("{what}: {:.2} Mbit/s for a limit of {:.2} Mbit/s ({:.0}%)", measured / 1e6, rate / 1e6, ratio * 100.0);
-    assert!(
-        (0.8..=1.2).contains(&ratio),
-        "{what}: {:.2} Mbit/s is not within 20% of {:.2} Mbit/s",
-        measured / 1e6,
-        rate / 1e6
-    );
 }
 
 #[test]
