@@ -158,7 +158,10 @@ fn shape(nl: &Netlink, req: &Request, conf: &Config, host: &Link, made: &mut Mad
     let Some(l) = &conf.egress else { return Ok(None) };
     let tbf = params(l, "egress")?;
     let name = ifb_name(&req.conf.name, &req.container_id);
-    nl.create_ifb(&name, host.mtu, Some(&ifb_alias(&req.conf.name, &req.container_id))).map_err(|e| {
+    // The kernel keeps aliases under IFALIASZ (256) bytes; a longer one is left out (GC then
+    // cannot tell the ifb's owner, and leaves it, as it leaves the reference's).
+    let alias = Some(ifb_alias(&req.conf.name, &req.container_id)).filter(|a| a.len() < 256);
+    nl.create_ifb(&name, host.mtu, alias.as_deref()).map_err(|e| {
         if netkit::is_exists(&e) {
             e.with_details(format!(
                 "an interface {name} already exists: another attachment of network {:?} with container id {:?}, \
