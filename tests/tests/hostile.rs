@@ -124,6 +124,11 @@ impl Fixture {
                 "cniVersion": "1.0.0", "name": self.network, "type": "bridge",
                 "ipam": { "type": "static", "addresses": [{ "address": "10.210.5.2/24", "gateway": "10.210.5.1" }] }
             }),
+            "bandwidth" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "bandwidth",
+                "ingressRate": 8_000_000, "ingressBurst": 400_000, "egressRate": 8_000_000, "egressBurst": 400_000,
+                "prevResult": self.prev_result()
+            }),
             other => panic!("no base config for {other}"),
         }
     }
@@ -625,6 +630,47 @@ fn host_local_cases(f: &Fixture) -> Vec<Case> {
     ]
 }
 
+fn bandwidth_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("bandwidth");
+    let rt = |v: Value| {
+        with(
+            &without_keys(&b, &["ingressRate", "ingressBurst", "egressRate", "egressBurst"]),
+            "runtimeConfig",
+            json!({ "bandwidth": v }),
+        )
+    };
+    vec![
+        case("ingressRate without ingressBurst", with(&b, "ingressBurst", json!(0)), CONFIG),
+        case("egressBurst without egressRate", with(&b, "egressRate", json!(0)), CONFIG),
+        case("ingressRate negative", with(&b, "ingressRate", json!(-8000)), CONFIG),
+        case("ingressRate a string", with(&b, "ingressRate", json!("8Mbit")), CONFIG),
+        case("ingressRate a float", with(&b, "ingressRate", json!(8.5)), CONFIG),
+        case("ingressRate beyond u64", with(&b, "ingressRate", json!(1e30)), CONFIG),
+        case("egressBurst of 4 GB", with(&b, "egressBurst", json!(40_000_000_000u64)), CONFIG),
+        case("egressRate below 8 bits/s", with(&b, "egressRate", json!(7)), CONFIG),
+        case("a bucket longer than the kernel's ticks", with(&b, "egressRate", json!(8)), CONFIG),
+        case("unshapedSubnets (reverted upstream)", with(&b, "unshapedSubnets", json!(["10.0.0.0/8"])), CONFIG),
+        case("shapedSubnets a string", with(&b, "shapedSubnets", json!("10.0.0.0/8")), CONFIG),
+        case("runtimeConfig.bandwidth a string", rt(json!("8Mbit")), CONFIG),
+        case("runtimeConfig.bandwidth rate without burst", rt(json!({ "IngressRate": 8000 })), CONFIG),
+        case("runtimeConfig.bandwidth negative", rt(json!({ "egressRate": -1, "egressBurst": 8 })), CONFIG),
+        case("no prevResult", without(&b, "prevResult"), CONFIG),
+        case(
+            "cniVersion 0.2.0 (the reference starts at 0.3.0)",
+            with(&without_keys(&b, &["prevResult"]), "cniVersion", json!("0.2.0")),
+            VERSION,
+        ),
+    ]
+}
+
+fn without_keys(base: &Value, keys: &[&str]) -> Value {
+    let mut v = base.clone();
+    for k in keys {
+        v.as_object_mut().expect("object").remove(*k);
+    }
+    v
+}
+
 fn portmap_cases(f: &Fixture) -> Vec<Case> {
     let b = f.base("portmap");
     let maps = |m: Value| with(&b, "runtimeConfig", json!({ "portMappings": m }));
@@ -991,6 +1037,16 @@ fn tuning_refuses_hostile_input() {
     assert_eq!(arp_ignore.trim(), "0", "a refused ADD wrote a sysctl in the pod");
 }
 
+#[test]
+fn bandwidth_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "bandwidth");
+    cases.extend(bandwidth_cases(&f));
+    run_table(&f, "bandwidth", &cases);
+    let links = String::from_utf8_lossy(&run("ip", &["-o", "-d", "link", "show", "type", "ifb"]).stdout).into_owned();
+    assert!(!links.contains(&f.network), "bandwidth left an ifb of the network:\n{links}");
+}
+
 /// A host port another container holds is refused on both backends: code 100 naming the port,
 /// and the refused ADD adds no rule. The plugin runs in a namespace of its own (the "node"), so
 /// the host's rulesets are not touched.
@@ -1032,7 +1088,7 @@ fn portmap_refuses_a_held_host_port() {
 fn del_and_check_refuse_hostile_input_too() {
     let f = Fixture::new();
     let mut failures = Vec::new();
-    for plugin in ["bridge", "host-local", "loopback", "portmap", "tuning"] {
+    for plugin in ["bridge", "host-local", "loopback", "portmap", "tuning", "bandwidth"] {
         let base = f.base(plugin);
         let rows = [
             case("truncated", &base.to_string().as_bytes()[..10], SYNTAX),
@@ -1064,7 +1120,7 @@ fn del_succeeds_where_add_refuses() {
     std::fs::write(f.scratch.path().join("data").join("netns-empty"), "").expect("write");
     let empty_netns = f.scratch.path().join("data").join("netns-empty").display().to_string();
     let mut failures = Vec::new();
-    for plugin in ["bridge", "host-local", "loopback", "portmap", "tuning"] {
+    for plugin in ["bridge", "host-local", "loopback", "portmap", "tuning", "bandwidth"] {
         let base = f.base(plugin);
         let mut rows: Vec<Case> = BAD_CNI_ARGS
             .iter()
@@ -1115,6 +1171,11 @@ fn del_succeeds_where_add_refuses() {
                 case("sysctl kernel.hostname", with(&base, "sysctl", json!({ "kernel.hostname": "x" })), 0),
                 case("mtu -1", with(&base, "mtu", json!(-1)), 0),
                 case("mac not a MAC", with(&base, "mac", json!("zz")), 0),
+            ]),
+            "bandwidth" => rows.extend([
+                case("ingressRate without ingressBurst", with(&base, "ingressBurst", json!(0)), 0),
+                case("egressRate a string", with(&base, "egressRate", json!("8Mbit")), 0),
+                case("unshapedSubnets", with(&base, "unshapedSubnets", json!(["10.0.0.0/8"])), 0),
             ]),
             _ => {}
         }

@@ -10,6 +10,7 @@ mod link;
 mod policy;
 mod route;
 mod tune;
+pub mod tc;
 
 pub use addr::Address;
 pub use link::{format_mac, parse_mac, BridgeVlan, Link};
