@@ -143,7 +143,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             c,
-            Config { backend: Backend::Iptables, admin_chain: "MY-ADMIN".into(), ingress_policy: IngressPolicy::SameBridge }
+            Config {
+                backend: Backend::Iptables,
+                admin_chain: "MY-ADMIN".into(),
+                ingress_policy: IngressPolicy::SameBridge
+            }
         );
         assert_eq!(parse(&conf(json!({"ingressPolicy": "isolated"}))).unwrap().ingress_policy, IngressPolicy::Isolated);
         assert_eq!(parse(&conf(json!({"ingressPolicy": "open"}))).unwrap().ingress_policy, IngressPolicy::Open);

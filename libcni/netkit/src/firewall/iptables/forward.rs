@@ -224,7 +224,8 @@ pub(crate) fn check_table(t: &NatTable, r: &ForwardRules, ipv: Ipv) -> Result<()
             return Err(check_failed(format!("firewall: chain {chain} is missing from the {family} filter table")));
         }
     }
-    let mut wanted = vec![format!("-A {FORWARD} {}", priv_rule()), format!("-A {PRIV_CHAIN} {}", admin_rule(&r.admin_chain))];
+    let mut wanted =
+        vec![format!("-A {FORWARD} {}", priv_rule()), format!("-A {PRIV_CHAIN} {}", admin_rule(&r.admin_chain))];
     for ip in ips {
         wanted.extend(pod_rules(ip).into_iter().map(|rule| format!("-A {PRIV_CHAIN} {rule}")));
     }
