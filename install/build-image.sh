@@ -12,14 +12,14 @@
 #   CNI_RS_BIN_DIR      dir of prebuilt static binaries (cni-installer + cni-rs); skips cargo
 #   CNI_RS_CONTEXT_DIR  where to stage the build context (default: a temp dir, removed afterwards)
 #   CNI_RS_PLUGINS      plugin names to install as links to cni-rs
-#                       (default "bridge host-local loopback portmap"; each is checked to run)
+#                       (default "bridge host-local loopback portmap firewall"; each is checked to run)
 #   PODMAN              podman command line (default "podman"), e.g.
 #                       "podman --runtime runc --cgroup-manager=cgroupfs --events-backend=file"
 #   CARGO, CARGO_TARGET_DIR  honoured as usual
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 image="${CNI_RS_IMAGE:-cni-rs-installer:dev}"
-plugins="${CNI_RS_PLUGINS:-bridge host-local loopback portmap}"
+plugins="${CNI_RS_PLUGINS:-bridge host-local loopback portmap firewall}"
 podman_cmd="${PODMAN:-podman}"
 cargo_cmd="${CARGO:-cargo}"
 triple=x86_64-unknown-linux-gnu

@@ -1,11 +1,11 @@
-//! cni-rs: the bridge, host-local, loopback and portmap plugins in one binary, dispatching on the
-//! base name it was run under (argv[0]). Installed once with a hard link per plugin name, the four
+//! cni-rs: the bridge, host-local, loopback, portmap and firewall plugins in one binary, dispatching on the
+//! base name it was run under (argv[0]). Installed once with a hard link per plugin name, the
 //! plugins share one copy of the code on disk and in the page cache.
 
 use std::path::Path;
 
 /// The plugins this binary can be, by type name.
-pub const PLUGINS: [&str; 4] = ["bridge", "host-local", "loopback", "portmap"];
+pub const PLUGINS: [&str; 5] = ["bridge", "host-local", "loopback", "portmap", "firewall"];
 
 /// Runs the plugin of type `plugin_type` on `env` and `stdin`; None when it is not one of ours. The
 /// process's own entry point and the in-process delegate calls (bridge's IPAM call to host-local
@@ -22,6 +22,7 @@ fn execute_named(
         "host-local" => execute(&host_local::HostLocal, env, stdin),
         "loopback" => execute(&loopback::Loopback, env, stdin),
         "portmap" => execute(&portmap::PortMap, env, stdin),
+        "firewall" => execute(&firewall::Firewall, env, stdin),
         _ => return None,
     })
 }
