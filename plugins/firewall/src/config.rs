@@ -71,13 +71,15 @@ pub fn parse(raw: &Value) -> Result<Config> {
     let admin_chain = match text(&r.iptables_admin_chain_name) {
         None => DEFAULT_ADMIN_CHAIN.to_string(),
         Some((key, name)) => {
+            // Letters, digits, '-', '_' and '.', as chain names are in practice: nothing a rule
+            // line could read as more than a name.
             let bad = name.len() > 28
-                || name.starts_with(['-', '!'])
-                || name.chars().any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '\'' || c == '\\');
+                || name.starts_with(['-', '.'])
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
             if bad || matches!(name, "FORWARD" | "INPUT" | "OUTPUT" | "CNI-FORWARD" | "ACCEPT" | "DROP" | "RETURN") {
                 return Err(Error::config(format!(
-                    "firewall: {} {name:?} is not a usable iptables chain name (at most 28 characters, no blanks or \
-                     quotes, not a built-in chain, target or CNI-FORWARD)",
+                    "firewall: {} {name:?} is not a usable iptables chain name (at most 28 letters, digits, '-', \
+                     '_' or '.', not starting with '-' or '.', not a built-in chain, target or CNI-FORWARD)",
                     key_name(key, "iptablesAdminChainName")
                 )));
             }
@@ -166,6 +168,7 @@ mod tests {
             (json!({"iptablesAdminChainName": "A B"}), "iptablesAdminChainName \"A B\""),
             (json!({"iptablesAdminChainName": "X".repeat(29)}), "iptablesAdminChainName"),
             (json!({"iptablesAdminChainName": "-j"}), "iptablesAdminChainName"),
+            (json!({"iptablesAdminChainName": "X;reboot"}), "iptablesAdminChainName"),
             (json!({"iptablesAdminChainName": "FORWARD"}), "iptablesAdminChainName"),
             (json!({"iptablesAdminChainName": 5}), "iptablesAdminChainName"),
             (json!({"ingressPolicy": true}), "ingressPolicy"),
