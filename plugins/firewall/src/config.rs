@@ -61,6 +61,14 @@ pub fn parse(raw: &Value) -> Result<Config> {
                 key_name(key, "backend")
             )))
         }
+        Some((key, "nftables" | "nft")) => {
+            return Err(Error::config(format!(
+                "firewall: {} \"nftables\" is not offered: an accept in a table of its own cannot pass a drop in \
+                 another table (nftables consults every forward base chain), so the accept belongs in the node's \
+                 own forward chain (see docs/plugins.md, firewall); use \"iptables\" when the drop is iptables'",
+                key_name(key, "backend")
+            )))
+        }
         Some((key, other)) => {
             return Err(Error::config(format!(
                 "firewall: unknown {} {other:?}: use \"iptables\" (the default)",
@@ -163,6 +171,7 @@ mod tests {
         for (extra, needle) in [
             (json!({"backend": "firewalld"}), "backend \"firewalld\" is not supported"),
             (json!({"backend": "pf"}), "unknown backend \"pf\""),
+            (json!({"backend": "nftables"}), "backend \"nftables\" is not offered"),
             (json!({"Backend": "pf"}), "unknown Backend \"pf\""),
             (json!({"ingressPolicy": "closed"}), "unknown ingressPolicy \"closed\""),
             (json!({"iptablesAdminChainName": "A B"}), "iptablesAdminChainName \"A B\""),

@@ -329,3 +329,35 @@ fn status_and_gc_answer() {
     conf["cni.dev/valid-attachments"] = json!([]);
     direct_ok(&node, &ours(), "GC", "", &conf);
 }
+
+/// Why there is no nftables backend: an accept in a table of our own does not pass the node's
+/// iptables(-nft) FORWARD policy of DROP, nor a drop in another nftables table, while the same
+/// accept in the chain that drops does.
+#[test]
+fn an_accept_in_another_nftables_table_does_not_pass_a_forward_drop() {
+    let node = Node::new();
+    node.network("1.0.0", "nofw2", "fwbr9", "10.77.9.0/24", None);
+    let pod = Netns::new("fwp");
+    let ip = node.add("nofw2", &pod);
+    let n = &node.ns.name;
+    must(&format!(
+        "ip netns exec {n} nft add table inet cni_rs_fwtest && \
+         ip netns exec {n} nft add chain inet cni_rs_fwtest pass_pods '{{ type filter hook forward priority -10; policy accept; }}' && \
+         ip netns exec {n} nft add rule inet cni_rs_fwtest pass_pods ip saddr {ip} accept && \
+         ip netns exec {n} nft add rule inet cni_rs_fwtest pass_pods ct state established,related accept"
+    ));
+    assert!(!pings(&pod, REMOTE), "an accept in another table passed iptables' FORWARD DROP");
+    // The node's drop in nftables of its own: the same, whatever the priorities.
+    must(&format!(
+        "ip netns exec {n} iptables -P FORWARD ACCEPT && ip netns exec {n} nft add table inet nodefw && \
+         ip netns exec {n} nft add chain inet nodefw forward '{{ type filter hook forward priority 0; policy drop; }}'"
+    ));
+    assert!(!pings(&pod, REMOTE), "an accept in another table passed a drop in the node's nftables table");
+    // In the chain that drops, the accept works.
+    must(&format!(
+        "ip netns exec {n} nft add rule inet nodefw forward ip saddr {ip} accept && \
+         ip netns exec {n} nft add rule inet nodefw forward ct state established,related accept"
+    ));
+    assert!(pings(&pod, REMOTE), "an accept in the dropping chain did not pass");
+    node.ok("del", "nofw2", &pod.path);
+}
