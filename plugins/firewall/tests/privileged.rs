@@ -64,6 +64,10 @@ impl Node {
     }
 
     fn cnitool(&self, verb: &str, network: &str, pod: &str) -> Output {
+        self.cnitool_caps(verb, network, pod, "")
+    }
+
+    fn cnitool_caps(&self, verb: &str, network: &str, pod: &str, caps: &str) -> Output {
         Command::new("ip")
             .args(["netns", "exec", &self.ns.name])
             .arg(bin_dir().join("cnitool"))
@@ -71,6 +75,7 @@ impl Node {
             .env("NETCONFPATH", self.confs.path())
             .env("CNI_PATH", bin_dir())
             .env("CNI_CACHE_DIR", self.cache.path())
+            .env("CAP_ARGS", caps)
             .env_remove("CNI_ARGS")
             .env_remove("CNI_IFNAME")
             .output()
@@ -360,4 +365,63 @@ fn an_accept_in_another_nftables_table_does_not_pass_a_forward_drop() {
     ));
     assert!(pings(&pod, REMOTE), "an accept in the dropping chain did not pass");
     node.ok("del", "nofw2", &pod.path);
+}
+
+/// The body served at `ip:port` as seen from `ns`, or None if nothing answered.
+fn http(ns: &str, ip: &str, port: u16) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "curl", "-sf", "--connect-timeout", "2", "-m", "3"])
+        .arg(format!("http://{ip}:{port}/"))
+        .output()
+        .unwrap();
+    out.status.success().then(|| text(&out.stdout).trim().to_string())
+}
+
+/// conf/podman-firewall.conflist (podman's default CNI shape: bridge + portmap + firewall) in a
+/// node with FORWARD DROP: the pod reaches the outside, its mapped port serves, DEL leaves nothing.
+#[test]
+fn podman_shape_conflist_passes_the_pods_traffic() {
+    let node = Node::new();
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conf/podman-firewall.conflist");
+    let mut list: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let types: Vec<&str> = list["plugins"].as_array().unwrap().iter().map(|p| p["type"].as_str().unwrap()).collect();
+    assert!(types.starts_with(&["bridge", "portmap", "firewall"]), "{types:?}");
+    list["plugins"][0]["ipam"]["dataDir"] = json!(node.ipam.path().display().to_string());
+    let name = list["name"].as_str().unwrap().to_string();
+    std::fs::write(node.confs.path().join("podman.conflist"), list.to_string()).unwrap();
+
+    let pod = Netns::new("fwpm");
+    let caps = r#"{"portMappings":[{"hostPort":18080,"containerPort":80,"protocol":"tcp"}]}"#;
+    let out = node.cnitool_caps("add", &name, &pod.path, caps);
+    assert!(out.status.success(), "podman shape ADD: {}{}", text(&out.stdout), text(&out.stderr));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ip = result["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+
+    let www = TempDir::new("fwwww");
+    std::fs::write(www.path().join("index.html"), "pod\n").unwrap();
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &pod.name, "busybox", "httpd", "-f", "-p", "80", "-h"])
+        .arg(www.path())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while http(&pod.name, "127.0.0.1", 80).is_none() {
+        assert!(std::time::Instant::now() < deadline, "httpd did not start in the pod");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    assert!(pings(&pod, REMOTE), "the pod cannot reach the remote host through FORWARD DROP");
+    assert_eq!(http(&node.ns.name, NODE_UP, 18080).as_deref(), Some("pod"), "mapped port from the node");
+    assert_eq!(http(&node.ns.name, &ip, 80).as_deref(), Some("pod"), "the pod from the node");
+    node.ok("check", &name, &pod.path);
+    // A DNATed connection from another host is a new forwarded connection: the reference's rules
+    // (and so ours) do not accept it under a DROP policy.
+    assert_eq!(http(&node.remote.name, NODE_UP, 18080), None, "a remote host got through FORWARD DROP");
+
+    let _ = server.kill();
+    let _ = server.wait();
+    node.ok("del", &name, &pod.path);
+    let rules = format!("{}\n{}", node.filter(), text(&node.ns.exec("nft", &["list", "ruleset"]).stdout));
+    assert!(!rules.contains(&ip), "the podman shape's DEL left rules of {ip}:\n{rules}");
+    node.ok("del", &name, &pod.path);
 }
