@@ -425,3 +425,37 @@ fn podman_shape_conflist_passes_the_pods_traffic() {
     assert!(!rules.contains(&ip), "the podman shape's DEL left rules of {ip}:\n{rules}");
     node.ok("del", &name, &pod.path);
 }
+
+/// A failed ADD undoes itself: when the IPv6 rules cannot be written (an ip6tables-restore that
+/// fails stands in for a broken ip6tables), the IPv4 rules already written are removed again.
+#[test]
+fn add_that_fails_for_one_family_leaves_no_rule_of_the_other() {
+    let node = Node::new();
+    let fake = TempDir::new("fwfake");
+    let tool = fake.path().join("ip6tables-restore");
+    std::fs::write(&tool, "#!/bin/sh\ncat >/dev/null\necho 'ip6tables-restore: broken on purpose' >&2\nexit 1\n")
+        .unwrap();
+    must(&format!("chmod 755 {}", tool.display()));
+    let conf = ref_conf(&["10.78.0.2/24", "fd78::2/64"], json!({}));
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &node.ns.name, &ours()])
+        .env("PATH", format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", fake.path().display()))
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", "c1")
+        .env("CNI_NETNS", &node.remote.path)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/usr/lib/cni")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "ADD succeeded with a broken ip6tables-restore");
+    let err: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(err["code"], 100, "{err}");
+    assert!(err["msg"].as_str().unwrap().contains("broken on purpose"), "{err}");
+    let rules = node.filter();
+    assert!(!rules.contains("10.78.0.2"), "the failed ADD left its IPv4 rules:\n{rules}");
+}
