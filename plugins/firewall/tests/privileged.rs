@@ -377,7 +377,7 @@ fn http(ns: &str, ip: &str, port: u16) -> Option<String> {
     out.status.success().then(|| text(&out.stdout).trim().to_string())
 }
 
-/// conf/podman-firewall.conflist (podman's default CNI shape: bridge + portmap + firewall) in a
+/// conf/podman-firewall.conflist (podman's default CNI shape: bridge + portmap + firewall + tuning) in a
 /// node with FORWARD DROP: the pod reaches the outside, its mapped port serves, DEL leaves nothing.
 #[test]
 fn podman_shape_conflist_passes_the_pods_traffic() {
@@ -385,7 +385,7 @@ fn podman_shape_conflist_passes_the_pods_traffic() {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conf/podman-firewall.conflist");
     let mut list: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     let types: Vec<&str> = list["plugins"].as_array().unwrap().iter().map(|p| p["type"].as_str().unwrap()).collect();
-    assert!(types.starts_with(&["bridge", "portmap", "firewall"]), "{types:?}");
+    assert_eq!(types, ["bridge", "portmap", "firewall", "tuning"]);
     list["plugins"][0]["ipam"]["dataDir"] = json!(node.ipam.path().display().to_string());
     let name = list["name"].as_str().unwrap().to_string();
     std::fs::write(node.confs.path().join("podman.conflist"), list.to_string()).unwrap();
