@@ -129,6 +129,9 @@ impl Fixture {
                 "ingressRate": 8_000_000, "ingressBurst": 400_000, "egressRate": 8_000_000, "egressBurst": 400_000,
                 "prevResult": self.prev_result()
             }),
+            "firewall" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "firewall", "prevResult": self.prev_result()
+            }),
             other => panic!("no base config for {other}"),
         }
     }
@@ -1045,6 +1048,86 @@ fn bandwidth_refuses_hostile_input() {
     run_table(&f, "bandwidth", &cases);
     let links = String::from_utf8_lossy(&run("ip", &["-o", "-d", "link", "show", "type", "ifb"]).stdout).into_owned();
     assert!(!links.contains(&f.network), "bandwidth left an ifb of the network:\n{links}");
+}
+
+fn firewall_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("firewall");
+    let bridge_named = |name: &str| {
+        let mut prev = f.prev_result();
+        prev["interfaces"] = json!([{ "name": name }, { "name": "eth0", "sandbox": f.pod.path }]);
+        prev["ips"][0]["interface"] = json!(1);
+        with(&with_value(&b, "ingressPolicy", json!("same-bridge")), "prevResult", prev)
+    };
+    vec![
+        case("backend firewalld (not built)", with(&b, "backend", json!("firewalld")), CONFIG),
+        case("backend unknown", with(&b, "backend", json!("pf")), CONFIG),
+        case("backend a number", with(&b, "backend", json!(1)), CONFIG),
+        case("iptablesAdminChainName with shell text", with(&b, "iptablesAdminChainName", json!("X;reboot")), CONFIG),
+        case(
+            "iptablesAdminChainName a restore line",
+            with(&b, "iptablesAdminChainName", json!("X\n-F FORWARD")),
+            CONFIG,
+        ),
+        case("iptablesAdminChainName an option", with(&b, "iptablesAdminChainName", json!("-j")), CONFIG),
+        case("iptablesAdminChainName FORWARD", with(&b, "iptablesAdminChainName", json!("FORWARD")), CONFIG),
+        case("iptablesAdminChainName 29 characters", with(&b, "iptablesAdminChainName", json!("A".repeat(29))), CONFIG),
+        case("iptablesAdminChainName a number", with(&b, "iptablesAdminChainName", json!(5)), CONFIG),
+        case("ingressPolicy unknown", with(&b, "ingressPolicy", json!("closed")), CONFIG),
+        case("ingressPolicy a boolean", with(&b, "ingressPolicy", json!(true)), CONFIG),
+        case(
+            "same-bridge with no interface",
+            {
+                let mut prev = f.prev_result();
+                prev["interfaces"] = json!([]);
+                prev["ips"][0].as_object_mut().expect("ip").remove("interface");
+                with(&with_value(&b, "ingressPolicy", json!("same-bridge")), "prevResult", prev)
+            },
+            CONFIG,
+        ),
+        case("same-bridge with a bridge name holding rule text", bridge_named("br0 -j ACCEPT"), CONFIG),
+        case("same-bridge with a bridge name of 16 bytes", bridge_named("b123456789abcdef"), CONFIG),
+        case("no prevResult", without(&b, "prevResult"), CONFIG),
+        case(
+            "cniVersion 0.3.1 (the reference speaks 0.4.0 and later)",
+            with(&b, "cniVersion", json!("0.3.1")),
+            VERSION,
+        ),
+    ]
+}
+
+/// firewall's rows run in a namespace standing in for the node, so a row that wrongly succeeded
+/// would not touch the host's FORWARD chain; none may leave a rule there either. DEL with keys that
+/// no longer validate still succeeds.
+#[test]
+fn firewall_refuses_hostile_input() {
+    let f = Fixture::new();
+    let node = Netns::new("cnhf");
+    let bin = bin_dir().join("firewall").display().to_string();
+    let mut cases = common_cases(&f, "firewall");
+    cases.extend(firewall_cases(&f));
+    let mut failures = Vec::new();
+    for c in &cases {
+        let ran = exec(Path::new("ip"), &["netns", "exec", &node.name, &bin], &env_for(&f, c, "ADD"), &c.stdin);
+        if let Err(why) = check_error(&ran, c.want) {
+            failures.push(format!("firewall: {}: {why}", c.label));
+        }
+    }
+    let base = f.base("firewall");
+    for (label, stdin) in [
+        ("backend unknown", with(&base, "backend", json!("pf"))),
+        ("ingressPolicy unknown", with(&base, "ingressPolicy", json!("closed"))),
+        ("iptablesAdminChainName with shell text", with(&base, "iptablesAdminChainName", json!("X;reboot"))),
+        ("no prevResult", without(&base, "prevResult")),
+    ] {
+        let c = case(label, stdin, 0);
+        let ran = exec(Path::new("ip"), &["netns", "exec", &node.name, &bin], &env_for(&f, &c, "DEL"), &c.stdin);
+        if ran.exit != Some(0) {
+            failures.push(format!("firewall DEL: {label}: failed: {} {}", ran.stdout, ran.stderr));
+        }
+    }
+    let rules = node.sh("iptables-save", &[]);
+    assert!(!rules.contains("10.210.3.2"), "firewall left a rule for the pod:\n{rules}");
+    assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
 /// A host port another container holds is refused on both backends: code 100 naming the port,

@@ -707,5 +707,7 @@ fn gc(network: &str, keep: &[Attachment], portmap: bool, what: &str) -> Result<(
     })
 }
 
+pub(crate) mod forward;
+
 #[cfg(test)]
 mod tests;
