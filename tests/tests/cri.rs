@@ -30,7 +30,7 @@
 
 mod e2e;
 
-use cni_tests::{bin_dir, require_root, run, unique, TempDir};
+use cni_tests::{bin_dir, prerequisite, require_root, run, unique, TempDir};
 use e2e::*;
 use serde_json::{json, Value};
 use std::io::Write;

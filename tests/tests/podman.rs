@@ -18,7 +18,7 @@
 
 mod e2e;
 
-use cni_tests::{bin_dir, require_root, run, unique, TempDir};
+use cni_tests::{bin_dir, prerequisite, require_root, run, unique, TempDir};
 use e2e::*;
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr};

@@ -13,22 +13,6 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf()
 }
 
-/// True when running in CI (`CI` set to anything but "", "0" or "false").
-pub fn in_ci() -> bool {
-    std::env::var("CI").map(|v| !v.is_empty() && v != "0" && v != "false").unwrap_or(false)
-}
-
-/// A prerequisite of an end-to-end test. In CI a missing one fails the test (it must not skip);
-/// locally it prints a note and the caller returns.
-pub fn prerequisite(ok: bool, what: &str) -> bool {
-    if ok {
-        return true;
-    }
-    assert!(!in_ci(), "{what} (CI=true: this test must not skip; tests/setup.sh installs what it needs)");
-    eprintln!("note: skipping this test: {what} (it would fail under CI=true)");
-    false
-}
-
 /// True if `cmd args` runs and exits 0.
 pub fn runs(cmd: &str, args: &[&str]) -> bool {
     std::process::Command::new(cmd).args(args).output().map(|o| o.status.success()).unwrap_or(false)

@@ -11,13 +11,11 @@ use serde_json::Value;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
+/// Privileged tests need root and nft: without them they fail (`cni_tests::require_root`), never
+/// pass silently. Always true when it returns.
 fn privileged() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || exec::find("nft").is_none() {
-        eprintln!("SKIP: needs root and nft");
-        return false;
-    }
+    cni_tests::require_root();
+    cni_tests::require_tools(&["nft"]);
     true
 }
 

@@ -898,13 +898,12 @@ mod privileged {
     use super::*;
     use crate::firewall::PortMapping;
 
+    /// Privileged tests need root and nft: without them they fail (`cni_tests::require_root`),
+    /// never pass silently. Always true when it returns.
     fn root() -> bool {
-        // SAFETY: geteuid has no preconditions.
-        let ok = unsafe { libc::geteuid() } == 0 && crate::firewall::exec::find("nft").is_some();
-        if !ok {
-            eprintln!("SKIP: needs root and nft");
-        }
-        ok
+        cni_tests::require_root();
+        cni_tests::require_tools(&["nft"]);
+        true
     }
 
     fn pm(id: &str, port: u16) -> PortMap {
