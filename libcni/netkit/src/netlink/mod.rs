@@ -2,8 +2,12 @@
 //!
 //! A [`Netlink`] owns a current-thread tokio runtime and one rtnetlink connection whose socket was
 //! created in a chosen network namespace; every method blocks on one request. Plugins are
-//! short-lived single-threaded processes, so a blocking API is the simple one, and no task ever
-//! runs setns (rule 5 of DESIGN.md).
+//! short-lived single-threaded processes, so a blocking API is the simple one.
+//!
+//! A netlink socket stays bound to the namespace it was created in, so [`Netlink::open_in`] enters
+//! the namespace through [`NetNs::enter`]'s guard only to create the socket and leaves it before
+//! any request. No task ever calls setns: setns changes only the calling thread's namespace, and
+//! the namespace a task would see must not depend on which thread polls it.
 
 mod addr;
 mod link;
