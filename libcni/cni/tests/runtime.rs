@@ -850,8 +850,8 @@ fn log_lines(log: &std::path::Path) -> Vec<String> {
 }
 
 /// `"ipam": {"type": "bridge"}` (or any main plugin) is refused with code 7 before anything runs, by
-/// the separate binaries and by the multi-call binary (which recursed in process until the stack
-/// overflowed); a cycle through a name we cannot know (a copy of bridge under another name) stops at
+/// the separate binaries and by the multi-call binary (which runs delegates in process, where a
+/// cycle would recurse until the stack overflows); a cycle through a name we cannot know (a copy of bridge under another name) stops at
 /// the delegation depth bound. DEL of such an attachment succeeds: nothing was ever held there.
 #[test]
 fn ipam_type_cycles_are_cut() {

@@ -138,9 +138,9 @@ impl Net {
     }
 }
 
-/// The kubelet retry loop of issue 13: DEL runs the list in reverse, and a portmap entry that fails
-/// validation used to stop it there, so bridge and host-local were never called. Now portmap
-/// removes the attachment's elements anyway and the chain goes on.
+/// kubelet retries a DEL until it succeeds, and DEL runs the list in reverse: a portmap entry that
+/// fails validation must not stop it there, or bridge and host-local are never called and the
+/// retries never end. portmap removes the attachment's elements anyway and the chain goes on.
 #[test]
 fn conflist_del_with_an_invalid_portmap_entry_removes_everything() {
     let net = Net::new(1);
