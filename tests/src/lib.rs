@@ -1,8 +1,9 @@
 //! The test-support crate: fixtures shared by every crate's integration tests (a dev-dependency
 //! of each) and by the end-to-end tests in `tests/tests`. Network namespaces and links that clean
 //! up after themselves even when a test fails, unique names, the path of the built plugins, the
-//! root requirement of privileged tests, a plugin exec as a runtime does it ([`exec`]) and a libcni
-//! fixture around the cni-noop plugin ([`noop`]).
+//! root requirement of privileged tests, a plugin exec as a runtime does it ([`exec`]), a libcni
+//! fixture around the cni-noop plugin ([`noop`]) and upstream Go libcni's printing of results
+//! ([`gojson`]).
 //!
 //! One policy for privileged tests: they call [`require_root`] (and [`require_tools`]) first, which
 //! fail the test when the privilege or a tool is missing. They never pass silently: CI runs as root
@@ -11,6 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod exec;
+pub mod gojson;
 pub mod noop;
 
 use std::path::PathBuf;

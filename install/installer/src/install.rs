@@ -354,36 +354,10 @@ fn io_error(action: &str, path: &Path, err: io::Error) -> String {
     format!("{action} {}: {err}", path.display())
 }
 
-/// A directory under the system temp dir, removed on drop; std has none.
-#[cfg(test)]
-pub struct TempDir(pub std::path::PathBuf);
-
-#[cfg(test)]
-impl TempDir {
-    pub fn new(label: &str) -> TempDir {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "cni-installer-{label}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-#[cfg(test)]
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cni_tests::TempDir;
     use std::os::unix::fs::MetadataExt;
 
     fn listing(dir: &Path) -> Vec<String> {
