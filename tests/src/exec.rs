@@ -2,7 +2,6 @@
 
 use serde_json::{json, Value};
 use std::io::Write;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// Every CNI spec version, oldest first.
@@ -75,19 +74,4 @@ pub fn exec(bin: &str, cmd: &str, conf: &Value, cid: &str, ifname: &str, cni_arg
 
 pub fn netconf(version: &str, name: &str, ipam: Value) -> Value {
     json!({"cniVersion": version, "name": name, "type": "bridge", "ipam": ipam})
-}
-
-/// The reservation files of a network: (file name, content), sorted.
-pub fn reservations(data_dir: &Path, network: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(data_dir.join(network)) else { return out };
-    for e in entries {
-        let e = e.unwrap();
-        let name = e.file_name().into_string().unwrap();
-        if name.parse::<std::net::IpAddr>().is_ok() {
-            out.push((name, std::fs::read_to_string(e.path()).unwrap()));
-        }
-    }
-    out.sort();
-    out
 }

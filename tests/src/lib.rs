@@ -15,7 +15,7 @@ pub mod exec;
 pub mod gojson;
 pub mod noop;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -112,6 +112,22 @@ pub fn bridge_ports(bridge: &str) -> Vec<String> {
         .lines()
         .filter_map(|l| Some(l.split(": ").nth(1)?.split('@').next()?.to_string()))
         .collect()
+}
+
+/// The reservation files host-local keeps for `network` under `data_dir`: (address, content:
+/// the owner's container id, then `\r\n` and its interface), sorted by address.
+pub fn reservations(data_dir: &Path, network: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(data_dir.join(network)) else { return out };
+    for e in entries {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        if name.parse::<std::net::IpAddr>().is_ok() {
+            out.push((name, std::fs::read_to_string(e.path()).unwrap()));
+        }
+    }
+    out.sort();
+    out
 }
 
 /// A named network namespace (`ip netns add`), deleted on drop.

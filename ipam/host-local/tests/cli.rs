@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use cni_tests::exec::*;
-use cni_tests::TempDir;
+use cni_tests::{reservations, TempDir};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use cni_tests::exec::*;
-use cni_tests::{prerequisite, TempDir};
+use cni_tests::{prerequisite, reservations, TempDir};
 use serde_json::json;
 use std::collections::HashSet;
 use std::path::Path;

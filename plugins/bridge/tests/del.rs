@@ -60,13 +60,8 @@ impl Net {
     fn cni(&self) -> CniConfig {
         CniConfig::with_cache_dir(vec![bin_dir()], self.cache.path().to_path_buf())
     }
-    fn reservations(&self) -> Vec<String> {
-        let Ok(entries) = std::fs::read_dir(self.data.path().join(&self.name)) else { return vec![] };
-        entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-            .collect()
+    fn reservations(&self) -> Vec<(String, String)> {
+        cni_tests::reservations(self.data.path(), &self.name)
     }
     /// The nftables elements (set and map entries, and rules) that name this network's pod
     /// address or host port, except those DEL gave an expiry (nftables masquerade elements are

@@ -91,21 +91,12 @@ pub fn in_v4_subnet(ip: Ipv4Addr, cidr: &str) -> bool {
     u32::from(ip) & mask == u32::from(net) & mask
 }
 
-/// host-local's reservation files in `dir` (files named by an address), with their first line
-/// (the container id holding it).
-pub fn reservations(dir: &Path) -> Vec<(String, String)> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return vec![] };
-    let mut v: Vec<(String, String)> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.parse::<IpAddr>().is_ok())
-        .map(|n| {
-            let owner = std::fs::read_to_string(dir.join(&n)).unwrap_or_default();
-            (n, owner.lines().next().unwrap_or_default().trim().to_string())
-        })
-        .collect();
-    v.sort();
-    v
+/// host-local's reservations of `network` under `data_dir`: (address, the container id holding it).
+pub fn reservation_owners(data_dir: &Path, network: &str) -> Vec<(String, String)> {
+    cni_tests::reservations(data_dir, network)
+        .into_iter()
+        .map(|(addr, content)| (addr, content.lines().next().unwrap_or_default().trim().to_string()))
+        .collect()
 }
 
 /// Mount points at or under `dir` (from /proc/self/mountinfo), deepest first.
@@ -139,10 +130,4 @@ pub fn unmount_all_under(dir: &Path) {
 /// True if the link exists on the host.
 pub fn link_exists(name: &str) -> bool {
     Path::new("/sys/class/net").join(name).exists()
-}
-
-/// The ports (links) enslaved to `bridge`, as `ip -o link show master` prints them.
-pub fn bridge_ports(bridge: &str) -> String {
-    let out = run("ip", &["-o", "link", "show", "master", bridge]);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
