@@ -9,6 +9,8 @@ fi
 tests/setup.sh
 # Integration tests exec the plugins from target/debug, so build every binary first.
 cargo build --workspace --bins
+# The VM tests boot a static cni-rs (tests/vm/build.sh): build it before the clock of any test starts.
+tests/vm/build.sh >/dev/null
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e

@@ -2,7 +2,7 @@
 # Installs every system package the tests and the demo need (Debian). Safe to re-run.
 set -euo pipefail
 pkgs=(iproute2 iptables nftables conntrack socat curl busybox-static podman runc containerd
-      containernetworking-plugins python3-pip file)
+      containernetworking-plugins python3-pip file qemu-system-x86 xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,3 +21,5 @@ if ! python3 -c "import grpc, grpc_tools" >/dev/null 2>&1; then
     echo "setup: installing grpcio and grpcio-tools from PyPI" >&2
     pip install -q grpcio grpcio-tools 2>/dev/null || pip install -q --break-system-packages grpcio grpcio-tools
 fi
+# The VM tests (tests/vm/): Debian's kernel, unpacked into /var/tmp/cni-rs-vm once (~70 MB download).
+"$(dirname "$0")/vm/vmtest.sh" --prepare

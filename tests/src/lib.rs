@@ -14,6 +14,7 @@
 pub mod exec;
 pub mod gojson;
 pub mod noop;
+pub mod vm;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -251,3 +251,72 @@ fn full_disk_fails_add_cleanly() {
     net.cni.del_network_list(&net.list, &r).expect("DEL on a full disk");
     drop(mount);
 }
+
+/// One call of the host-local binary; (exit code, stdout).
+fn host_local(command: &str, conf: &serde_json::Value, container_id: &str, netns: &Netns) -> (i32, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(cni_tests::bin_dir().join("host-local"))
+        .env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", container_id)
+        .env("CNI_NETNS", &netns.path)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", cni_tests::bin_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn host-local");
+    child.stdin.take().expect("stdin").write_all(conf.to_string().as_bytes()).expect("write stdin");
+    let out = child.wait_with_output().expect("wait");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A dataDir remounted read-only, as ext4 does after an I/O error: DEL succeeds when the attachment
+/// holds nothing there (also where no lock file exists) and names what it could not release
+/// otherwise; GC fails only when it had something to release; STATUS reports the store unwritable.
+#[test]
+fn read_only_data_dir_del_and_gc() {
+    require_root();
+    let data = TempDir::new("cnf-ro");
+    let mount = Mount(data.path().to_path_buf());
+    sh("mount", &["-t", "tmpfs", "-o", "size=1m", "cni-rs-ro", &mount.0.display().to_string()]);
+    let pod = Netns::new("cnfr");
+    let conf = |name: &str| {
+        json!({ "cniVersion": "1.1.0", "name": name, "type": "host-local",
+                "ipam": { "type": "host-local", "ranges": [[{ "subnet": "10.211.200.0/24" }]], "dataDir": data.path() } })
+    };
+    let (net, bare) = (unique("netro"), unique("netro"));
+    let (code, out) = host_local("ADD", &conf(&net), "held", &pod);
+    assert_eq!(code, 0, "ADD: {out}");
+    // Written by hand (or by a plugin that never ran DEL): no lock file.
+    std::fs::create_dir(data.path().join(&bare)).expect("mkdir");
+    std::fs::write(data.path().join(&bare).join("10.211.200.9"), "other\r\neth0").expect("write");
+    sh("mount", &["-o", "remount,ro", &mount.0.display().to_string()]);
+
+    for name in [&net, &bare] {
+        let (code, out) = host_local("DEL", &conf(name), "nobody", &pod);
+        assert_eq!(code, 0, "DEL of an attachment holding nothing in {name}: {out}");
+    }
+    let reservation = data.path().join(&net).join("10.211.200.2");
+    let (code, out) = host_local("DEL", &conf(&net), "held", &pod);
+    assert_eq!(code, 1, "DEL of a held address on a read-only store: {out}");
+    let err: serde_json::Value = serde_json::from_str(&out).expect("error JSON");
+    assert_eq!(err["code"], 5, "{out}");
+    assert!(err["msg"].as_str().unwrap_or_default().contains(&reservation.display().to_string()), "{out}");
+    assert!(reservation.is_file());
+
+    let mut gc = conf(&net);
+    gc["cni.dev/valid-attachments"] = json!([{ "containerID": "held", "ifname": "eth0" }]);
+    let (code, out) = host_local("GC", &gc, "", &pod);
+    assert_eq!(code, 0, "GC with nothing to release: {out}");
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let (code, out) = host_local("GC", &gc, "", &pod);
+    assert_eq!(code, 1, "GC with something to release: {out}");
+    assert!(out.contains("\"code\":5") || out.contains("\"code\": 5"), "{out}");
+    assert!(out.contains(&reservation.display().to_string()), "{out}");
+
+    let (code, out) = host_local("STATUS", &conf(&net), "", &pod);
+    assert_eq!(code, 1, "STATUS on a read-only store: {out}");
+    assert!(out.contains("\"code\": 50") && out.contains("Read-only file system"), "{out}");
+    drop(mount);
+}

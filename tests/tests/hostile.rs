@@ -240,6 +240,25 @@ fn common_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
             SYNTAX,
         ),
         case("duplicate garbage after the object", format!("{text} {{"), SYNTAX),
+        case(
+            "valid JSON one byte over the 16 MiB limit",
+            {
+                let mut over = text.clone().into_bytes();
+                over.resize((16 << 20) + 1, b' ');
+                over
+            },
+            SYNTAX,
+        ),
+        case("a million numbers", with(&base, "pad", json!(vec![1; 1_000_000])), SYNTAX),
+        case(
+            "300 000 port mappings",
+            with(
+                &base,
+                "pad",
+                json!(vec![json!({ "hostPort": 8080, "containerPort": 80, "protocol": "tcp" }); 300_000]),
+            ),
+            SYNTAX,
+        ),
         case("unknown cniVersion", with(&base, "cniVersion", json!("9.9.9")), VERSION),
         case("four-part cniVersion", with(&base, "cniVersion", json!("1.0.0.0")), VERSION),
         case("cniVersion not a number", with(&base, "cniVersion", json!("one")), VERSION),
@@ -429,6 +448,15 @@ fn bridge_cases(f: &Fixture) -> Vec<Case> {
         case("ipam.type loopback (not IPAM)", with(&b, "ipam", json!({ "type": "loopback" })), CONFIG),
         env_case("CNI_ARGS MAC not a MAC", &b, vec![("CNI_ARGS", Some("MAC=nope".into()))], CONFIG),
         env_case("CNI_ARGS IP not an IP (delegated)", &b, vec![("CNI_ARGS", Some("IP=10.210.1.300".into()))], ENV),
+        case(
+            "isGateway vlan: bridge name too long for <bridge>.<vlan>",
+            with(
+                &with_value(&with_value(&b, "bridge", json!("br0123456789a")), "isGateway", json!(true)),
+                "vlan",
+                json!(100),
+            ),
+            CONFIG,
+        ),
     ]);
     // The hairpin-with-promisc row is built here, since both keys must be set.
     let last = cases.iter_mut().find(|c| c.label == "hairpin with promisc").expect("row");
@@ -690,6 +718,87 @@ fn host_local_refuses_hostile_input() {
     let mut cases = common_cases(&f, "host-local");
     cases.extend(host_local_cases(&f));
     run_table(&f, "host-local", &cases);
+}
+
+/// What a symbolic link planted in host-local's data directory may do: nothing outside it. Each row plants
+/// a link (to a file outside, and dangling) where a store file should be, then runs ADD, STATUS, GC, DEL;
+/// each answers the code given (None: success) with the planted path in the message, and the file outside
+/// is never modified, the dangling target never created.
+#[test]
+fn host_local_never_follows_a_link_in_its_data_directory() {
+    let f = Fixture::new();
+    let outside = TempDir::new("cnho");
+    let precious = outside.path().join("precious");
+    let nowhere = outside.path().join("created-through-a-link");
+    let outside_dir = outside.path().join("dir");
+    std::fs::create_dir(&outside_dir).expect("mkdir");
+    const NA: u32 = 50;
+    type Want = [Option<u32>; 4];
+    // (where, ADD, STATUS, GC, DEL); `<net>` is the network directory itself.
+    let rows: [(&str, Want); 6] = [
+        ("lock", [Some(IO), Some(NA), Some(IO), Some(IO)]),
+        (".cni-rs-index", [Some(IO), Some(NA), Some(IO), Some(IO)]),
+        ("last_reserved_ip.0", [Some(IO), None, None, None]),
+        // The next free address: not a reservation, never written through, skipped.
+        ("10.210.1.2", [None, None, None, None]),
+        // What a kill between writing and linking leaves, as a link: unlinked by the next lock.
+        (".host-local-tmp.1.2.3", [None, None, None, None]),
+        ("<net>", [Some(IO), Some(NA), Some(IO), Some(IO)]),
+    ];
+    let mut failures = Vec::new();
+    for (at, want) in rows {
+        for dangling in [false, true] {
+            std::fs::write(&precious, "precious").expect("write");
+            let network = unique("nethl");
+            let net_dir = f.scratch.path().join("data").join(&network);
+            let (planted, target) = if at == "<net>" {
+                (net_dir.clone(), if dangling { nowhere.clone() } else { outside_dir.clone() })
+            } else {
+                std::fs::create_dir_all(&net_dir).expect("mkdir");
+                (net_dir.join(at), if dangling { nowhere.clone() } else { precious.clone() })
+            };
+            std::os::unix::fs::symlink(&target, &planted).expect("symlink");
+            let mut conf = f.base("host-local");
+            conf["cniVersion"] = json!("1.1.0");
+            conf["name"] = json!(network);
+            let mut env = f.env("ADD");
+            let mut gc = conf.clone();
+            gc["cni.dev/valid-attachments"] = json!([{ "containerID": env["CNI_CONTAINERID"], "ifname": "eth0" }]);
+            for (verb, want) in ["ADD", "STATUS", "GC", "DEL"].into_iter().zip(want) {
+                env.insert("CNI_COMMAND".into(), verb.into());
+                let stdin = if verb == "GC" { &gc } else { &conf };
+                let ran = exec(&bin_dir().join("host-local"), &[], &env, stdin.to_string().as_bytes());
+                let what = format!("{at} (dangling: {dangling}) {verb}");
+                match want {
+                    None if ran.exit != Some(0) => failures.push(format!("{what}: failed: {}", ran.stdout)),
+                    None => {}
+                    Some(code) => match check_error(&ran, code) {
+                        Err(why) => failures.push(format!("{what}: {why}")),
+                        Ok(()) if !ran.stdout.contains(&planted.display().to_string()) => {
+                            failures.push(format!("{what}: the message does not name the link: {}", ran.stdout))
+                        }
+                        Ok(()) => {}
+                    },
+                }
+                if std::fs::read_to_string(&precious).ok().as_deref() != Some("precious") {
+                    failures.push(format!("{what}: the file outside was modified"));
+                }
+                if std::fs::symlink_metadata(&nowhere).is_ok() {
+                    failures.push(format!("{what}: a file was created through the dangling link"));
+                    let _ = std::fs::remove_file(&nowhere);
+                }
+                if std::fs::read_dir(&outside_dir).map(|d| d.count()).unwrap_or(1) != 0 {
+                    failures.push(format!("{what}: something was written into the directory outside"));
+                }
+            }
+            if at == "<net>" {
+                std::fs::remove_file(&net_dir).expect("remove link");
+            } else {
+                std::fs::remove_dir_all(&net_dir).expect("remove network dir");
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]

@@ -249,19 +249,25 @@ impl IpamConfig {
 
         let mut requested = Vec::new();
         if let Some(cni_args) = cni_args {
-            if let Some(text) = cni_args.get("IP").filter(|s| !s.is_empty()) {
-                for item in text.split(',') {
-                    let ip = parse_ip(item)
-                        .ok_or_else(|| Error::env(format!("CNI_ARGS IP: {item:?} is not an IP address")))?;
-                    requested.push(ip);
-                }
-            }
+            let mut from_args = Vec::new();
             if let Some((c, cni)) = non_null(&conf.args, "cni") {
                 let path = format!("args.{c}");
                 if let Some((k, v)) = non_null(object(cni, &path)?, "ips") {
-                    requested_list(v, &format!("{path}.{k}"), &mut requested)?;
+                    requested_list(v, &format!("{path}.{k}"), &mut from_args)?;
                 }
             }
+            // CONVENTIONS.md: `args.cni.ips` supersedes the deprecated `CNI_ARGS IP`, which is then not read
+            // at all (so a stale or malformed `IP=` cannot fail an ADD that names its addresses in `args`).
+            if from_args.is_empty() {
+                if let Some(text) = cni_args.get("IP").filter(|s| !s.is_empty()) {
+                    for item in text.split(',') {
+                        let ip = parse_ip(item)
+                            .ok_or_else(|| Error::env(format!("CNI_ARGS IP: {item:?} is not an IP address")))?;
+                        requested.push(ip);
+                    }
+                }
+            }
+            requested.extend(from_args);
             if let Some((k, v)) = non_null(&conf.runtime_config, "ips") {
                 requested_list(v, &format!("runtimeConfig.{k}"), &mut requested)?;
             }
@@ -405,8 +411,13 @@ mod tests {
             "ipam": {"subnet": "10.0.0.0/24", "ranges": [[{"subnet": "fd00::/64"}]]},
             "args": {"cni": {"ips": ["10.0.0.7"]}},
             "runtimeConfig": {"ips": ["fd00::9/64", "10.0.0.7"], "ipRanges": [[{"subnet": "192.168.0.0/24"}]]}});
-        let c = parse_with(v, "IP=10.0.0.5,::ffff:192.168.0.4").unwrap();
-        assert_eq!(c.requested, ["10.0.0.5", "192.168.0.4", "10.0.0.7", "fd00::9"].map(ip));
+        let c = parse_with(v.clone(), "IP=10.0.0.5,::ffff:192.168.0.4").unwrap();
+        // CNI_ARGS IP is ignored because args.cni.ips is set.
+        assert_eq!(c.requested, ["10.0.0.7", "fd00::9"].map(ip));
+        let mut without_args = v;
+        without_args.as_object_mut().unwrap().remove("args");
+        let c = parse_with(without_args, "IP=10.0.0.5,::ffff:192.168.0.4").unwrap();
+        assert_eq!(c.requested, ["10.0.0.5", "192.168.0.4", "fd00::9", "10.0.0.7"].map(ip));
         assert_eq!(c.range_sets[0].ranges[0].subnet.to_string(), "192.168.0.0/24");
         assert_eq!(c.range_sets[1].ranges[0].subnet.to_string(), "10.0.0.0/24");
         // Two requests for the first v4 set: one is left over.

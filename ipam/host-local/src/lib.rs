@@ -120,7 +120,7 @@ impl Allocation<'_, '_> {
     }
 
     fn reserve_next(&mut self, index: usize, set: &RangeSet) -> Result<IpAddr> {
-        let last = self.locked.last_reserved(index);
+        let last = self.locked.last_reserved(index)?;
         // Addresses found taken only at link time (someone ignoring the lock) are skipped on the next pass.
         let mut raced: HashSet<IpAddr> = HashSet::new();
         loop {
@@ -384,6 +384,27 @@ mod tests {
             json!([{"containerID": "c", "ifname": "eth0"}, {"containerID": "c", "ifname": "eth1"}]);
         HostLocal.gc(&request(Command::Gc, "", "", &gc)).unwrap();
         assert_eq!(files(&t), pairs(&[("10.0.0.3", "c\r\neth0"), ("10.0.0.4", "c\r\neth1")]));
+    }
+
+    #[test]
+    fn args_cni_ips_supersede_cni_args_ip() {
+        let t = TempDir::new("args-ips");
+        let mut conf = conf(&t);
+        conf["args"] = json!({"cni": {"ips": ["10.0.0.7"]}});
+        let mut req = request(Command::Add, "a", "eth0", &conf);
+        // Valid but different, then not even an address: neither is read.
+        for cni_args in ["IP=10.0.0.9", "IP=nonsense"] {
+            req.args = libcni::args::CniArgs::parse(cni_args).unwrap();
+            let result = HostLocal.add(&req).unwrap();
+            let ips: Vec<String> = result.ips.iter().map(|c| c.address.ip().to_string()).collect();
+            assert_eq!(ips, ["10.0.0.7", "fd00::2"], "{cni_args}");
+        }
+        assert!(!t.0.join("n/10.0.0.9").exists());
+        // Without args.cni.ips, CNI_ARGS IP is honoured.
+        conf.as_object_mut().unwrap().remove("args");
+        let mut req = request(Command::Add, "b", "eth0", &conf);
+        req.args = libcni::args::CniArgs::parse("IP=10.0.0.9").unwrap();
+        assert_eq!(HostLocal.add(&req).unwrap().ips[0].address.ip().to_string(), "10.0.0.9");
     }
 
     #[test]

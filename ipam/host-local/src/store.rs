@@ -11,20 +11,50 @@
 //! releases it). Reading a thousand files per call would dominate ADD on a busy node, so a scan cache
 //! (`index`) remembers the owner of each file by name and inode; an owner taken from it is confirmed by
 //! reading its file before anything is returned or released on its word.
+//!
+//! Nothing in the network directory is followed if it is a symbolic link: whoever can plant one there (a pod
+//! with the directory mounted, a careless script) must not make a root plugin write, create, lock or read a
+//! file elsewhere. `<dataDir>/<network>` is opened once with `O_NOFOLLOW` (a link there is an error naming it;
+//! `dataDir` itself is taken as configured, links and all: the operator wrote it) and every file is reached
+//! through that descriptor (openat, linkat, renameat, unlinkat), so swapping the directory afterwards changes
+//! nothing. Files are opened with `O_NOFOLLOW` (a link where `lock`, the scan cache or
+//! `last_reserved_ip.<n>` should be is an I/O error naming it), created with `O_EXCL` (temporary files), or
+//! published with link(2)/rename(2), which act on the name itself. A link with a reservation's name is not a
+//! reservation: the listing skips it and link(2) refuses to publish over it.
+//!
+//! A read-only store (a file system remounted read-only after an I/O error) is still read: the lock is taken
+//! through a read-only descriptor, or not at all when the lock file does not exist (nothing can change the
+//! directory then), so DEL and GC succeed when there is nothing to release and name what they could not.
 
 mod index;
 
 use index::{DirStamp, INDEX_FILE};
 use libcni::{code, Error, Result};
 use nix::dir::{Dir, Type as FileType};
-use nix::fcntl::{Flock, FlockArg, OFlag};
-use nix::sys::stat::Mode;
-use std::fs::{self, File, OpenOptions};
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag};
+use nix::sys::stat::{Mode, SFlag};
+use nix::unistd::UnlinkatFlags;
+use std::fs::{self, File};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// How every file of the store is opened: never through a symbolic link, never blocking on a FIFO planted there.
+const FILE_FLAGS: OFlag = OFlag::O_NOFOLLOW.union(OFlag::O_NONBLOCK).union(OFlag::O_CLOEXEC);
+
+fn io_error(e: Errno) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e as i32)
+}
+
+/// Whether an error means the store cannot be written at all (and can still be read).
+fn is_read_only(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(Errno::EROFS as i32)
+}
 
 /// What the reference writes between the container ID and the interface name.
 pub const LINE_BREAK: &str = "\r\n";
@@ -241,7 +271,7 @@ impl Reservations {
     /// The addresses an attachment holds, confirmed: its own files, or, when it has none, old-format files of
     /// its container (the reference's rule for DEL).
     pub fn held_by(&mut self, store: &Store, cid: &str, ifname: &str) -> Vec<IpAddr> {
-        self.confirmed_held_by(&store.dir, cid, ifname).0
+        self.confirmed_held_by(store, cid, ifname).0
     }
 
     fn held_by_as_recorded(&self, cid: &str, ifname: &str) -> Vec<IpAddr> {
@@ -263,13 +293,13 @@ impl Reservations {
     }
 
     /// [`Reservations::held_by`], and whether confirming changed the view.
-    fn confirmed_held_by(&mut self, dir: &Path, cid: &str, ifname: &str) -> (Vec<IpAddr>, bool) {
+    fn confirmed_held_by(&mut self, store: &Store, cid: &str, ifname: &str) -> (Vec<IpAddr>, bool) {
         let mut changed_any = false;
         loop {
             let held = self.held_by_as_recorded(cid, ifname);
             let mut changed = false;
             for ip in &held {
-                changed |= self.confirm(dir, *ip);
+                changed |= self.confirm(store, *ip);
             }
             // A claim that did not hold can hide others (old-format files count only when no exact one does).
             if !changed {
@@ -281,14 +311,14 @@ impl Reservations {
 
     /// Re-read the file behind `ip` if its owner came from the scan cache (a file removed and re-created
     /// behind our back may have got the same inode number). Returns whether the view changed.
-    fn confirm(&mut self, dir: &Path, ip: IpAddr) -> bool {
+    fn confirm(&mut self, store: &Store, ip: IpAddr) -> bool {
         let Some(r) = self.files.get(ip) else { return false };
         if !r.is_from_index() {
             return false;
         }
         let recorded = (r.ino, self.owner_of(r));
         let name = self.name_of(r).map(str::to_string);
-        let read = name.as_ref().map(|name| (name, read_reservation(&dir.join(name))));
+        let read = name.as_ref().map(|name| (name, store.read_reservation(name)));
         match read {
             Some((name, Ok((ino, owner)))) => {
                 let changed = recorded != (ino, Some(owner.clone()));
@@ -318,15 +348,6 @@ fn recorded_files(text: &str, now: &DirStamp) -> Option<Files> {
         Some(())
     })?;
     Some(Files(files))
-}
-
-/// The inode number and owner of a reservation file.
-fn read_reservation(path: &Path) -> std::io::Result<(u64, Owner)> {
-    let mut file = File::open(path)?;
-    let meta = file.metadata()?;
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).saturating_add(1));
-    file.read_to_end(&mut bytes)?;
-    Ok((meta.ino(), Owner::parse(&String::from_utf8_lossy(&bytes))))
 }
 
 /// The parsed name of a directory entry, if it is a reservation file.
@@ -372,14 +393,18 @@ struct Listing {
     reservations: Reservations,
     /// The scan cache was missing, unusable or out of date.
     index_stale: bool,
-    /// Temporary files (ours), which outlive the lock only when a plugin crashed.
-    temp_files: Vec<PathBuf>,
+    /// Names of temporary files (ours), which outlive the lock only when a plugin crashed.
+    temp_files: Vec<String>,
 }
 
-/// The directory of one network's reservations.
+/// The directory of one network's reservations, held open: every file is reached through this descriptor
+/// (openat, linkat, renameat, unlinkat), so what `<dataDir>/<network>` names later (renamed, replaced by a
+/// link) never matters once the store is open.
 #[derive(Debug, Clone)]
 pub struct Store {
+    /// For messages.
     dir: PathBuf,
+    handle: Arc<File>,
 }
 
 impl Store {
@@ -399,17 +424,40 @@ impl Store {
             .mode(0o755)
             .create(&dir)
             .map_err(|e| Error::io(format!("create data directory {}", dir.display()), &e))?;
-        Ok(Store { dir })
+        Self::open(dir)?.ok_or_else(|| {
+            Error::new(code::IO, "data directory vanished right after it was created; try again".to_string())
+        })
     }
 
     /// Open the store only if it exists (DEL, GC, CHECK): a missing directory holds no reservation.
     pub fn existing(data_dir: &Path, network: &str) -> Result<Option<Store>> {
-        let dir = Self::path_for(data_dir, network)?;
-        match fs::metadata(&dir) {
-            Ok(m) if m.is_dir() => Ok(Some(Store { dir })),
-            Ok(_) => Err(Error::new(code::IO, format!("data directory {} is not a directory", dir.display()))),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(format!("data directory {}", dir.display()), &e)),
+        Self::open(Self::path_for(data_dir, network)?)
+    }
+
+    /// `<dataDir>/<network>` is ours to create: a symbolic link there was planted by someone else and is not
+    /// followed (`dataDir` itself, the operator's choice, is).
+    fn open(dir: PathBuf) -> Result<Option<Store>> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        match nix::fcntl::open(&dir, flags, Mode::empty()) {
+            Ok(fd) => Ok(Some(Store { dir, handle: Arc::new(File::from(fd)) })),
+            Err(Errno::ENOENT) => Ok(None),
+            // With O_DIRECTORY, Linux answers ENOTDIR for a link; ELOOP without it.
+            Err(Errno::ELOOP | Errno::ENOTDIR)
+                if fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) =>
+            {
+                Err(Error::new(
+                    code::IO,
+                    format!(
+                        "data directory {} is a symbolic link: host-local never follows links in its data \
+                         directory; remove it (set ipam.dataDir to the real location instead)",
+                        dir.display()
+                    ),
+                ))
+            }
+            Err(Errno::ENOTDIR) => {
+                Err(Error::new(code::IO, format!("data directory {} is not a directory", dir.display())))
+            }
+            Err(e) => Err(Error::io(format!("data directory {}", dir.display()), &io_error(e))),
         }
     }
 
@@ -417,30 +465,105 @@ impl Store {
         &self.dir
     }
 
+    /// The path of a file of the store, for messages.
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Open a file of the store (see [`FILE_FLAGS`]).
+    fn open_file(&self, name: &str, flags: OFlag) -> std::io::Result<File> {
+        let fd = nix::fcntl::openat(self.handle.as_fd(), name, flags | FILE_FLAGS, Mode::from_bits_truncate(0o644))
+            .map_err(io_error)?;
+        Ok(File::from(fd))
+    }
+
+    /// The type of a directory entry, without following a link.
+    fn kind_of(&self, name: &str) -> Option<SFlag> {
+        let stat = nix::sys::stat::fstatat(self.handle.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+        Some(SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT)
+    }
+
+    /// Remove a file of the store (the name itself: a link is removed, never its target).
+    fn unlink(&self, name: &str) -> std::io::Result<()> {
+        nix::unistd::unlinkat(self.handle.as_fd(), name, UnlinkatFlags::NoRemoveDir).map_err(io_error)
+    }
+
+    /// The error for a store file that could not be opened: a symbolic link is named as such.
+    fn open_error(&self, what: &str, name: &str, e: &std::io::Error) -> Error {
+        let path = self.path(name);
+        if e.raw_os_error() == Some(Errno::ELOOP as i32) && self.kind_of(name) == Some(SFlag::S_IFLNK) {
+            return Error::new(
+                code::IO,
+                format!(
+                    "{what} {} is a symbolic link: host-local never follows links in its data directory; \
+                     remove it (nobody but host-local should create files there)",
+                    path.display()
+                ),
+            );
+        }
+        Error::io(format!("{what} {}", path.display()), e)
+    }
+
+    /// A store file that must be a regular file, opened read-only; `None` if it does not exist.
+    fn open_existing(&self, what: &str, name: &str) -> Result<Option<File>> {
+        match self.open_file(name, OFlag::O_RDONLY) {
+            Ok(file) => {
+                let meta = file.metadata().map_err(|e| self.open_error(what, name, &e))?;
+                if !meta.is_file() {
+                    let path = self.path(name);
+                    return Err(Error::new(
+                        code::IO,
+                        format!("{what} {} is not a regular file; remove it", path.display()),
+                    ));
+                }
+                Ok(Some(file))
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.open_error(what, name, &e)),
+        }
+    }
+
+    /// The inode number and owner of a reservation file.
+    fn read_reservation(&self, name: &str) -> std::io::Result<(u64, Owner)> {
+        let mut file = self.open_file(name, OFlag::O_RDONLY)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(ErrorKind::InvalidInput.into());
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).saturating_add(1));
+        file.read_to_end(&mut bytes)?;
+        Ok((meta.ino(), Owner::parse(&String::from_utf8_lossy(&bytes))))
+    }
+
     /// Take the network's lock (shared with the reference plugin), blocking until it is free, and read every
     /// reservation. Temporary files left by a crash are removed on the way: ours exist only under the lock.
+    ///
+    /// On a read-only file system the lock file is opened read-only (flock needs no write access), or, when
+    /// it does not exist, not locked at all: nobody can change the directory then. Changes fail later, each
+    /// naming its file.
     pub fn lock(&self) -> Result<Locked<'_>> {
-        let path = self.dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .open(&path)
-            .map_err(|e| Error::io(format!("open lock {}", path.display()), &e))?;
-        let flock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| {
-            Error::io(format!("lock {}", path.display()), &std::io::Error::from_raw_os_error(errno as i32))
-        })?;
+        let (file, read_only) = match self.open_file(LOCK_FILE, OFlag::O_RDWR | OFlag::O_CREAT) {
+            Ok(file) => (Some(file), false),
+            Err(e) if is_read_only(&e) => (self.open_existing("lock", LOCK_FILE)?, true),
+            Err(e) => return Err(self.open_error("open lock", LOCK_FILE, &e)),
+        };
+        let flock = file
+            .map(|file| {
+                Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| {
+                    Error::io(format!("lock {}", self.path(LOCK_FILE).display()), &io_error(errno))
+                })
+            })
+            .transpose()?;
         let listing = self.list()?;
         let mut removed_any = false;
         for tmp in &listing.temp_files {
             // A temporary name is never parsed as an address, so one that cannot be removed is harmless.
-            removed_any |= fs::remove_file(tmp).is_ok();
+            removed_any |= self.unlink(tmp).is_ok();
         }
         Ok(Locked {
             store: self,
             reservations: listing.reservations,
-            index_stale: listing.index_stale || removed_any,
+            index_stale: (listing.index_stale || removed_any) && !read_only,
             _flock: flock,
         })
     }
@@ -454,28 +577,36 @@ impl Store {
     /// One directory listing: each reservation whose name and inode the scan cache knows keeps the recorded
     /// owner; only new or replaced files are read.
     fn list(&self) -> Result<Listing> {
-        let stamp = fs::metadata(&self.dir).ok().map(|m| DirStamp::of(&m));
-        let index_text = stamp.and_then(|_| fs::read_to_string(self.dir.join(INDEX_FILE)).ok()).unwrap_or_default();
+        let stamp = self.handle.metadata().ok().map(|m| DirStamp::of(&m));
+        let index_text = match stamp {
+            Some(_) => self.read_index()?,
+            None => String::new(),
+        };
         let recorded = stamp.and_then(|now| recorded_files(&index_text, &now));
         let mut index_stale = recorded.is_none();
         let index_text = if index_stale { String::new() } else { index_text };
         let mut files = recorded.unwrap_or_default();
         // nix's iterator copies each name once; std's DirEntry::file_name copies it a second time.
-        let mut dir = Dir::open(&self.dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-            .map_err(|e| Error::io(format!("read {}", self.dir.display()), &e.into()))?;
+        let mut dir = Dir::openat(
+            self.handle.as_fd(),
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::io(format!("read {}", self.dir.display()), &io_error(e)))?;
         let mut temp_files = Vec::new();
         let mut fresh = Vec::new();
         for entry in dir.iter().flatten() {
             let Ok(name) = entry.file_name().to_str() else { continue };
             if name.starts_with(TEMP_PREFIX) {
-                temp_files.push(self.dir.join(name));
+                temp_files.push(name.to_string());
                 continue;
             }
             let Some(ip) = reservation_name(name) else { continue };
             let is_file = match entry.file_type() {
                 Some(kind) => kind == FileType::File,
                 // Some file systems do not say in the listing.
-                None => fs::symlink_metadata(self.dir.join(name)).is_ok_and(|m| m.is_file()),
+                None => self.kind_of(name) == Some(SFlag::S_IFREG),
             };
             if !is_file {
                 continue;
@@ -490,7 +621,7 @@ impl Store {
                 }
             }
             index_stale = true;
-            if let Ok((ino, owner)) = read_reservation(&self.dir.join(name)) {
+            if let Ok((ino, owner)) = self.read_reservation(name) {
                 fresh.push((ip, Reservation { ino, record: Record::read(name.to_string(), owner), listed: true }));
             }
         }
@@ -502,81 +633,94 @@ impl Store {
         Ok(Listing { reservations: Reservations { index_text, files }, index_stale, temp_files })
     }
 
+    /// The scan cache's text; empty if it is missing or unreadable (a cache: the scan then reads every file).
+    /// A symbolic link or anything but a regular file in its place is an error naming it.
+    fn read_index(&self) -> Result<String> {
+        let Some(mut file) = self.open_existing("scan cache", INDEX_FILE)? else { return Ok(String::new()) };
+        let mut text = String::new();
+        Ok(file.read_to_string(&mut text).map_or_else(|_| String::new(), |_| text))
+    }
+
     /// Record the reservations in the scan cache. Overwritten in place (reusing the file's pages) and not
     /// synced: a torn, mixed or lost index only makes the next scan read every file. Must be the last change
     /// to the directory under the lock.
     fn write_index(&self, reservations: &Reservations) {
-        let path = self.dir.join(INDEX_FILE);
-        let written =
-            OpenOptions::new().write(true).create(true).truncate(false).mode(0o644).open(&path).and_then(|mut file| {
-                // Stamped after the open, which creates the file the first time and so changes the directory.
-                let stamp = DirStamp::of(&fs::metadata(&self.dir)?);
-                let text = &reservations.index_text;
-                let entries = reservations.files.values().filter_map(|r| match &r.record {
-                    Record::Indexed(line) => index::line(text, line).map(index::Entry::Recorded),
-                    Record::Read(file) => {
-                        Some(index::Entry::Fresh { name: &file.name, ino: r.ino, owner: &file.owner })
-                    }
-                });
-                let rendered = index::render(&stamp, reservations.files.len(), entries);
-                file.write_all(rendered.as_bytes())?;
-                file.set_len(rendered.len() as u64)
+        let written = self.open_file(INDEX_FILE, OFlag::O_WRONLY | OFlag::O_CREAT).and_then(|mut file| {
+            // Never write into anything but a regular file (a FIFO or a device planted under this name).
+            if !file.metadata()?.is_file() {
+                return Err(ErrorKind::InvalidInput.into());
+            }
+            // Stamped after the open, which creates the file the first time and so changes the directory.
+            let stamp = DirStamp::of(&self.handle.metadata()?);
+            let text = &reservations.index_text;
+            let entries = reservations.files.values().filter_map(|r| match &r.record {
+                Record::Indexed(line) => index::line(text, line).map(index::Entry::Recorded),
+                Record::Read(file) => Some(index::Entry::Fresh { name: &file.name, ino: r.ino, owner: &file.owner }),
             });
+            let rendered = index::render(&stamp, reservations.files.len(), entries);
+            file.write_all(rendered.as_bytes())?;
+            file.set_len(rendered.len() as u64)
+        });
         if written.is_err() {
             // It would be refused anyway; removing it spares the next scan the attempt.
-            let _ = fs::remove_file(&path);
+            let _ = self.unlink(INDEX_FILE);
         }
     }
 
-    /// The address last handed out from a set, if recorded and parsable.
-    pub fn last_reserved(&self, set_index: usize) -> Option<IpAddr> {
-        let content = fs::read_to_string(self.dir.join(format!("{LAST_RESERVED_PREFIX}{set_index}"))).ok()?;
-        content.trim().parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
+    /// The address last handed out from a set, if recorded and parsable. A symbolic link in its place is an
+    /// error naming it.
+    pub fn last_reserved(&self, set_index: usize) -> Result<Option<IpAddr>> {
+        let name = format!("{LAST_RESERVED_PREFIX}{set_index}");
+        let Some(file) = self.open_existing("round-robin cursor", &name)? else { return Ok(None) };
+        // An address is at most 45 bytes; a larger file is not ours and is read no further.
+        let mut content = String::new();
+        if file.take(64).read_to_string(&mut content).is_err() {
+            return Ok(None);
+        }
+        Ok(content.trim().parse::<IpAddr>().ok().map(|ip| ip.to_canonical()))
     }
 
     /// Fails unless the store can be written (STATUS): opens the lock file for writing, creating it if needed.
     /// Creating and removing a probe file instead would change the directory and so invalidate the scan cache.
     pub fn probe_writable(&self) -> Result<()> {
-        let path = self.dir.join(LOCK_FILE);
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .open(&path)
+        self.open_file(LOCK_FILE, OFlag::O_WRONLY | OFlag::O_CREAT)
             .map(drop)
-            .map_err(|e| Error::io(format!("open {} for writing", path.display()), &e))
+            .map_err(|e| self.open_error("open for writing: lock", LOCK_FILE, &e))
     }
 
-    /// A fresh file whose name can never parse as an address, created exclusively.
-    fn temp_file(&self) -> Result<(PathBuf, File)> {
+    /// A fresh file whose name can never parse as an address, created exclusively (O_EXCL: never through a
+    /// link planted under that name, nor onto any existing file). Returns its name.
+    fn temp_file(&self) -> Result<(String, File)> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         loop {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let path = self.dir.join(format!("{TEMP_PREFIX}{}.{nanos}.{n}", std::process::id()));
-            match OpenOptions::new().write(true).create_new(true).mode(0o644).open(&path) {
-                Ok(f) => return Ok((path, f)),
+            let name = format!("{TEMP_PREFIX}{}.{nanos}.{n}", std::process::id());
+            match self.open_file(&name, OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL) {
+                Ok(f) => return Ok((name, f)),
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(Error::io(format!("create temporary file in {}", self.dir.display()), &e)),
             }
         }
     }
 
-    /// Write `content` to a temporary file and hand it to `publish`; the temporary name is always removed.
+    /// Write `content` to a temporary file and hand its name to `publish`; the temporary name is always
+    /// removed.
     ///
     /// Nothing is synced to disk, as the reference does not: publishing by link(2) or rename(2) keeps
     /// a reservation whole or absent for every reader, and a crash that could lose one (power loss,
     /// kernel panic) also ended the container it was for. A file a crash left empty reads as an
     /// old-format reservation of no container, which GC releases. An fdatasync here cost 1-5 ms
     /// per ADD on this machine's disk.
-    fn write_via_temp<T>(&self, content: &str, publish: impl FnOnce(&Path, &File) -> Result<T>) -> Result<T> {
+    fn write_via_temp<T>(&self, content: &str, publish: impl FnOnce(&str, &File) -> Result<T>) -> Result<T> {
         let (tmp, mut file) = self.temp_file()?;
-        let written = file.write_all(content.as_bytes()).map_err(|e| Error::io(format!("write {}", tmp.display()), &e));
+        let written = file
+            .write_all(content.as_bytes())
+            .map_err(|e| Error::io(format!("write {}", self.path(&tmp).display()), &e));
         let result = written.and_then(|()| publish(&tmp, &file));
         drop(file);
         // The temporary name is harmless if it lingers (never parsed as an address), so a failure here is ignored.
-        let _ = fs::remove_file(&tmp);
+        let _ = self.unlink(&tmp);
         result
     }
 }
@@ -588,8 +732,9 @@ pub struct Locked<'a> {
     reservations: Reservations,
     /// The scan cache does not describe the directory: rewrite it before the lock is released.
     index_stale: bool,
-    /// Declared last: released after `drop` has rewritten the scan cache.
-    _flock: Flock<File>,
+    /// Declared last: released after `drop` has rewritten the scan cache. `None` on a read-only store whose
+    /// lock file does not exist.
+    _flock: Option<Flock<File>>,
 }
 
 impl Drop for Locked<'_> {
@@ -615,30 +760,34 @@ impl Locked<'_> {
 
     /// The addresses an attachment holds, each confirmed by reading its file.
     pub fn held_by(&mut self, cid: &str, ifname: &str) -> Vec<IpAddr> {
-        let (held, changed) = self.reservations.confirmed_held_by(&self.store.dir, cid, ifname);
+        let (held, changed) = self.reservations.confirmed_held_by(self.store, cid, ifname);
         self.index_stale |= changed;
         held
     }
 
     /// The owner of `ip`, confirmed by reading its file.
     pub fn confirmed_owner(&mut self, ip: IpAddr) -> Option<Owner> {
-        self.index_stale |= self.reservations.confirm(&self.store.dir, ip);
+        self.index_stale |= self.reservations.confirm(self.store, ip);
         self.reservations.owner(ip)
     }
 
-    pub fn last_reserved(&self, set_index: usize) -> Option<IpAddr> {
+    pub fn last_reserved(&self, set_index: usize) -> Result<Option<IpAddr>> {
         self.store.last_reserved(set_index)
     }
 
     /// Reserve `ip` for the attachment. `Ok(false)` if the address is already reserved by anyone.
     pub fn reserve(&mut self, ip: IpAddr, cid: &str, ifname: &str) -> Result<bool> {
         let name = ip.to_string();
-        let target = self.store.dir.join(&name);
         let content = format!("{}{LINE_BREAK}{ifname}", cid.trim());
-        let linked = self.store.write_via_temp(&content, |tmp, file| match fs::hard_link(tmp, &target) {
-            Ok(()) => Ok(Some(file.metadata().map_or(0, |m| m.ino()))),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(None),
-            Err(e) => Err(Error::io(format!("reserve {}", target.display()), &e)),
+        let store = self.store;
+        let linked = store.write_via_temp(&content, |tmp, file| {
+            // Fails with EEXIST on any existing name, a link included, and never follows one.
+            let fd = store.handle.as_fd();
+            match nix::unistd::linkat(fd, tmp, fd, name.as_str(), AtFlags::empty()) {
+                Ok(()) => Ok(Some(file.metadata().map_or(0, |m| m.ino()))),
+                Err(Errno::EEXIST) => Ok(None),
+                Err(e) => Err(Error::io(format!("reserve {}", store.path(&name).display()), &io_error(e))),
+            }
         })?;
         let Some(ino) = linked else { return Ok(false) };
         let owner = Owner::parse(&content);
@@ -649,14 +798,17 @@ impl Locked<'_> {
 
     /// Record the round-robin cursor of a set. Replaced atomically, so it is never half-written.
     pub fn set_last_reserved(&self, set_index: usize, ip: IpAddr) -> Result<()> {
-        let target = self.store.dir.join(format!("{LAST_RESERVED_PREFIX}{set_index}"));
-        self.store.write_via_temp(&ip.to_string(), |tmp, _| {
+        let target = format!("{LAST_RESERVED_PREFIX}{set_index}");
+        let store = self.store;
+        store.write_via_temp(&ip.to_string(), |tmp, _| {
             // Removed first: renaming over an existing file makes ext4 (auto_da_alloc) start writing
             // the new one out before rename returns (~0.5 ms per ADD here). Without the file for a
             // moment (under the lock, which the reference takes to read it too) the round robin
             // merely starts from the range's beginning.
-            let _ = fs::remove_file(&target);
-            fs::rename(tmp, &target).map_err(|e| Error::io(format!("write {}", target.display()), &e))
+            let _ = store.unlink(&target);
+            let fd = store.handle.as_fd();
+            nix::fcntl::renameat(fd, tmp, fd, target.as_str())
+                .map_err(|e| Error::io(format!("write {}", store.path(&target).display()), &io_error(e)))
         })
     }
 
@@ -664,11 +816,10 @@ impl Locked<'_> {
     pub fn release(&mut self, ip: IpAddr) -> Result<()> {
         let recorded = self.reservations.files.get(ip).and_then(|r| self.reservations.name_of(r));
         let name = recorded.map_or_else(|| ip.to_string(), str::to_string);
-        let path = self.store.dir.join(name);
-        let removed = match fs::remove_file(&path) {
+        let removed = match self.store.unlink(&name) {
             Ok(()) => true,
             Err(e) if e.kind() == ErrorKind::NotFound => false,
-            Err(e) => return Err(Error::io(format!("release {}", path.display()), &e)),
+            Err(e) => return Err(Error::io(format!("release {}", self.store.path(&name).display()), &e)),
         };
         let known = self.reservations.files.remove(ip).is_some();
         self.index_stale |= removed || known;
@@ -716,7 +867,7 @@ pub(crate) mod tests {
         assert!(l.reserve(ip("fd00::2"), "cid1", "eth0").unwrap());
         l.set_last_reserved(0, ip("10.0.0.2")).unwrap();
         l.set_last_reserved(1, ip("fd00::2")).unwrap();
-        assert_eq!(l.last_reserved(1), Some(ip("fd00::2")));
+        assert_eq!(l.last_reserved(1).unwrap(), Some(ip("fd00::2")));
         drop(l);
         let dir = t.0.join("net1");
         assert_eq!(fs::read(dir.join("10.0.0.2")).unwrap(), b"cid1\r\neth0");
@@ -769,6 +920,7 @@ pub(crate) mod tests {
         f.write_all(b"a\r\neth0").unwrap();
         drop(f);
         assert!(store.scan().unwrap().is_empty());
+        let tmp = store.dir().join(tmp);
         assert!(tmp.exists(), "an unlocked scan must not remove a temporary file: its writer may be running");
         assert!(tmp.file_name().unwrap().to_str().unwrap().parse::<IpAddr>().is_err());
         let l = store.lock().unwrap();
@@ -1003,6 +1155,123 @@ pub(crate) mod tests {
         store.probe_writable().unwrap();
         assert_eq!(DirStamp::of(&fs::metadata(store.dir()).unwrap()), DirStamp::of(&before));
         assert!(store.scan().unwrap().files.values().all(|r| r.is_from_index()));
+    }
+
+    /// A file outside the store and a path outside that does not exist, for links to point at.
+    fn outside(t: &TempDir) -> (PathBuf, PathBuf) {
+        let file = t.0.join("outside");
+        fs::write(&file, "precious").unwrap();
+        (file, t.0.join("created-through-a-link"))
+    }
+
+    fn assert_untouched(file: &Path, dangling: &Path) {
+        assert_eq!(fs::read_to_string(file).unwrap(), "precious");
+        assert!(fs::symlink_metadata(dangling).is_err(), "{} was created through a link", dangling.display());
+    }
+
+    #[test]
+    fn a_link_at_the_lock_the_index_or_the_cursor_is_an_error_naming_it() {
+        for name in [LOCK_FILE, INDEX_FILE, "last_reserved_ip.0"] {
+            for dangling in [false, true] {
+                let t = TempDir::new("link");
+                let (file, nowhere) = outside(&t);
+                let store = indexed_store(&t);
+                let path = store.dir().join(name);
+                let _ = fs::remove_file(&path);
+                std::os::unix::fs::symlink(if dangling { &nowhere } else { &file }, &path).unwrap();
+                let what = format!("{name} dangling={dangling}");
+                let refused = |e: Error| {
+                    assert_eq!(e.code, code::IO, "{what}: {e}");
+                    assert!(e.msg.contains(&path.display().to_string()) && e.msg.contains("symbolic link"), "{e}");
+                };
+                match name {
+                    LOCK_FILE => {
+                        refused(store.lock().err().unwrap());
+                        refused(store.probe_writable().unwrap_err());
+                    }
+                    INDEX_FILE => {
+                        refused(store.lock().err().unwrap());
+                        refused(store.scan().unwrap_err());
+                    }
+                    _ => {
+                        refused(store.last_reserved(0).unwrap_err());
+                        // Replacing the cursor replaces the link itself, never its target.
+                        let l = store.lock().unwrap();
+                        l.set_last_reserved(0, ip("10.0.0.3")).unwrap();
+                        assert!(fs::symlink_metadata(&path).unwrap().is_file(), "{what}");
+                    }
+                }
+                assert_untouched(&file, &nowhere);
+            }
+        }
+    }
+
+    #[test]
+    fn a_link_with_a_reservation_or_temporary_name_is_never_followed() {
+        for dangling in [false, true] {
+            let t = TempDir::new("link-res");
+            let (file, nowhere) = outside(&t);
+            let store = indexed_store(&t);
+            let target = if dangling { &nowhere } else { &file };
+            // The next free address, and a name a crashed writer would have left.
+            std::os::unix::fs::symlink(target, store.dir().join("10.0.0.4")).unwrap();
+            let tmp = store.dir().join(format!("{TEMP_PREFIX}1.2.3"));
+            std::os::unix::fs::symlink(target, &tmp).unwrap();
+            let mut l = store.lock().unwrap();
+            assert!(fs::symlink_metadata(&tmp).is_err(), "a leftover temporary name is unlinked");
+            assert!(!l.reservations().is_taken(ip("10.0.0.4")), "a link is not a reservation");
+            assert!(!l.reserve(ip("10.0.0.4"), "c", "eth0").unwrap(), "link(2) never publishes over a link");
+            assert!(l.reserve(ip("10.0.0.5"), "c", "eth0").unwrap());
+            assert!(l.held_by("c", "eth0") == [ip("10.0.0.5")]);
+            l.release(ip("10.0.0.4")).unwrap();
+            drop(l);
+            assert!(fs::symlink_metadata(store.dir().join("10.0.0.4")).is_err());
+            assert_untouched(&file, &nowhere);
+        }
+    }
+
+    #[test]
+    fn a_link_at_the_network_directory_is_refused() {
+        let t = TempDir::new("link-dir");
+        let real = t.0.join("elsewhere");
+        fs::create_dir(&real).unwrap();
+        let data = t.0.join("data");
+        fs::create_dir(&data).unwrap();
+        std::os::unix::fs::symlink(&real, data.join("n")).unwrap();
+        for e in [Store::create(&data, "n").unwrap_err(), Store::existing(&data, "n").unwrap_err()] {
+            assert_eq!(e.code, code::IO);
+            assert!(e.msg.contains("symbolic link") && e.msg.contains(&data.join("n").display().to_string()), "{e}");
+        }
+        assert_eq!(fs::read_dir(&real).unwrap().count(), 0);
+        // A dataDir that is itself a link is the operator's choice and is followed.
+        let linked_data = t.0.join("linked-data");
+        std::os::unix::fs::symlink(&real, &linked_data).unwrap();
+        let store = Store::create(&linked_data, "n").unwrap();
+        assert!(store.lock().unwrap().reserve(ip("10.0.0.2"), "a", "eth0").unwrap());
+        assert!(real.join("n/10.0.0.2").is_file());
+    }
+
+    /// Swapping the network directory for a link once the store is open (someone who can write `dataDir`
+    /// racing a plugin) changes nothing: every file is reached through the open directory.
+    #[test]
+    fn a_network_directory_swapped_for_a_link_after_opening_is_not_followed() {
+        let t = TempDir::new("swap");
+        let outside = t.0.join("outside");
+        fs::create_dir(&outside).unwrap();
+        let store = Store::create(&t.0, "n").unwrap();
+        fs::rename(t.0.join("n"), t.0.join("moved")).unwrap();
+        std::os::unix::fs::symlink(&outside, t.0.join("n")).unwrap();
+        let mut l = store.lock().unwrap();
+        assert!(l.reserve(ip("10.0.0.2"), "a", "eth0").unwrap());
+        l.set_last_reserved(0, ip("10.0.0.2")).unwrap();
+        assert_eq!(l.held_by("a", "eth0"), [ip("10.0.0.2")]);
+        drop(l);
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+        assert_eq!(fs::read(t.0.join("moved/10.0.0.2")).unwrap(), b"a\r\neth0");
+        assert_eq!(store.scan().unwrap().owner(ip("10.0.0.2")), Some(attachment("a", "eth0")));
+        store.lock().unwrap().release(ip("10.0.0.2")).unwrap();
+        assert!(!t.0.join("moved/10.0.0.2").exists());
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
     }
 
     #[test]

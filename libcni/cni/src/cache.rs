@@ -78,6 +78,56 @@ pub fn result_path(cache_dir: &Path, network: &str, container_id: &str, ifname: 
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Temporary names are `.tmp-<final name>-<writer pid>-<counter>`: hidden, so no listing takes one for an entry.
+const TEMP_PREFIX: &str = ".tmp-";
+/// A write takes microseconds: a temporary file this old was left by a writer that is gone, even if its
+/// pid now belongs to another process.
+const TEMP_STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The writer's pid, if `name` is a temporary name `write` makes.
+fn temp_writer(name: &str) -> Option<i32> {
+    let rest = name.strip_prefix(TEMP_PREFIX)?;
+    let mut fields = rest.rsplitn(3, '-');
+    let _counter: u64 = fields.next()?.parse().ok()?;
+    let pid: i32 = fields.next()?.parse().ok()?;
+    let target = fields.next()?;
+    (pid > 0 && !target.is_empty()).then_some(pid)
+}
+
+/// Whether a process `pid` exists (in this pid namespace).
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 sends nothing; it only checks that the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Remove the temporary files that writers killed between creating and renaming them left in the
+/// results directory: only names `write` makes, only regular files, and only stale ones (the writer's
+/// process is gone, or the file is older than a minute). Returns how many were removed; a missing
+/// directory has none.
+pub fn remove_stale_temp_files(cache_dir: &Path) -> Result<usize> {
+    let dir = results_dir(cache_dir);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io(format!("read cache directory {}", dir.display()), &e)),
+    };
+    let mut removed = 0;
+    for entry in entries.filter_map(|e| e.ok()) {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(temp_writer) else { continue };
+        let Ok(meta) = entry.metadata() else { continue };
+        let age = meta.modified().ok().and_then(|m| m.elapsed().ok()).unwrap_or_default();
+        if !meta.is_file() || (process_exists(pid) && age < TEMP_STALE_AFTER) {
+            continue;
+        }
+        if std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 /// Write (or replace) an entry atomically: a 0600 temp file in the same directory, then rename.
 pub fn write(cache_dir: &Path, entry: &CacheEntry) -> Result<PathBuf> {
     let path = result_path(cache_dir, &entry.network_name, &entry.container_id, &entry.ifname)?;
@@ -101,7 +151,7 @@ pub fn write(cache_dir: &Path, entry: &CacheEntry) -> Result<PathBuf> {
     let data =
         serde_json::to_vec(&wire).map_err(|e| Error::new(crate::code::INTERNAL, format!("encode cache entry: {e}")))?;
     let tmp = dir.join(format!(
-        ".tmp-{}-{}-{}",
+        "{TEMP_PREFIX}{}-{}-{}",
         path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         std::process::id(),
         TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
@@ -305,6 +355,100 @@ mod tests {
         delete(&d, "n", "c1", "eth0").unwrap();
         delete(&d, "n", "c1", "eth0").unwrap();
         assert!(read(&d, "n", "c1", "eth0").unwrap().is_none());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    fn entry(cid: &str, payload: usize) -> CacheEntry {
+        CacheEntry {
+            container_id: cid.into(),
+            ifname: "eth0".into(),
+            network_name: "n".into(),
+            result: Some(serde_json::json!({"cniVersion": "1.0.0", "pad": "x".repeat(payload)})),
+            ..CacheEntry::default()
+        }
+    }
+
+    fn names(d: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(d.join("results"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A pid that no process holds now: a child that has been reaped.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn stale_temp_files_are_removed_and_only_those() {
+        let d = tempdir("stale");
+        write(&d, &entry("c1", 10)).unwrap();
+        let results = d.join("results");
+        let me = std::process::id();
+        // What kill -9 between create and rename leaves: an empty file named by the dead writer's pid.
+        let killed = format!(".tmp-n-c2-eth0-{}-0", dead_pid());
+        // A live writer's (ours) fresh file, and one so old its pid must have been reused.
+        let writing = format!(".tmp-n-c3-eth0-{me}-7");
+        let old = format!(".tmp-n-c4-eth0-{me}-8");
+        // Names that are not ours: never touched.
+        let foreign = [".tmp-n-c5-eth0", ".tmp-unrelated", ".tmpx-n-1-2", "n-c6-eth0-1-2"];
+        for name in [killed.as_str(), &writing, &old].into_iter().chain(foreign) {
+            std::fs::write(results.join(name), "").unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(600);
+        std::fs::File::options().write(true).open(results.join(&old)).unwrap().set_modified(long_ago).unwrap();
+        assert_eq!(remove_stale_temp_files(&d).unwrap(), 2);
+        let mut want: Vec<String> = foreign.iter().map(|n| n.to_string()).collect();
+        want.extend([writing.clone(), "n-c1-eth0".to_string()]);
+        want.sort();
+        assert_eq!(names(&d), want);
+        assert_eq!(remove_stale_temp_files(&tempdir("stale-missing")).unwrap(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temp_file() {
+        let d = tempdir("failed");
+        write(&d, &entry("c1", 10)).unwrap();
+        // rename(2) cannot replace a non-empty directory.
+        std::fs::create_dir_all(d.join("results/n-c2-eth0/x")).unwrap();
+        let e = write(&d, &entry("c2", 10)).unwrap_err();
+        assert_eq!(e.code, crate::code::IO, "{e}");
+        assert_eq!(names(&d), ["n-c1-eth0", "n-c2-eth0"]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Entries are replaced while another thread reads them: every read sees a whole entry.
+    #[test]
+    fn a_reader_never_sees_a_partial_entry() {
+        let d = tempdir("torn");
+        write(&d, &entry("c1", 1)).unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (d, done) = (d.clone(), done.clone());
+            std::thread::spawn(move || {
+                for i in 0..100 {
+                    write(&d, &entry("c1", (i % 4) * 20_000)).unwrap();
+                }
+                done.store(true, Ordering::Relaxed);
+            })
+        };
+        let mut reads = 0;
+        while !done.load(Ordering::Relaxed) {
+            let got = read(&d, "n", "c1", "eth0").unwrap().unwrap();
+            let pad = got.result.unwrap()["pad"].as_str().unwrap().len();
+            assert!(pad == 1 || pad.is_multiple_of(20_000), "{pad}");
+            reads += 1;
+        }
+        writer.join().unwrap();
+        assert!(reads > 0);
+        assert_eq!(names(&d), ["n-c1-eth0"]);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

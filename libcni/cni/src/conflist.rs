@@ -335,8 +335,9 @@ pub fn conf_files(dir: &Path, extensions: &[&str]) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// A configuration file, within the limits every configuration has (see [`crate::limits`]).
 fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::io(format!("read {}", path.display()), &e))
+    crate::limits::read_config_file(path)
 }
 
 /// A `.conflist` file, with `<dir>/<name>/*.conf` appended unless `loadOnlyInlinedPlugins`.

@@ -9,6 +9,7 @@ pub mod error;
 pub mod fault;
 pub mod gojson;
 pub mod invoke;
+pub mod limits;
 pub mod runtime;
 pub mod skel;
 pub mod types;

@@ -245,12 +245,15 @@ impl CniConfig {
 
     /// Garbage-collect: DEL every cached attachment of this network that is not in `valid`
     /// (`None`: all of them), then, from 1.1.0 on, GC each plugin. Keeps going past failures and
-    /// reports them all. A no-op with `disableGC`.
+    /// reports them all. Temporary cache files a killed writer left behind are removed first. A
+    /// no-op with `disableGC`.
     pub fn gc_network_list(&self, list: &NetworkConfigList, valid: Option<&[Attachment]>) -> Result<()> {
         if list.disable_gc {
             return Ok(());
         }
         let mut errors = Errors::new();
+        // Housekeeping of the cache itself: a directory that cannot be listed fails below too.
+        let _ = cache::remove_stale_temp_files(&self.cache_dir);
         // As upstream, a cache that cannot be listed is no reason not to GC the plugins.
         let cached = cache::attachments(&self.cache_dir, "").unwrap_or_default();
         for entry in cached.into_iter().filter(|e| e.network_name == list.name) {

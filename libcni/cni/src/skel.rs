@@ -246,8 +246,7 @@ fn dispatch<P: Plugin>(
         validate_ifname(&ifname).map_err(|e| e.context("CNI_IFNAME"))?;
     }
 
-    let mut stdin_bytes = Vec::new();
-    stdin.read_to_end(&mut stdin_bytes).map_err(|e| Error::io("read network configuration from stdin", &e))?;
+    let stdin_bytes = crate::limits::read_config(stdin, "network configuration on stdin")?;
     // Learn the version first so even a later error speaks it.
     if let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(&stdin_bytes) {
         if let Some((_, Value::String(v))) = crate::gojson::get(&m, "cniVersion") {

@@ -357,6 +357,24 @@ fn gc_deletes_stale_attachments_and_keeps_valid_ones() {
     assert!(f.calls().is_empty());
 }
 
+/// What kill -9 of a runtime between creating and renaming a cache file leaves: GC removes it.
+#[test]
+fn gc_removes_temp_files_a_killed_writer_left() {
+    let f = Fixture::new("gctmp");
+    let list = f.list("gnet", "1.1.0", vec![f.plugin("a", json!({}))]);
+    f.config().add_network_list(&list, &rt("c1", "eth0")).unwrap();
+    let results = f.cache_file("gnet", "c1", "eth0").parent().unwrap().to_path_buf();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let left = results.join(format!(".tmp-gnet-c2-eth0-{dead}-0"));
+    std::fs::write(&left, "").unwrap();
+    let valid = [Attachment { container_id: "c1".into(), ifname: "eth0".into() }];
+    f.config().gc_network_list(&list, Some(&valid)).unwrap();
+    assert!(!left.exists(), "GC left {}", left.display());
+    assert!(f.cache_file("gnet", "c1", "eth0").exists());
+}
+
 #[test]
 fn gc_continues_past_errors_and_reports_all() {
     let f = Fixture::new("gcerr");

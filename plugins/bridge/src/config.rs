@@ -102,6 +102,11 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6]> {
     Ok(out)
 }
 
+/// The host interface holding the gateway of VLAN `vid` on `bridge` (the reference's name).
+pub fn vlan_gateway_name(bridge: &str, vid: u16) -> String {
+    format!("{bridge}.{vid}")
+}
+
 fn vlan_id(v: i64, what: &str) -> Result<u16> {
     if (1..=4094).contains(&v) {
         Ok(v as u16)
@@ -166,6 +171,16 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
                 vlan_trunk.push((lo, hi));
             }
             _ => return Err(Error::config("each vlanTrunk entry needs either \"id\" or both \"minID\" and \"maxID\"")),
+        }
+    }
+    if (raw.is_gateway || raw.is_default_gateway) && vlan != 0 {
+        let name = vlan_gateway_name(&bridge, vlan);
+        if name.len() > 15 {
+            return Err(Error::config(format!(
+                "bridge name {bridge:?} is too long for the gateway interface of vlan {vlan}: {name:?} is over 15 \
+                 bytes; use a bridge name of at most {} bytes",
+                15 - (name.len() - bridge.len())
+            )));
         }
     }
     if raw.hairpin_mode && raw.promisc_mode {

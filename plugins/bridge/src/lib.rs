@@ -443,16 +443,25 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
     configure_container(req, conf, ns, &cont, cont_link.index, &result)?;
     libcni::fault_point("container-configured")?;
 
+    let mut vlan_gateway = None;
     if conf.is_gateway {
+        // With a VLAN, the gateway address lives on that VLAN's gateway interface, not the bridge.
+        if conf.vlan != 0 && result.ips.iter().any(|ip| ip.gateway.is_some()) {
+            vlan_gateway = Some(ensure_vlan_gateway(host, conf, br.index)?);
+        }
+        let (gw_index, gw_name) = match &vlan_gateway {
+            Some(l) => (l.index, format!("VLAN gateway {}", l.name)),
+            None => (br.index, format!("bridge {}", conf.bridge)),
+        };
         let mut added = false;
         for ip in &result.ips {
             if let Some(gw) = ip.gateway {
                 let gw_net = IpNetwork::new(gw, ip.address.prefix())
                     .map_err(|e| Error::config(format!("gateway {gw}/{}: {e}", ip.address.prefix())))?;
-                added |= ensure_bridge_addr(host, conf, br.index, gw_net)?;
+                added |= ensure_bridge_addr(host, conf, gw_index, &gw_name, gw_net)?;
             }
         }
-        if added {
+        if added && vlan_gateway.is_none() {
             // A bridge takes the lowest MAC of its ports unless one is set; pin it so pods keep their neighbour entry.
             if let Some(mac) = br.mac {
                 let _ = host.set_mac(br.index, mac);
@@ -495,6 +504,10 @@ fn add(req: &Request, conf: &BridgeConf, ns: &NetNs, host: &Netlink, undo: &mut 
             ..Default::default()
         },
     ];
+    if let Some(l) = vlan_gateway {
+        // Listed after the pod's interface, as the reference does: ips[].interface stays 2.
+        result.interfaces.push(Interface { name: l.name.clone(), mac: l.mac_string(), ..Default::default() });
+    }
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
     }
@@ -528,23 +541,89 @@ fn route_defaults() -> Route {
     Route { dst: default_dst(true), gw: None, mtu: None, advmss: None, priority: None, table: None, scope: None }
 }
 
+/// The pod port's VLANs: VLAN 1 (the bridge's default PVID, which a new port joins untagged)
+/// removed unless `preserveDefaultVlan`, as the reference does whenever a VLAN is set; the trunk
+/// ranges tagged; then `vlan` as PVID, egress untagged. The PVID goes last: adding a range that
+/// holds it would clear its PVID flag.
 fn configure_vlans(host: &Netlink, conf: &BridgeConf, port: u32) -> Result<()> {
-    let native = if conf.vlan != 0 { conf.vlan } else { 1 };
-    if !conf.preserve_default_vlan && native != 1 {
-        // A port joins VLAN 1 untagged by default; keep pods out of it unless asked.
+    if !conf.preserve_default_vlan {
         host.bridge_vlan_del(port, 1, false)?;
+    }
+    for &(lo, hi) in &conf.vlan_trunk {
+        host.bridge_vlan_add_range(port, lo, hi, false)?;
     }
     if conf.vlan != 0 {
         host.bridge_vlan_add(port, conf.vlan, true, true, false)?;
     }
-    for &(lo, hi) in &conf.vlan_trunk {
-        for vid in lo..=hi {
-            if vid != conf.vlan {
-                host.bridge_vlan_add(port, vid, false, false, false)?;
-            }
-        }
-    }
     Ok(())
+}
+
+/// The bridge-side end of the VLAN gateway pair of `vid` on `bridge`: derived from both, so every
+/// ADD finds the same one.
+pub fn vlan_gateway_port_name(bridge: &str, vid: u16) -> String {
+    let digest = Sha256::digest(format!("vlan-gateway:{bridge}.{vid}").as_bytes());
+    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("vgw{hex}")
+}
+
+/// The host interface that holds the gateway address of the pods on VLAN `conf.vlan`, as the
+/// reference makes it: `<bridge>.<vlan>`, one end of a veth pair whose other end is a port of the
+/// bridge with that VLAN as PVID, untagged. (The bridge's own address is on its default PVID, which
+/// the pods' ports leave.) Made by the first ADD that needs it and shared by every pod of the VLAN;
+/// each ADD re-applies the port settings, so one that died half-way is finished by the next. DEL
+/// leaves it, as it leaves the bridge and the bridge's gateway address.
+fn ensure_vlan_gateway(host: &Netlink, conf: &BridgeConf, br: u32) -> Result<netkit::Link> {
+    let name = config::vlan_gateway_name(&conf.bridge, conf.vlan);
+    let port_name = vlan_gateway_port_name(&conf.bridge, conf.vlan);
+    let gw = match host.link(&name)? {
+        Some(l) => l,
+        None => {
+            let here = NetNs::current()?;
+            match host.create_veth(&port_name, &name, &here, conf.mtu, None) {
+                Ok(_) => {}
+                // Another ADD of the same VLAN made it first.
+                Err(e) if netkit::is_exists(&e) => {}
+                Err(e) => return Err(e.context(format_args!("create the VLAN {} gateway {name}", conf.vlan))),
+            }
+            host.link(&name)?.ok_or_else(|| {
+                Error::network(format!(
+                    "VLAN gateway {name} is missing after its creation: is a link named {port_name} in the way?"
+                ))
+            })?
+        }
+    };
+    if gw.kind.as_deref() != Some("veth") {
+        return Err(Error::network(format!(
+            "{name} exists and is not a veth ({}): the gateway of VLAN {} on bridge {} needs that name; rename or \
+             delete it",
+            gw.kind.as_deref().unwrap_or("a device without a kind"),
+            conf.vlan,
+            conf.bridge
+        )));
+    }
+    // A peer in another namespace (IFLA_LINK_NETNSID set) has an index that means nothing here.
+    let peer_here = gw.link_index.filter(|_| gw.link_netnsid.is_none());
+    let port = peer_here
+        .and_then(|i| host.link_by_index(i).transpose())
+        .transpose()?
+        .ok_or_else(|| Error::network(format!("VLAN gateway {name} has no peer in this namespace: delete {name}")))?;
+    if port.master != Some(br) {
+        host.set_master(port.index, br).map_err(fail(format_args!("attach {} to {}", port.name, conf.bridge)))?;
+    }
+    if !conf.preserve_default_vlan {
+        host.bridge_vlan_del(port.index, 1, false)?;
+    }
+    host.bridge_vlan_add(port.index, conf.vlan, true, true, false)?;
+    if !port.up {
+        let _ = sysctl::set_if(&port.name, Family::V6, "disable_ipv6", "1");
+        host.set_up(port.index)?;
+    }
+    if !gw.up {
+        // The host routes to the VLAN's subnet through here: no router advertisements wanted.
+        let _ = sysctl::set_if(&name, Family::V6, "accept_ra", "0");
+        host.set_up(gw.index)?;
+    }
+    Ok(gw)
 }
 
 fn configure_container(
@@ -603,14 +682,15 @@ fn configure_container(
     Ok(())
 }
 
-/// Ensure the bridge holds `gw`; true when this call added it.
-fn ensure_bridge_addr(host: &Netlink, conf: &BridgeConf, br: u32, gw: IpNetwork) -> Result<bool> {
+/// Ensure the gateway interface (the bridge, or a VLAN's gateway; `name` says which in messages)
+/// holds `gw`; true when this call added it.
+fn ensure_bridge_addr(host: &Netlink, conf: &BridgeConf, br: u32, name: &str, gw: IpNetwork) -> Result<bool> {
     // Every pod but the first finds the gateway in place: try the add first, so the common case
     // costs one request instead of a dump of every address on the node (which grows with pods).
     match host.add_address(br, gw, !is_v4(&gw)) {
         Ok(()) => {}
         Err(e) if netkit::is_exists(&e) => return Ok(false),
-        Err(e) => return Err(e.context(format_args!("add gateway {gw} to bridge {}", conf.bridge))),
+        Err(e) => return Err(e.context(format_args!("add gateway {gw} to {name}"))),
     }
     // Newly added: settle any other address of the bridge in the same subnet.
     let conflicts: Vec<IpNetwork> = host
@@ -623,8 +703,7 @@ fn ensure_bridge_addr(host: &Netlink, conf: &BridgeConf, br: u32, gw: IpNetwork)
     if !conf.force_address {
         let _ = host.del_address(br, gw);
         return Err(Error::config(format!(
-            "bridge {} already has address {first}, different from the gateway {gw}: set forceAddress to replace it",
-            conf.bridge
+            "{name} already has address {first}, different from the gateway {gw}: set forceAddress to replace it"
         )));
     }
     for existing in &conflicts {
@@ -634,7 +713,7 @@ fn ensure_bridge_addr(host: &Netlink, conf: &BridgeConf, br: u32, gw: IpNetwork)
     match host.add_address(br, gw, !is_v4(&gw)) {
         Ok(()) => Ok(true),
         Err(e) if netkit::is_exists(&e) => Ok(true),
-        Err(e) => Err(e.context(format_args!("add gateway {gw} to bridge {}", conf.bridge))),
+        Err(e) => Err(e.context(format_args!("add gateway {gw} to {name}"))),
     }
 }
 
@@ -644,6 +723,42 @@ fn enable_forwarding(ips: &[IpConfig]) -> Result<()> {
     }
     if ips.iter().any(|ip| !is_v4(&ip.address)) {
         sysctl::enable_forwarding(Family::V6)?;
+    }
+    Ok(())
+}
+
+/// CHECK of the VLAN keys: filtering on, the port's PVID and trunk VLANs as configured, and VLAN 1
+/// gone unless preserved or configured.
+fn check_vlans(host: &Netlink, conf: &BridgeConf, br: &netkit::Link, port: &netkit::Link) -> Result<()> {
+    let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);
+    if br.vlan_filtering != Some(true) {
+        return Err(failed(format!("bridge {} has VLAN filtering off, the vlan keys need it on", conf.bridge)));
+    }
+    let have = host.bridge_vlans(port.index)?;
+    let on = |vid: u16| have.iter().find(|v| v.vid == vid);
+    if conf.vlan != 0 {
+        match on(conf.vlan) {
+            Some(v) if v.pvid && v.untagged => {}
+            Some(_) => {
+                return Err(failed(format!(
+                    "bridge port {} has vlan {} but not as its untagged PVID",
+                    port.name, conf.vlan
+                )))
+            }
+            None => return Err(failed(format!("bridge port {} is not on vlan {}", port.name, conf.vlan))),
+        }
+    }
+    for &(lo, hi) in &conf.vlan_trunk {
+        if let Some(vid) = (lo..=hi).find(|&vid| vid != conf.vlan && on(vid).is_none_or(|v| v.untagged)) {
+            return Err(failed(format!("bridge port {} does not carry trunk vlan {vid} tagged", port.name)));
+        }
+    }
+    let configured = |vid: u16| conf.vlan == vid || conf.vlan_trunk.iter().any(|&(lo, hi)| (lo..=hi).contains(&vid));
+    if !conf.preserve_default_vlan && !configured(1) && on(1).is_some() {
+        return Err(failed(format!(
+            "bridge port {} is on the default vlan 1, which preserveDefaultVlan false removes",
+            port.name
+        )));
     }
     Ok(())
 }
@@ -699,6 +814,9 @@ fn check(req: &Request, conf: &BridgeConf, prev: &CniResult, ns: &NetNs) -> Resu
     let host_link = host.link(&host_name)?.ok_or_else(|| failed(format!("host veth {host_name} is missing")))?;
     if host_link.master != Some(br.index) {
         return Err(failed(format!("host veth {host_name} is not a port of {}", conf.bridge)));
+    }
+    if conf.vlan_filtering() {
+        check_vlans(&host, conf, &br, &host_link)?;
     }
     if conf.macspoofchk {
         firewall::check_macspoof(&conf.network, &req.container_id, &req.ifname)?;

@@ -280,7 +280,7 @@ fn add_keeps_the_earlier_plugins_result() {
     let list = json!({ "cniVersion": "1.1.0", "name": unique("netb"), "plugins": [
         { "type": "cni-noop", "debugFile": debug },
         { "type": "bridge", "bridge": bridge, "isGateway": true,
-          "ipam": { "type": "host-local", "ranges": [[{ "subnet": "10.201.9.0/24" }]], "dataDir": data.path() } }
+          "ipam": { "type": "host-local", "ranges": [[{ "subnet": "10.201.12.0/24" }]], "dataDir": data.path() } }
     ]});
     let list = NetworkConfigList::from_bytes(list.to_string().as_bytes()).expect("conflist");
     let cni = CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf());
@@ -293,14 +293,14 @@ fn add_keeps_the_earlier_plugins_result() {
     assert_eq!(result.interfaces[0].mac.as_deref(), Some("0a:58:0a:63:00:05"));
     let ips: Vec<(String, Option<usize>)> =
         result.ips.iter().map(|ip| (ip.address.to_string(), ip.interface)).collect();
-    assert_eq!(ips, [("10.99.0.5/24".to_string(), Some(0)), ("10.201.9.2/24".to_string(), Some(3))]);
+    assert_eq!(ips, [("10.99.0.5/24".to_string(), Some(0)), ("10.201.12.2/24".to_string(), Some(3))]);
     assert!(result.routes.iter().any(|rt| rt.dst.to_string() == "10.99.0.0/16"), "{:?}", result.routes);
     assert_eq!(result.dns.nameservers, ["10.99.0.53"]);
     // bridge's own address is on its own interface, the earlier one untouched.
     let eth0 = pod.sh("ip", &["-o", "addr", "show", "dev", "eth0"]);
-    assert!(eth0.contains("10.201.9.2/24"), "{eth0}");
+    assert!(eth0.contains("10.201.12.2/24"), "{eth0}");
     assert!(pod.sh("ip", &["-o", "addr", "show", "dev", "net0"]).contains("10.99.0.5/24"));
-    assert!(pings(&pod, "10.201.9.1"));
+    assert!(pings(&pod, "10.201.12.1"));
     cni.check_network_list(&list, &r).expect("CHECK on the chained result");
     cni.del_network_list(&list, &r).expect("DEL");
     assert!(bridge_ports(&bridge).is_empty());

@@ -1,0 +1,39 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! netkit's own netlink tests that need VLAN filtering, run inside the VM (tests/vm): on the host
+//! kernel, without CONFIG_BRIDGE_VLAN_FILTERING, they can only check the error path. The same boot
+//! checks the harness's extra modules (tun, nftables with NAT) and a dynamic `--bin` (nft).
+
+use cni_tests::vm::{static_test_binary, Vm};
+
+#[test]
+fn netkit_bridge_vlans_with_vlan_filtering() {
+    let bin = static_test_binary("netkit", "netlink");
+    let name = bin.file_name().unwrap().to_string_lossy().into_owned();
+    let script = format!(
+        r#"
+cd /tmp
+out=$(/bin/{name} --exact bridge_vlans bridge_is_created_reused_and_checked --test-threads=1 --nocapture 2>&1)
+echo "$out"
+check "netkit bridge_vlans passes" has - 'test bridge_vlans \.\.\. ok' <<< "$out"
+check "netkit bridge reuse passes" has - 'test bridge_is_created_reused_and_checked \.\.\. ok' <<< "$out"
+refuse "netkit took the vlan filtering path" grep -q 'lacks CONFIG_BRIDGE_VLAN_FILTERING' <<< "$out"
+check "extra module: tun" ip tuntap add mode tap name tap0
+nft add table ip t
+nft add chain ip t c '{{ type nat hook postrouting priority 100; }}'
+check "extra modules: nftables masquerade" nft add rule ip t c masquerade
+"#
+    );
+    let run = Vm::new()
+        .bin(&bin)
+        .bin("/usr/sbin/nft")
+        .modules(&["tun", "nf_tables", "nft_chain_nat", "nft_masq"])
+        .run(&script);
+    eprintln!("VM run: {:.1} s", run.elapsed.as_secs_f64());
+    run.assert_passed(&[
+        "netkit bridge_vlans passes",
+        "netkit bridge reuse passes",
+        "netkit took the vlan filtering path",
+        "extra module: tun",
+        "extra modules: nftables masquerade",
+    ]);
+}
