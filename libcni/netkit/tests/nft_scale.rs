@@ -10,7 +10,6 @@ use libcni::conf::Attachment;
 use netkit::firewall::{self, BackendKind, Firewall, Masquerade, PortMap, PortMapping, Protocol};
 use netkit::NetNs;
 use serde_json::Value;
-use sha2::{Digest, Sha512};
 use std::process::Command;
 use std::time::Instant;
 
@@ -153,13 +152,13 @@ fn more_pods_than_hooks() {
     assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
     assert_eq!(rules(&ns, "cni_rs_portmap", "dispatch"), 15);
     assert_eq!(rules(&ns, "cni_rs_portmap", "hairpin"), 2);
-    assert_eq!(rules(&ns, "cni_rs_portmap", "postrouting"), 3);
-    assert_eq!(rules(&ns, "cni_rs_masq", "postrouting"), 5);
+    assert_eq!(rules(&ns, "cni_rs_portmap", "postrouting"), 1);
+    assert_eq!(rules(&ns, "cni_rs_masq", "postrouting"), 3);
     assert_eq!(rules(&ns, "cni_rs_masq", "local"), 1);
     for set in ["dnat4", "own4", "hp4-16", "sp4", "owners"] {
         assert_eq!(elements(&ns, "inet", "cni_rs_portmap", set), ATTACHMENTS, "{set}");
     }
-    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 0);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "gate4"), 0);
     for set in ["pods4", "local4-16", "owners"] {
         assert_eq!(elements(&ns, "inet", "cni_rs_masq", set), ATTACHMENTS, "{set}");
     }
@@ -273,7 +272,7 @@ fn port_conflicts_repeated_add_and_parallel_del() {
 }
 
 #[test]
-fn reused_address_and_earlier_layout() {
+fn reused_address() {
     require_root();
     let ns = Netns::new("cnk-");
     let network = unique("reuse-");
@@ -300,50 +299,13 @@ fn reused_address_and_earlier_layout() {
     settle();
     assert_eq!(elements(&ns, "inet", "cni_rs_masq", "pods4"), 0);
     assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
-
-    // A container set up by the earliest layout (a base chain of its own) is removed by DEL, and
-    // replaced by a repeated ADD.
-    let legacy = |name: &str| {
-        let batch = format!(
-            "add chain inet cni_rs_masq {name} {{ type nat hook postrouting priority 100; policy accept; }}\n\
-             add rule inet cni_rs_masq {name} ip saddr 10.232.0.5 ip daddr != 10.232.0.0/24 masquerade\n"
-        );
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &ns.name, "nft", "-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), batch.as_bytes()).unwrap();
-        assert!(child.wait().unwrap().success());
-    };
-    // The chain layout's name of a container's chain: mq-<sha512(network)[..8]>-<sha512(network, id, ifname)[..16]>.
-    let name_of = |id: &str| {
-        let hex = |s: &str| Sha512::digest(s.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>();
-        format!("mq-{}-{}", &hex(&network)[..8], &hex(&format!("{network}\0{id}\0eth0"))[..16])
-    };
-    let old = name_of("old");
-    legacy(&old);
-    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (2, 1));
-    inside(&|| fw().del_masquerade(&network, "old", "eth0")).unwrap();
-    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
-    legacy(&old);
-    let readd = Masquerade { container_id: "old".into(), ..fresh.clone() };
-    inside(&|| fw().add_masquerade(&readd)).unwrap();
-    inside(&|| fw().check_masquerade(&readd)).unwrap();
-    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
-    inside(&|| fw().del_masquerade(&network, "old", "eth0")).unwrap();
-    legacy(&name_of("gc-me"));
-    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (2, 1));
-    inside(&|| fw().gc_masquerade(&network, &[])).unwrap();
-    settle();
-    assert_eq!(chains(&ns, "inet", "cni_rs_masq", "mq-"), (1, 0));
-    assert_eq!(elements(&ns, "inet", "cni_rs_masq", "pods4"), 0);
 }
 
-/// conditionsV4/V6 are nft syntax the backend does not compile: such a pod goes through `nft`
-/// text, and lives alongside the pods added over netlink (conflicts, DEL, GC alike).
+/// conditionsV4/V6 are nft syntax the backend does not compile: such a pod has a chain of its own
+/// (written by `nft`), reached through gate elements, and its ports are held in the same owner
+/// maps as everyone's (conflicts, DEL, GC alike).
 #[test]
-fn conditions_go_through_nft() {
+fn conditions_have_a_chain_of_their_own() {
     require_root();
     let ns = Netns::new("cnk-");
     let network = unique("cond-");
@@ -353,21 +315,21 @@ fn conditions_go_through_nft() {
 
     let mut a = portmap(&network, "a", "10.233.0.2", vec![tcp(8080), tcp(8081)]);
     a.conditions_v4 = vec!["ip saddr != 10.0.0.0/8".into(), "meta mark != 0x10".into()];
-    // The first ADD on the node, through nft: the shared setup is added too.
+    // The first ADD on the node: the shared setup is added too.
     inside(&|| fw().add_portmap(&a)).unwrap();
     inside(&|| fw().check_portmap(&a)).unwrap();
     let dnat: Vec<String> = {
         let v = nft_json(&ns, &["list", "table", "inet", "cni_rs_portmap"]);
         items(&v, "rule")
             .iter()
-            .filter(|r| r["chain"].as_str().is_some_and(|c| c.starts_with("pm-") && c.ends_with("-dnat")))
+            .filter(|r| r["chain"].as_str().is_some_and(|c| c.starts_with("pm-")))
             .map(|r| r.to_string())
             .collect()
     };
     assert_eq!(dnat.len(), 2, "{dnat:?}");
     assert!(dnat.iter().all(|r| r.contains("10.0.0.0") && r.contains("mark")), "{dnat:?}");
 
-    // A netlink pod on a port the nft one holds: the same conflict.
+    // A pod without conditions on a port the one with conditions holds: the same conflict.
     let b = portmap(&network, "b", "10.233.0.3", vec![tcp(8081)]);
     let err = inside(&|| fw().add_portmap(&b)).unwrap_err();
     assert!(err.msg.contains("8081/tcp"), "{err}");
@@ -380,7 +342,7 @@ fn conditions_go_through_nft() {
     assert_eq!(err.code, 100, "{err}");
     assert!(err.msg.contains("9090/tcp"), "{err}");
 
-    // Repeated ADD with other mappings, through nft, then DEL (twice) over netlink.
+    // Repeated ADD with other mappings, then DEL (twice).
     a.mappings = vec![tcp(8082)];
     inside(&|| fw().add_portmap(&a)).unwrap();
     inside(&|| fw().check_portmap(&a)).unwrap();
@@ -390,16 +352,17 @@ fn conditions_go_through_nft() {
     assert_eq!(inside(&|| fw().check_portmap(&a)).unwrap_err().code, 103);
     inside(&|| fw().check_portmap(&b)).unwrap();
     assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (4, 0));
-    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 0);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "gate4"), 0);
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "dnat4"), 2);
-    // Pods of both layouts go by GC.
+    // Pods with and without conditions go by GC.
     d.mappings = vec![tcp(7070)];
     inside(&|| fw().add_portmap(&d)).unwrap();
-    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 1);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "gate4"), 1);
+    assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (4, 1));
     inside(&|| fw().gc_portmap(&network, &[])).unwrap();
     settle();
     assert_eq!(chains(&ns, "inet", "cni_rs_portmap", "pm-"), (4, 0));
-    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "anyports4"), 0);
+    assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "gate4"), 0);
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "dnat4"), 0);
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "owners"), 0);
 }

@@ -4,12 +4,11 @@
 //! Both backends keep their rules in their own chains and read back only those:
 //!
 //! - nftables: tables `inet cni_rs_portmap`, `inet cni_rs_masq` and `bridge cni_rs_macspoof`, each
-//!   with a fixed set of shared base chains that dispatch through verdict maps (keyed on host port,
-//!   pod address or bridge port) to per-container regular chains named from a hash of (network,
-//!   container id, ifname). ADD is one nf_tables netlink batch of additions, sent in process
-//!   (`nft -f -` only for `conditionsV4`/`V6`); DEL lists that container's chain over netlink (its
-//!   rule comments name its map elements) and removes everything in one batch, so it needs neither
-//!   the container's IPs nor its mappings.
+//!   with a fixed set of chains, sets and maps, and per attachment only elements of them (owned
+//!   through an owner record keyed on a hash of network, container id and ifname), drawn in
+//!   `nftables.rs`. Every verb is netlink in process; DEL, CHECK and GC read the owner record,
+//!   so they need neither the container's IPs nor its mappings. Only port mappings with
+//!   `conditionsV4`/`V6` (nft text) have a chain of their own, which `nft` fills on ADD.
 //! - iptables: the reference plugins' chain names, marks and comments (`CNI-HOSTPORT-DNAT`,
 //!   `CNI-DN-<hash>`, `CNI-HOSTPORT-SETMARK`, `CNI-HOSTPORT-MASQ`, `CNI-<hash>`), so pods set up by
 //!   the Go plugins are torn down by ours. One `iptables-save -t nat` and one
@@ -64,7 +63,7 @@ impl fmt::Display for BackendKind {
     }
 }
 
-/// The backend a config asked for, or when it asked for none, nftables where `nft` works and
+/// The backend a config asked for, or when it asked for none, nftables where the kernel has it and
 /// iptables otherwise. A bad name is code 7.
 pub fn choose(requested: Option<&str>) -> Result<BackendKind> {
     match requested {
@@ -95,7 +94,7 @@ pub fn del_reference_leftovers(network: &str, container_id: &str, ifname: &str, 
     }
 }
 
-/// Whether nftables works on this node (`nft` installed, the kernel answers nf_tables).
+/// Whether nftables works on this node (the kernel answers nf_tables; the `nft` binary is not needed).
 pub fn nftables_usable() -> bool {
     nftables::usable()
 }
@@ -300,29 +299,4 @@ fn check_failed(msg: impl Into<String>) -> Error {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backend_names() {
-        assert_eq!(choose(Some("nft")).unwrap(), BackendKind::Nftables);
-        assert_eq!(choose(Some("nftables")).unwrap(), BackendKind::Nftables);
-        assert_eq!(choose(Some("iptables")).unwrap(), BackendKind::Iptables);
-        assert_eq!(choose(Some("ipfw")).unwrap_err().code, code::INVALID_CONFIG);
-    }
-
-    #[test]
-    fn mapping_families() {
-        let m = PortMapping { host_port: 1, container_port: 1, protocol: Protocol::Tcp, host_ip: None };
-        assert!(m.applies_to(false) && m.applies_to(true));
-        let m = PortMapping { host_ip: Some("0.0.0.0".parse().unwrap()), ..m };
-        assert!(m.applies_to(false) && !m.applies_to(true));
-        assert_eq!(m.bound_ip(), None);
-        let m = PortMapping { host_ip: Some("fd00::1".parse().unwrap()), ..m };
-        assert!(!m.applies_to(false) && m.applies_to(true));
-        assert!(m.bound_ip().is_some());
-        assert_eq!(Protocol::parse("TCP"), Some(Protocol::Tcp));
-        assert_eq!(Protocol::parse("icmp"), None);
-    }
-}
+mod tests;

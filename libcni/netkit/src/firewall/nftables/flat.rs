@@ -1,41 +1,14 @@
-//! Port mappings and masquerade without per-pod chains: what an attachment needs is a few
-//! elements of shared hash sets and maps, and nothing of a pod is ever a chain, a rule or a jump.
+//! What an attachment holds in the nftables tables (drawn in [`super`]): elements of shared
+//! hash sets and maps, and for port mappings with conditions one chain of its own.
 //!
-//! ```text
-//! table inet cni_rs_portmap {
-//!   map dnat4  { type inet_proto . inet_service : ipv4_addr . inet_service; flags timeout; }  any host address
-//!   map hdnat4 { type ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service; ... } one host address
-//!   map own4 / hown4 { ... : ipv6_addr }   who holds the host port: the attachment's 128-bit tag
-//!   set hp4-<len> / hhp4-<len> { ipv4_addr . [ipv4_addr .] inet_proto . inet_service }
-//!                                          hairpin: the pod's subnet (masked to <len> bits) . host port
-//!   set sp4 / hsp4                         IPv4 localhost may reach these host ports (snat)
-//!   set all4 / hall4 (and 6)               masqAll: every source
-//!   set owners { ipv6_addr . inet_service } tag . chunk, the comment listing what the attachment holds
-//!   chain hairpin { ip saddr & <mask> . meta l4proto . th dport @hp4-<len> meta mark set meta mark | 0x2000
-//!                   ip saddr & <mask> . ip daddr . meta l4proto . th dport @hhp4-<len> meta mark set ... }
-//!   chain dispatch { ...the verdict maps of pods with conditions..., jump hairpin, the sp/all marks,
-//!                    dnat ip to ip daddr . meta l4proto . th dport map @hdnat4,
-//!                    meta nfproto ipv4 dnat ip to meta l4proto . th dport map @dnat4, (and 6) }
-//!   chain postrouting { ..., meta mark & 0x2000 == 0x2000 masquerade }
-//!   chain input { ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ... drop }  route_localnet's guard
-//! }
-//! table inet cni_rs_masq {
-//!   map pods4 { type ipv4_addr : ipv6_addr; flags timeout; }     pod address -> the attachment's tag
-//!   set local4-<len> { type ipv4_addr . ipv4_addr; ... }         pod address . its subnet
-//!   set owners { ipv6_addr . inet_service }
-//!   chain local { ip saddr . ip daddr & <mask> @local4-<len> accept }
-//!   chain postrouting { ..., jump local, ip saddr @pods4 ip daddr != 224.0.0.0/4 masquerade, (and 6) }
-//! }
-//! ```
-//!
-//! Why: a transaction that adds a jump or a NAT rule makes the kernel validate the whole table,
-//! and every link event walks every chain, both growing with the pods; elements of hash sets cost
-//! the same at 10 pods and at 3000 (tests/bench/nft-layout-probe.sh). And DEL deletes nothing:
-//! any deletion in nf_tables is freed after an RCU grace period, and closing the netlink socket
-//! waits for it (~10 ms here). DEL gives each element an expiry of 1 ms instead (an element update,
-//! newer kernels, see docs/nftables-flat-layout.md): it stops matching at once and the set's garbage collector frees it
-//! later, on nobody's clock. On a kernel that ignores the expiry, DEL sees the owner record still
-//! there without one and deletes the elements instead.
+//! Why elements: a transaction that adds a jump or a NAT rule makes the kernel validate the
+//! whole table, and every link event walks every chain, both growing with the pods; elements of
+//! hash sets cost the same at 10 pods and at 3000 (tests/bench/nft-layout-probe.sh). And DEL
+//! deletes nothing: any deletion in nf_tables is freed after an RCU grace period, and closing the
+//! netlink socket waits for it (~10 ms here). DEL gives each element an expiry of 1 ms instead (an
+//! element update, newer kernels, see docs/nftables-flat-layout.md): it stops matching at once and
+//! the set's garbage collector frees it later, on nobody's clock. On a kernel that ignores the
+//! expiry, DEL sees the owner record still there without one and deletes the elements instead.
 //!
 //! Hairpin and localhost traffic is masqueraded the way the reference portmap does it: marked
 //! with 0x2000 (its default `markMasqBit` 13) in `dispatch` when it goes to a mapped port, and
@@ -43,21 +16,27 @@
 //! by the first pod with that length: the only rules ever added after setup) lets one hash lookup
 //! test "source in the pod's subnet" (hairpin) or "destination in the pod's subnet" (masquerade).
 //!
-//! Ownership: the first element of each item (`own` for a host port, `pods` for an address) holds
-//! the tag of the attachment. A host port another attachment holds fails ADD (a conflict); an
-//! address belongs to the newest ADD, which takes it over. DEL and GC re-add the element with the
-//! expiry, which fails with EEXIST when it has become another attachment's, and then leave that
-//! item alone. DEL needs only the container id: the owner record (one GETSETELEM) says what the
-//! attachment holds. Port mappings with `conditionsV4`/`conditionsV6` (free nft syntax) keep the
-//! chain layout, and so do attachments added by an earlier version until their DEL.
+//! Ownership: the first element of each item (`own` for a host port, `pods` for an address,
+//! `port_owner` for a bridge port) holds the tag of the attachment. A host port another attachment
+//! holds fails ADD (a conflict); an address or bridge port belongs to the newest ADD, which takes
+//! it over. DEL and GC re-add the element with the expiry, which fails with EEXIST when it has
+//! become another attachment's, and then leave that item alone. DEL needs only the container id:
+//! the owner record (one GETSETELEM) says what the attachment holds.
+//!
+//! Conditions (`conditionsV4`/`V6`, free nft syntax) are the one thing elements cannot hold: such
+//! a mapping is an item like any other (its host port in `own`, its marks), but instead of a
+//! `dnat` element it has a `gate` element that jumps to the attachment's chain `pm-<id16>`, whose
+//! rules (compiled by `nft`) match the conditions and DNAT. Its DEL deletes the elements, and then
+//! the chain (a chain that elements jump to cannot be deleted).
 
-use super::super::nfnl::{self, Batch, Elem, ElemData, ElemInfo, Family, Field, KeyPart, SetData, SetSpec};
-use super::super::{check_failed, sha512_hex, Masquerade, PortMap, Protocol};
-use super::{conflict, del_pod, list_chain, network_hash, to_batch, Key, Table, MASQ, PORTMAP};
+use super::super::nfnl::{self, Batch, Elem, ElemData, ElemInfo, Field, KeyPart, SetData, SetSpec, Verdict};
+use super::super::{check_failed, exec, sha512_hex, Masquerade, PortMap, Protocol};
+use super::{Table, MACSPOOF, MASQ, PORTMAP};
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
 use libcni::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
@@ -66,7 +45,6 @@ pub(crate) const MARK: u32 = 0x2000;
 /// How soon DEL's elements expire.
 const EXPIRE_MS: u64 = 1;
 const OWNERS: &str = "owners";
-const F: Family = Family::Inet;
 /// A comment holds at most 253 bytes; the header `net=<8>;n=<3>;` takes 18.
 const COMMENT_ROOM: usize = 253 - 18;
 
@@ -83,6 +61,10 @@ trait Item: Clone + Eq + Ord + std::fmt::Debug + Sized {
     /// Creates the sets of a subnet length with their rules (`create set`: EEXIST when another
     /// ADD made them, rules included, in the same transaction).
     fn make_on_demand(b: &mut Batch, v6: bool, len: u8);
+    /// Whether it leads to the attachment's own chain (a mapping with conditions).
+    fn chained(&self) -> bool {
+        false
+    }
 }
 
 fn fam(v6: bool) -> char {
@@ -117,7 +99,17 @@ fn parse_on_demand(set: &str, prefixes: &[&str]) -> Option<(bool, u8)> {
 }
 
 fn create_plain_set(b: &mut Batch, t: &Table, name: &str, key: &[nfnl::KeyType]) {
-    b.add_set(F, t.name, name, SetSpec { key, data: SetData::None, timeout: true }, true);
+    b.add_set(t.fam, t.name, name, SetSpec { key, data: SetData::None, timeout: true }, true);
+}
+
+/// The first 8 hex digits of sha512(network): which network an owner record belongs to.
+fn network_hash(network: &str) -> String {
+    sha512_hex(network)[..8].to_string()
+}
+
+/// `pm-<id16>`: the chain of an attachment's mappings with conditions.
+fn chain_name(tag: Ipv6Addr) -> String {
+    format!("pm-{:016x}", u128::from(tag) >> 64)
 }
 
 /// What masquerades a mapping's forwarded connections.
@@ -140,6 +132,8 @@ struct Mapping {
     hport: u16,
     host: Option<IpAddr>,
     mode: Mode,
+    /// It has conditions: a gate element leads to the attachment's chain, which DNATs.
+    gated: bool,
 }
 
 impl Mapping {
@@ -147,11 +141,14 @@ impl Mapping {
         self.pod.is_ipv6()
     }
 
-    /// The host port it maps, as the chain layout names it (conflicts, the old verdict maps).
-    fn key(&self) -> Key {
+    /// The host port it maps, as a conflict names it.
+    fn describe(&self) -> String {
         match self.host {
-            Some(ip) => Key::HostPort { ip, proto: self.proto, port: self.hport },
-            None => Key::AnyPort { v6: self.v6(), proto: self.proto, port: self.hport },
+            Some(ip) => format!("host port {}/{} on {ip}", self.hport, self.proto),
+            None => {
+                let family = if self.v6() { "IPv6" } else { "IPv4" };
+                format!("host port {}/{} (any {family} host address)", self.hport, self.proto)
+            }
         }
     }
 
@@ -175,7 +172,8 @@ impl Mapping {
 impl Item for Mapping {
     const TABLE: &'static Table = &PORTMAP;
 
-    /// `pod,cport,proto,hport,host|-,n|a|<len>`.
+    /// `pod,cport,proto,hport,host|-,n|a|<len>`, and `,c` with conditions (the record names the
+    /// item; the conditions themselves are in the chain).
     fn text(&self) -> String {
         let host = self.host.map(|h| h.to_string()).unwrap_or_else(|| "-".into());
         let mode = match self.mode {
@@ -183,12 +181,17 @@ impl Item for Mapping {
             Mode::All => "a".to_string(),
             Mode::Hairpin(len) => len.to_string(),
         };
-        format!("{},{},{},{},{host},{mode}", self.pod, self.cport, self.proto, self.hport)
+        let c = if self.gated { ",c" } else { "" };
+        format!("{},{},{},{},{host},{mode}{c}", self.pod, self.cport, self.proto, self.hport)
     }
 
     fn parse(s: &str) -> Option<Mapping> {
         let parts: Vec<&str> = s.split(',').collect();
-        let [pod, cport, proto, hport, host, mode] = parts.as_slice() else { return None };
+        let (gated, parts) = match parts.as_slice() {
+            [rest @ .., "c"] => (true, rest),
+            all => (false, all),
+        };
+        let [pod, cport, proto, hport, host, mode] = parts else { return None };
         let pod: IpAddr = pod.parse().ok()?;
         let host = match *host {
             "-" => None,
@@ -201,16 +204,19 @@ impl Item for Mapping {
             len => Mode::Hairpin(len.parse().ok().filter(|l| *l <= max)?),
         };
         let (cport, hport) = (cport.parse().ok()?, hport.parse().ok()?);
-        Some(Mapping { pod, cport, proto: Protocol::parse(proto)?, hport, host, mode })
+        Some(Mapping { pod, cport, proto: Protocol::parse(proto)?, hport, host, mode, gated })
     }
 
     fn elems(&self, tag: Ipv6Addr) -> Vec<(String, Elem)> {
         let (h, f) = (self.h(), fam(self.v6()));
         let key = self.host_key();
-        let to = ElemData::Value(vec![KeyPart::Addr(self.pod), KeyPart::Port(self.cport)]);
+        let to = match self.gated {
+            true => (format!("{h}gate{f}"), ElemData::Verdict(Verdict::Jump(chain_name(tag)))),
+            false => (format!("{h}dnat{f}"), ElemData::Value(vec![KeyPart::Addr(self.pod), KeyPart::Port(self.cport)])),
+        };
         let mut out = vec![
             (format!("{h}own{f}"), Elem::new(key.clone(), ElemData::Value(vec![KeyPart::Addr(IpAddr::V6(tag))]))),
-            (format!("{h}dnat{f}"), Elem::new(key.clone(), to)),
+            (to.0, Elem::new(key.clone(), to.1)),
         ];
         match self.mode {
             Mode::Plain => {}
@@ -241,12 +247,17 @@ impl Item for Mapping {
         let (any, bound) = (format!("hp{f}-{len}"), format!("hhp{f}-{len}"));
         create_plain_set(b, &PORTMAP, &any, &[addr, P, S]);
         create_plain_set(b, &PORTMAP, &bound, &[addr, addr, P, S]);
-        let rule =
-            |key: Vec<(Field, Option<Vec<u8>>)>, set: &str| nfnl::Rule::new(F).in_set(&key, set).mark_or(MARK).build();
+        let rule = |key: Vec<(Field, Option<Vec<u8>>)>, set: &str| {
+            nfnl::Rule::new(PORTMAP.fam).in_set(&key, set).mark_or(MARK).build()
+        };
         let any_key = vec![(saddr, Some(m.clone())), (Field::L4proto, None), (Field::ThDport, None)];
         let bound_key = vec![(saddr, Some(m)), (daddr, None), (Field::L4proto, None), (Field::ThDport, None)];
-        b.add_rule_with_comment(F, PORTMAP.name, "hairpin", rule(any_key, &any), None);
-        b.add_rule_with_comment(F, PORTMAP.name, "hairpin", rule(bound_key, &bound), None);
+        b.add_rule_with_comment(PORTMAP.fam, PORTMAP.name, "hairpin", rule(any_key, &any), None);
+        b.add_rule_with_comment(PORTMAP.fam, PORTMAP.name, "hairpin", rule(bound_key, &bound), None);
+    }
+
+    fn chained(&self) -> bool {
+        self.gated
     }
 }
 
@@ -292,13 +303,58 @@ impl Item for Address {
         let set = format!("local{}-{len}", fam(v6));
         create_plain_set(b, &MASQ, &set, &[addr, addr]);
         let key = vec![(saddr, None), (daddr, Some(mask(v6, len)))];
-        let rule = nfnl::Rule::new(F).in_set(&key, &set).verdict(nfnl::Verdict::Accept).build();
-        b.add_rule_with_comment(F, MASQ.name, "local", rule, None);
+        let rule = nfnl::Rule::new(MASQ.fam).in_set(&key, &set).verdict(Verdict::Accept).build();
+        b.add_rule_with_comment(MASQ.fam, MASQ.name, "local", rule, None);
     }
 }
 
+/// A pod's bridge port and the one MAC its frames may carry.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Port {
+    name: String,
+    mac: [u8; 6],
+}
+
+impl Port {
+    fn new(name: &str, mac: &str) -> Option<Port> {
+        // An interface name, and nothing an owner record uses as a separator.
+        let usable = !name.is_empty()
+            && name.len() <= 15
+            && name.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\\' | ';' | ','));
+        Some(Port { name: usable.then(|| name.to_string())?, mac: crate::parse_mac(mac)? })
+    }
+}
+
+impl Item for Port {
+    const TABLE: &'static Table = &MACSPOOF;
+
+    fn text(&self) -> String {
+        let mac: Vec<String> = self.mac.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{},{}", self.name, mac.join(":"))
+    }
+
+    fn parse(s: &str) -> Option<Port> {
+        let (name, mac) = s.split_once(',')?;
+        Port::new(name, mac)
+    }
+
+    fn elems(&self, tag: Ipv6Addr) -> Vec<(String, Elem)> {
+        let port = KeyPart::Ifname(self.name.clone());
+        vec![
+            ("port_owner".into(), Elem::new(vec![port.clone()], ElemData::Value(vec![KeyPart::Addr(IpAddr::V6(tag))]))),
+            ("macs".into(), Elem::new(vec![port, KeyPart::Mac(self.mac)], ElemData::None)),
+        ]
+    }
+
+    fn on_demand(_: &str) -> Option<(bool, u8)> {
+        None
+    }
+
+    fn make_on_demand(_: &mut Batch, _: bool, _: u8) {}
+}
+
 /// The port mappings of a pod, one per (address, host port): the first mapping of a host port
-/// wins, as the first rule did in the chain layout.
+/// wins.
 fn mappings(p: &PortMap) -> Vec<Mapping> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
@@ -317,13 +373,20 @@ fn mappings(p: &PortMap) -> Vec<Mapping> {
                 hport: m.host_port,
                 host: m.bound_ip(),
                 mode,
+                gated: !conditions(p, v6).is_empty(),
             };
-            if seen.insert(e.key()) {
+            if seen.insert((e.host, v6, e.proto, e.hport)) {
                 out.push(e);
             }
         }
     }
     out
+}
+
+/// The pod's conditions for a family, as one piece of nft text ("" when it has none).
+fn conditions(p: &PortMap, v6: bool) -> String {
+    let c = if v6 { &p.conditions_v6 } else { &p.conditions_v4 };
+    c.iter().map(|c| c.trim()).filter(|c| !c.is_empty()).collect::<Vec<_>>().join(" ")
 }
 
 /// The addresses of a pod to masquerade, each once.
@@ -385,7 +448,7 @@ fn parse_comment<I: Item>(c: &str) -> Option<(String, u16, Vec<I>)> {
 }
 
 fn get<I: Item>(set: &str, key: &[KeyPart]) -> Result<Option<ElemInfo>> {
-    Ok(nfnl::get_elements(F, I::TABLE.name, set, Some(key))?.into_iter().next())
+    Ok(nfnl::get_elements(I::TABLE.fam, I::TABLE.name, set, Some(key))?.into_iter().next())
 }
 
 /// The attachment's owner record, None when it has none (or an unreadable one).
@@ -444,9 +507,7 @@ fn send<I: Item>(
         }
         let mut b = Batch::new();
         if setup {
-            if let Some((s, _)) = to_batch(t, &t.setup()) {
-                b.extend(s);
-            }
+            t.setup(&mut b);
         }
         let mut made_by: Vec<Option<(bool, u8)>> = vec![None; b.len()];
         for &(v6, len) in wanted.difference(&made) {
@@ -457,8 +518,8 @@ fn send<I: Item>(
         let offset = b.len();
         for m in msgs.iter() {
             match m.op {
-                Op::Add => b.add_elems(F, t.name, &m.set, std::slice::from_ref(&m.elem), false),
-                Op::Delete => b.delete_elements(F, t.name, &m.set, std::slice::from_ref(&m.elem.key)),
+                Op::Add => b.add_elems(t.fam, t.name, &m.set, std::slice::from_ref(&m.elem), false),
+                Op::Delete => b.delete_elements(t.fam, t.name, &m.set, std::slice::from_ref(&m.elem.key)),
             }
         }
         let failures = b.send_each()?;
@@ -513,7 +574,7 @@ fn send<I: Item>(
             return Err(Error::network(format!("{what}: {}", e.msg)));
         }
     }
-    Err(Error::network(format!("{what}: nft kept failing on table {}", t.t())))
+    Err(Error::network(format!("{what}: nf_tables kept refusing the batch for table {}", t.full_name())))
 }
 
 /// Whether `tag` owns `item` now (its first element names it).
@@ -534,13 +595,21 @@ fn names(info: &ElemInfo, tag: Ipv6Addr) -> bool {
 
 /// Writes an attachment's items and owner record, replacing what it had. An item's first
 /// element held by another attachment goes to `taken` (after waiting out one that is expiring):
-/// Err fails the ADD, Ok takes the element over.
-fn put<I: Item>(network: &str, tag: Ipv6Addr, items: &[I], what: &str, taken: impl Fn(&I) -> Result<()>) -> Result<()> {
+/// Err fails the ADD, Ok takes the item over. True when the record it replaced had items with a
+/// chain of their own.
+fn put<I: Item>(
+    network: &str,
+    tag: Ipv6Addr,
+    items: &[I],
+    what: &str,
+    taken: impl Fn(&I) -> Result<()>,
+) -> Result<bool> {
     let mut old = read_record::<I>(tag)?;
     if let Some(ms) = old.as_ref().and_then(|r| r.expiring) {
         wait_expiry(ms);
         old = None;
     }
+    let had_chain = old.as_ref().is_some_and(|r| r.items.iter().any(I::chained));
     let mut msgs = Vec::new();
     if let Some(old) = &old {
         // A repeated ADD: what is no longer wanted goes, and the record is rewritten.
@@ -570,14 +639,27 @@ fn put<I: Item>(network: &str, tag: Ipv6Addr, items: &[I], what: &str, taken: im
             wait_expiry(ms);
             return Ok(true);
         }
-        let first = item.elems(tag).first().map(|(s, e)| (s.clone(), e.key.clone()));
-        if first == Some((m.set.clone(), m.elem.key.clone())) {
+        let first = |e: &I, tag| e.elems(tag).first().map(|(s, e)| (s.clone(), e.key.clone()));
+        if first(item, tag) == Some((m.set.clone(), m.elem.key.clone())) {
             taken(item)?;
+            // The other attachment's other elements of the item go too (a bridge port's old MAC).
+            let other = info.data.as_deref().and_then(|d| <[u8; 16]>::try_from(d).ok()).map(Ipv6Addr::from);
+            if let Some((other, r)) = other.and_then(|o| read_record::<I>(o).ok().flatten().map(|r| (o, r))) {
+                let mine = item.elems(tag);
+                for old in r.items.iter().filter(|o| first(o, other) == first(item, tag)) {
+                    for (set, elem) in old.elems(other).into_iter().skip(1) {
+                        if !mine.iter().any(|(s, e)| *s == set && e.key == elem.key) {
+                            msgs.push(Msg { item: None, set, elem, op: Op::Delete });
+                        }
+                    }
+                }
+            }
         }
         // Ours to take: the other attachment's element goes, in the same transaction.
         msgs.insert(i, Msg { op: Op::Delete, ..m });
         Ok(true)
-    })
+    })?;
+    Ok(had_chain)
 }
 
 /// Gives the elements of these attachments an expiry of 1 ms: each item the attachment still
@@ -645,29 +727,68 @@ fn deletions<'a, I: Item + 'a>(tag: Ipv6Addr, items: impl Iterator<Item = &'a I>
     Ok(msgs)
 }
 
-/// Removes what this layout holds of an attachment; false when it holds nothing.
-fn forget<I: Item>(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<bool> {
+/// Removes these attachments' items: expired, or, for attachments with a chain of their own,
+/// deleted and then the chain (a chain that elements lead to cannot be deleted).
+fn remove<I: Item>(records: Vec<(Ipv6Addr, Record<I>)>, what: &str) -> Result<()> {
+    let (chained, plain): (Vec<_>, Vec<_>) = records.into_iter().partition(|(_, r)| r.items.iter().any(I::chained));
+    if !plain.is_empty() {
+        expire(&plain, what)?;
+    }
+    if !chained.is_empty() {
+        delete(&chained, what)?;
+        for (tag, _) in &chained {
+            drop_chain(*tag, what)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes an attachment's items; false when it has no record (nothing, or a DEL under way).
+fn del<I: Item>(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<bool> {
     let tag = tag(network, container_id, ifname);
     match read_record::<I>(tag)? {
-        Some(r) if r.expiring.is_some() => Ok(true),
-        Some(r) => expire(&[(tag, r)], what).map(|()| true),
-        None => Ok(false),
+        Some(r) if r.expiring.is_none() => remove(vec![(tag, r)], what).map(|()| true),
+        _ => Ok(false),
     }
 }
 
-/// Removes an attachment's items, whichever layout added them; none is success.
-fn del<I: Item>(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
-    if !forget::<I>(network, container_id, ifname, what)? {
-        del_pod(I::TABLE, &I::TABLE.base(network, container_id, ifname), what)?;
+/// Deletes an attachment's chain (mappings with conditions); absent is success.
+fn drop_chain(tag: Ipv6Addr, what: &str) -> Result<()> {
+    let (mut b, chain) = (Batch::new(), chain_name(tag));
+    b.flush_chain(PORTMAP.fam, PORTMAP.name, &chain);
+    b.delete_chain(PORTMAP.fam, PORTMAP.name, &chain);
+    match b.send() {
+        Err(e) if !crate::is_not_found(&e) => Err(Error::network(format!("{what}: {}", e.msg))),
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// Writes the attachment's chain: per mapping with conditions, a rule that matches them and
+/// DNATs, compiled by nft (conditions are nft text). The rules are replaced in one transaction.
+fn fill_chain(p: &PortMap, tag: Ipv6Addr, gated: &[&Mapping], what: &str) -> Result<()> {
+    let (t, chain) = (PORTMAP.full_name(), chain_name(tag));
+    let mut text = format!("add table {t}\nadd chain {t} {chain}\nflush chain {t} {chain}\n");
+    for m in gated {
+        let (ip, nfproto) = if m.v6() { ("ip6", "ipv6") } else { ("ip", "ipv4") };
+        let _ = write!(text, "add rule {t} {chain} meta nfproto {nfproto} {}", conditions(p, m.v6()));
+        if let Some(h) = m.host {
+            let _ = write!(text, " {ip} daddr {h}");
+        }
+        let to = if m.v6() { format!("[{}]:{}", m.pod, m.cport) } else { format!("{}:{}", m.pod, m.cport) };
+        let _ = writeln!(text, " {} dport {} dnat {ip} to {to}", m.proto, m.hport);
+    }
+    exec::run_ok("nft", &["-f", "-"], Some(&text), &format!("{what}: write chain {chain} of table {t}")).map(|_| ())
+}
+
+fn conflict(what: &str, m: &Mapping) -> Error {
+    Error::network(format!("{what}: {} already mapped by another container", m.describe()))
 }
 
 /// The attachment's record lists exactly `want`, and every element is there with the data it
 /// should have.
 fn check<I: Item>(network: &str, container_id: &str, ifname: &str, want: &[I], what: &str) -> Result<()> {
     let tag = tag(network, container_id, ifname);
-    let t = I::TABLE.t();
+    let t = I::TABLE.full_name();
     let record = match read_record::<I>(tag)? {
         Some(r) if r.expiring.is_none() => r,
         _ => return Err(check_failed(format!("{what}: no record of it in table {t}"))),
@@ -696,13 +817,13 @@ fn check<I: Item>(network: &str, container_id: &str, ifname: &str, want: &[I], w
     Ok(())
 }
 
-/// Expires the records (and items) of every attachment of `network` not in `keep`: one dump of
-/// the owner records, one batch.
+/// Removes the items of every attachment of `network` not in `keep`: one dump of the owner
+/// records, one batch.
 fn gc<I: Item>(network: &str, keep: &[Attachment], what: &str) -> Result<()> {
     let net8 = network_hash(network);
     let kept: BTreeSet<Ipv6Addr> = keep.iter().map(|a| tag(network, &a.container_id, &a.ifname)).collect();
     let mut by_tag: BTreeMap<Ipv6Addr, BTreeMap<u16, (String, Option<u64>)>> = BTreeMap::new();
-    for e in nfnl::get_elements(F, I::TABLE.name, OWNERS, None)? {
+    for e in nfnl::get_elements(I::TABLE.fam, I::TABLE.name, OWNERS, None)? {
         let (Some(addr), Some(port)) = (e.key.get(..16), e.key.get(16..18)) else { continue };
         let Ok(bytes) = <[u8; 16]>::try_from(addr) else { continue };
         let (tag, chunk) = (Ipv6Addr::from(bytes), u16::from_be_bytes([port[0], port[1]]));
@@ -726,10 +847,7 @@ fn gc<I: Item>(network: &str, keep: &[Attachment], what: &str) -> Result<()> {
             stale.push((tag, record));
         }
     }
-    if stale.is_empty() {
-        return Ok(());
-    }
-    expire(&stale, what)
+    remove(stale, what)
 }
 
 /// Forwards the pod's mapped ports (replacing what the attachment had).
@@ -738,45 +856,54 @@ pub(super) fn add_portmap(p: &PortMap, what: &str) -> Result<()> {
     if items.is_empty() {
         return del_portmap(&p.network, &p.container_id, &p.ifname, what);
     }
-    // The chain layout's remains of this attachment (an earlier version, or conditions).
-    let base = PORTMAP.base(&p.network, &p.container_id, &p.ifname);
-    if list_chain(&PORTMAP, &format!("{base}-dnat"))?.is_some() {
-        del_pod(&PORTMAP, &base, what)?;
-    }
-    // A port held in the chain layout (a pod with conditions, or from an earlier version).
-    for e in &items {
-        let k = e.key();
-        if !nfnl::get_elements(F, PORTMAP.name, &k.map(), Some(&k.parts()))?.is_empty() {
-            return Err(conflict(what, &[k]));
+    let tag = tag(&p.network, &p.container_id, &p.ifname);
+    let gated: Vec<&Mapping> = items.iter().filter(|m| m.gated).collect();
+    // A port another attachment holds fails the ADD before the chain that would DNAT it is
+    // written (put checks every port again, in the transaction).
+    for e in &gated {
+        if owner_element(*e, tag)?.is_some_and(|i| i.expires_ms.is_none() && !names(&i, tag)) {
+            return Err(conflict(what, e));
         }
     }
-    let tag = tag(&p.network, &p.container_id, &p.ifname);
-    put(&p.network, tag, &items, what, |e: &Mapping| Err(conflict(what, &[e.key()])))
+    if !gated.is_empty() {
+        fill_chain(p, tag, &gated, what)?;
+    }
+    match put(&p.network, tag, &items, what, |e: &Mapping| Err(conflict(what, e))) {
+        Ok(had_chain) if had_chain && gated.is_empty() => drop_chain(tag, what),
+        Ok(_) => Ok(()),
+        Err(e) => {
+            if !gated.is_empty() && read_record::<Mapping>(tag)?.is_none() {
+                let _ = drop_chain(tag, what);
+            }
+            Err(e)
+        }
+    }
 }
 
+/// Removes an attachment's port mappings; with no record, the chain an interrupted ADD may have
+/// written.
 pub(super) fn del_portmap(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
-    del::<Mapping>(network, container_id, ifname, what)
-}
-
-/// Removes what this layout holds of an attachment (before an ADD in the chain layout).
-pub(super) fn forget_portmap(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
-    forget::<Mapping>(network, container_id, ifname, what).map(|_| ())
-}
-
-/// A host port of `p` that another attachment holds in this layout (for an ADD in the chain layout).
-pub(super) fn held(p: &PortMap) -> Result<Option<Key>> {
-    let tag = tag(&p.network, &p.container_id, &p.ifname);
-    for e in mappings(p) {
-        // One read: held (not expiring) by an attachment other than this one.
-        if owner_element(&e, tag)?.is_some_and(|i| i.expires_ms.is_none() && !names(&i, tag)) {
-            return Ok(Some(e.key()));
-        }
+    if !del::<Mapping>(network, container_id, ifname, what)? {
+        drop_chain(tag(network, container_id, ifname), what)?;
     }
-    Ok(None)
+    Ok(())
 }
 
 pub(super) fn check_portmap(p: &PortMap, what: &str) -> Result<()> {
-    check(&p.network, &p.container_id, &p.ifname, &mappings(p), what)
+    let items = mappings(p);
+    check(&p.network, &p.container_id, &p.ifname, &items, what)?;
+    let gated = items.iter().filter(|m| m.gated).count();
+    if gated > 0 {
+        let chain = chain_name(tag(&p.network, &p.container_id, &p.ifname));
+        let listed = nfnl::list_chain(PORTMAP.fam, PORTMAP.name, &chain)?;
+        if listed.is_none_or(|c| c.comments.len() != gated) {
+            return Err(check_failed(format!(
+                "{what}: chain {chain} of table {} is missing or does not hold {gated} rules",
+                PORTMAP.full_name()
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn gc_portmap(network: &str, keep: &[Attachment], what: &str) -> Result<()> {
@@ -789,16 +916,12 @@ pub(super) fn add_masquerade(m: &Masquerade, what: &str) -> Result<()> {
     if items.is_empty() {
         return del_masquerade(&m.network, &m.container_id, &m.ifname, what);
     }
-    let base = MASQ.base(&m.network, &m.container_id, &m.ifname);
-    if list_chain(&MASQ, &base)?.is_some() {
-        del_pod(&MASQ, &base, what)?;
-    }
     let tag = tag(&m.network, &m.container_id, &m.ifname);
-    put(&m.network, tag, &items, what, |_: &Address| Ok(()))
+    put(&m.network, tag, &items, what, |_: &Address| Ok(())).map(|_| ())
 }
 
 pub(super) fn del_masquerade(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
-    del::<Address>(network, container_id, ifname, what)
+    del::<Address>(network, container_id, ifname, what).map(|_| ())
 }
 
 pub(super) fn check_masquerade(m: &Masquerade, what: &str) -> Result<()> {
@@ -809,278 +932,39 @@ pub(super) fn gc_masquerade(network: &str, keep: &[Attachment], what: &str) -> R
     gc::<Address>(network, keep, what)
 }
 
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod tests {
-    use super::*;
-    use crate::firewall::PortMapping;
+/// Drops frames from `port` whose source MAC is not `mac`; the port is this attachment's from now on.
+pub(super) fn add_macspoof(
+    network: &str,
+    container_id: &str,
+    ifname: &str,
+    port: &str,
+    mac: &str,
+    what: &str,
+) -> Result<()> {
+    let Some(item) = Port::new(port, mac) else {
+        return Err(Error::config(format!(
+            "{what}: bridge port {port:?} with MAC {mac:?}: not a usable interface name and MAC address"
+        )));
+    };
+    put(network, tag(network, container_id, ifname), &[item], what, |_: &Port| Ok(())).map(|_| ())
+}
 
-    /// The chain layout tests' pod (8080/tcp, 5353/udp on 192.168.1.1, IPv4 and IPv6) without its
-    /// conditions, with a second mapping of 8080/tcp, which must lose to the first.
-    fn pm(snat: bool, masq_all: bool) -> PortMap {
-        let mut p = super::super::tests::pm();
-        p.conditions_v4.clear();
-        let dup = PortMapping { host_port: 8080, container_port: 81, protocol: Protocol::Tcp, host_ip: None };
-        p.mappings.insert(1, dup);
-        p.snat = snat;
-        p.masq_all = masq_all;
-        p
-    }
+pub(super) fn del_macspoof(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
+    del::<Port>(network, container_id, ifname, what).map(|_| ())
+}
 
-    #[test]
-    fn mappings_keep_the_first_mapping_of_a_port_and_round_trip() {
-        let e = mappings(&pm(true, false));
-        let texts: Vec<String> = e.iter().map(Mapping::text).collect();
-        assert_eq!(
-            texts,
-            vec!["10.22.0.5,80,tcp,8080,-,16", "10.22.0.5,53,udp,5353,192.168.1.1,16", "fd00:22::5,80,tcp,8080,-,64"]
-        );
-        for x in &e {
-            assert_eq!(Mapping::parse(&x.text()).as_ref(), Some(x));
-        }
-        assert_eq!(mappings(&pm(false, true))[0].text(), "10.22.0.5,80,tcp,8080,-,n");
-        assert_eq!(mappings(&pm(true, true))[0].text(), "10.22.0.5,80,tcp,8080,-,a");
-        for bad in [
-            "",
-            "10.22.0.5,80,tcp,8080,-",
-            "10.22.0.5,80,tcp,8080,fd00::1,16",
-            "10.22.0.5,80,tcp,8080,-,33",
-            "x,80,tcp,1,-,n",
-        ] {
-            assert_eq!(Mapping::parse(bad), None, "{bad}");
-        }
-    }
+pub(super) fn gc_macspoof(network: &str, keep: &[Attachment], what: &str) -> Result<()> {
+    gc::<Port>(network, keep, what)
+}
 
-    #[test]
-    fn elements_of_an_entry() {
-        let t = tag("net1", "c1", "eth0");
-        let e = mappings(&pm(true, false));
-        let sets = |e: &Mapping| e.elems(t).into_iter().map(|(s, _)| s).collect::<Vec<_>>();
-        assert_eq!(sets(&e[0]), vec!["own4", "dnat4", "hp4-16", "sp4"]);
-        assert_eq!(sets(&e[1]), vec!["hown4", "hdnat4", "hhp4-16", "hsp4"]);
-        assert_eq!(sets(&e[2]), vec!["own6", "dnat6", "hp6-64"]);
-        let hp = &e[0].elems(t)[2].1;
-        assert_eq!(hp.key[0], KeyPart::Addr("10.22.0.0".parse().unwrap()));
-        assert_eq!(sets(&mappings(&pm(true, true))[1]), vec!["hown4", "hdnat4", "hall4"]);
-        assert_eq!(sets(&mappings(&pm(false, false))[2]), vec!["own6", "dnat6"]);
-        assert_eq!(Mapping::on_demand("hhp6-64"), Some((true, 64)));
-        assert_eq!(Mapping::on_demand("hp4-16"), Some((false, 16)));
-        assert_eq!(Mapping::on_demand("hsp4"), None);
-        assert_ne!(tag("net1", "c1", "eth0"), tag("net1", "c1", "eth1"));
+/// The attachment's record names its port and MAC (CHECK is given neither), and the elements are there.
+pub(super) fn check_macspoof(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
+    let items = read_record::<Port>(tag(network, container_id, ifname))?.map(|r| r.items).unwrap_or_default();
+    if items.is_empty() {
+        return Err(check_failed(format!("{what}: no record of it in table {}", MACSPOOF.full_name())));
     }
-
-    #[test]
-    fn records_split_into_comments_that_fit() {
-        let mut p = pm(true, false);
-        p.mappings = (1..=40)
-            .map(|i| PortMapping { host_port: 10000 + i, container_port: i, protocol: Protocol::Sctp, host_ip: None })
-            .collect();
-        let e = mappings(&p);
-        assert_eq!(e.len(), 80);
-        let comments = record_comments("abcdef01", &e);
-        assert!(comments.len() > 1);
-        let mut back = Vec::new();
-        for c in &comments {
-            assert!(c.len() <= 253, "{} bytes: {c}", c.len());
-            let (net8, n, entries) = parse_comment::<Mapping>(c).unwrap();
-            assert_eq!((net8.as_str(), n as usize), ("abcdef01", comments.len()));
-            back.extend(entries);
-        }
-        assert_eq!(back, e);
-    }
+    check(network, container_id, ifname, &items, what)
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod privileged {
-    use super::super::tests::in_netns;
-    use super::super::{add_pod, masq_pod, portmap_pod};
-    use super::*;
-    use crate::firewall::PortMapping;
-
-    /// Privileged tests need root and nft: without them they fail (`cni_tests::require_root`),
-    /// never pass silently. Always true when it returns.
-    fn root() -> bool {
-        cni_tests::require_root();
-        cni_tests::require_tools(&["nft"]);
-        true
-    }
-
-    fn pm(id: &str, port: u16) -> PortMap {
-        let mut p = super::super::tests::pm();
-        p.conditions_v4.clear();
-        p.container_id = id.into();
-        p.mappings = vec![PortMapping { host_port: port, container_port: 80, protocol: Protocol::Tcp, host_ip: None }];
-        p
-    }
-
-    fn count(set: &str) -> usize {
-        nfnl::get_elements(F, PORTMAP.name, set, None).unwrap().iter().filter(|e| e.expires_ms.is_none()).count()
-    }
-
-    fn pod_chains(p: &PortMap) -> bool {
-        let base = PORTMAP.base(&p.network, &p.container_id, &p.ifname);
-        list_chain(&PORTMAP, &format!("{base}-dnat")).unwrap().is_some()
-    }
-
-    /// A pod the chain layout added (an earlier version) is removed by DEL, and moved to this
-    /// layout by a repeated ADD.
-    #[test]
-    fn pods_of_the_chain_layout_are_deleted_and_moved() {
-        if !root() {
-            return;
-        }
-        in_netns(|| {
-            // The table as the chain layout's setup left it: no sets, no hairpin chain.
-            let earlier = "add table inet cni_rs_portmap
-add map inet cni_rs_portmap hostports4 { type ipv4_addr . inet_proto . inet_service : verdict; }
-add map inet cni_rs_portmap hostports6 { type ipv6_addr . inet_proto . inet_service : verdict; }
-add map inet cni_rs_portmap anyports4 { type inet_proto . inet_service : verdict; }
-add map inet cni_rs_portmap anyports6 { type inet_proto . inet_service : verdict; }
-add map inet cni_rs_portmap snat4 { type ipv4_addr : verdict; }
-add map inet cni_rs_portmap snat6 { type ipv6_addr : verdict; }
-add chain inet cni_rs_portmap dispatch
-add chain inet cni_rs_portmap prerouting { type nat hook prerouting priority -100; policy accept; }
-add chain inet cni_rs_portmap output { type nat hook output priority -100; policy accept; }
-add chain inet cni_rs_portmap postrouting { type nat hook postrouting priority 100; policy accept; }
-add rule inet cni_rs_portmap dispatch ip daddr . meta l4proto . th dport vmap @hostports4
-add rule inet cni_rs_portmap dispatch ip6 daddr . meta l4proto . th dport vmap @hostports6
-add rule inet cni_rs_portmap dispatch meta nfproto ipv4 meta l4proto . th dport vmap @anyports4
-add rule inet cni_rs_portmap dispatch meta nfproto ipv6 meta l4proto . th dport vmap @anyports6
-add rule inet cni_rs_portmap prerouting fib daddr type local jump dispatch
-add rule inet cni_rs_portmap output fib daddr type local jump dispatch
-add rule inet cni_rs_portmap postrouting ct status dnat ip daddr vmap @snat4
-add rule inet cni_rs_portmap postrouting ct status dnat ip6 daddr vmap @snat6
-";
-            let out = crate::firewall::exec::run("nft", &["-f", "-"], Some(earlier)).unwrap();
-            assert!(out.success, "{}", out.stderr);
-            let (a, b) = (pm("a", 8080), pm("b", 8081));
-            add_pod(&portmap_pod(&a), "add a").unwrap();
-            add_pod(&portmap_pod(&b), "add b").unwrap();
-            assert!(pod_chains(&a) && pod_chains(&b));
-            // Its port is taken for this layout too.
-            let err = add_portmap(&pm("c", 8080), "add c").unwrap_err();
-            assert!(err.msg.contains("8080/tcp"), "{err}");
-            del_portmap("net1", "a", "eth0", "del a").unwrap();
-            assert!(!pod_chains(&a));
-            add_portmap(&b, "add b again").unwrap();
-            assert!(!pod_chains(&b));
-            check_portmap(&b, "check b").unwrap();
-            assert_eq!((count("dnat4"), count("dnat6"), count("owners")), (1, 1, 1));
-            let dispatch = list_chain(&PORTMAP, "dispatch").unwrap().unwrap();
-            assert_eq!(dispatch.comments.len(), 15, "setup refilled the shared chain");
-        });
-    }
-
-    /// The removal for kernels that ignore an element's new expiry deletes the same elements.
-    #[test]
-    fn delete_removes_what_expire_would() {
-        if !root() {
-            return;
-        }
-        in_netns(|| {
-            let (a, b) = (pm("a", 8080), pm("b", 8081));
-            add_portmap(&a, "add a").unwrap();
-            add_portmap(&b, "add b").unwrap();
-            let tag_a = tag("net1", "a", "eth0");
-            let record = read_record::<Mapping>(tag_a).unwrap().unwrap();
-            assert_eq!(record.items, mappings(&a));
-            assert_eq!(record.expiring, None);
-            delete(&[(tag_a, record)], "delete a").unwrap();
-            assert!(read_record::<Mapping>(tag_a).unwrap().is_none());
-            for (set, n) in
-                [("dnat4", 1), ("dnat6", 1), ("own4", 1), ("hp4-16", 1), ("hp6-64", 1), ("sp4", 1), ("owners", 1)]
-            {
-                assert_eq!(count(set), n, "{set}");
-            }
-            check_portmap(&b, "check b").unwrap();
-            // And a port taken over meanwhile by another attachment is left to it.
-            let c = pm("c", 8081);
-            let record = read_record::<Mapping>(tag("net1", "b", "eth0")).unwrap().unwrap();
-            del_portmap("net1", "b", "eth0", "del b").unwrap();
-            add_portmap(&c, "add c").unwrap();
-            delete(&[(tag("net1", "b", "eth0"), record)], "delete b late").unwrap();
-            check_portmap(&c, "check c").unwrap();
-        });
-    }
-
-    /// Many mappings take several owner records; DEL finds them all from the container id.
-    #[test]
-    fn a_record_in_several_chunks() {
-        if !root() {
-            return;
-        }
-        in_netns(|| {
-            let mut p = pm("many", 1);
-            p.mappings = (1..=30)
-                .map(|i| PortMapping {
-                    host_port: 20000 + i,
-                    container_port: i,
-                    protocol: Protocol::Udp,
-                    host_ip: None,
-                })
-                .collect();
-            add_portmap(&p, "add").unwrap();
-            assert!(count("owners") > 1);
-            check_portmap(&p, "check").unwrap();
-            assert_eq!(count("dnat4"), 30);
-            del_portmap("net1", "many", "eth0", "del").unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-            assert_eq!((count("dnat4"), count("dnat6"), count("owners")), (0, 0, 0));
-        });
-    }
-
-    fn masq(id: &str, addrs: &[&str]) -> Masquerade {
-        Masquerade {
-            network: "net1".into(),
-            container_id: id.into(),
-            ifname: "eth0".into(),
-            addresses: addrs.iter().map(|a| a.parse().unwrap()).collect(),
-        }
-    }
-
-    fn masq_count(set: &str) -> usize {
-        nfnl::get_elements(F, MASQ.name, set, None).unwrap().iter().filter(|e| e.expires_ms.is_none()).count()
-    }
-
-    /// Masquerade: an address belongs to the newest ADD; a stale attachment's DEL leaves it to
-    /// the new one; a pod of the chain layout is removed by DEL and moved by a repeated ADD.
-    #[test]
-    fn masquerade_addresses_move_to_the_newest_add() {
-        if !root() {
-            return;
-        }
-        in_netns(|| {
-            let stale = masq("stale", &["10.22.0.5/16", "fd00:22::5/64"]);
-            let fresh = masq("fresh", &["10.22.0.5/16"]);
-            add_masquerade(&stale, "add stale").unwrap();
-            check_masquerade(&stale, "check stale").unwrap();
-            add_masquerade(&fresh, "add fresh").unwrap();
-            check_masquerade(&fresh, "check fresh").unwrap();
-            assert_eq!(check_masquerade(&stale, "check stale").unwrap_err().code, 103);
-            del_masquerade("net1", "stale", "eth0", "del stale").unwrap();
-            check_masquerade(&fresh, "check fresh").unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-            assert_eq!((masq_count("pods4"), masq_count("pods6"), masq_count("local4-16")), (1, 0, 1));
-            // Two addresses of a family, different subnets: each its own.
-            let two = masq("two", &["10.30.0.5/24", "10.31.0.5/20"]);
-            add_masquerade(&two, "add two").unwrap();
-            check_masquerade(&two, "check two").unwrap();
-            assert_eq!((masq_count("local4-24"), masq_count("local4-20")), (1, 1));
-            // The chain layout.
-            let old = masq("old", &["10.40.0.5/16"]);
-            add_pod(&masq_pod(&old), "add old").unwrap();
-            let base = MASQ.base("net1", "old", "eth0");
-            assert!(list_chain(&MASQ, &base).unwrap().is_some());
-            add_masquerade(&old, "add old again").unwrap();
-            assert!(list_chain(&MASQ, &base).unwrap().is_none());
-            check_masquerade(&old, "check old").unwrap();
-            add_pod(&masq_pod(&masq("older", &["10.41.0.5/16"])), "add older").unwrap();
-            del_masquerade("net1", "older", "eth0", "del older").unwrap();
-            assert!(list_chain(&MASQ, &MASQ.base("net1", "older", "eth0")).unwrap().is_none());
-            gc_masquerade("net1", &[], "gc").unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-            assert_eq!((masq_count("pods4"), masq_count("pods6"), masq_count("owners")), (0, 0, 0));
-        });
-    }
-}
+pub(super) mod tests;
