@@ -1,7 +1,7 @@
 #!/bin/bash
-# How one pod's nf_tables transaction grows with the pods already present, for the layout the
-# nftables backend uses now (a chain per pod, reached through verdict maps) and for a layout
-# without per-pod chains (the next step in docs/bench/README.md: DNAT through data maps, the
+# How one pod's nf_tables transaction grows with the pods already present, for a layout with a
+# chain per pod (reached through verdict maps) and for the flat layout without per-pod chains
+# that the nftables backend uses (docs/nftables-flat-layout.md: DNAT through data maps, the
 # masquerade and hairpin checks through sets, one owner record per pod). Kernel time only: the
 # time `nft` spends inside the sendmsg that carries the batch (strace -T), so nft's own start-up
 # and cache fill do not count. Also times creating and deleting a veth pair with each layout
@@ -46,7 +46,7 @@ add chain inet $1 postrouting { type nat hook postrouting priority 100; policy a
 EOF
 }
 
-# The layout of today (libcni/netkit/src/firewall/nftables.rs), one pod's lines.
+# With a chain per pod, reached through verdict maps: one pod's lines.
 chains_pod() {
     local i=$1 ip port
     ip=$(ip4 "$i")

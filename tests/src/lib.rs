@@ -1,11 +1,22 @@
-//! Shared fixtures for the end-to-end tests: network namespaces and links that clean up after
-//! themselves even when a test fails, unique names, and the path of the built plugins.
+//! The test-support crate: fixtures shared by every crate's integration tests (a dev-dependency
+//! of each) and by the end-to-end tests in `tests/tests`. Network namespaces and links that clean
+//! up after themselves even when a test fails, unique names, the path of the built plugins, the
+//! root requirement of privileged tests, a plugin exec as a runtime does it ([`exec`]), a libcni
+//! fixture around the cni-noop plugin ([`noop`]) and upstream Go libcni's printing of results
+//! ([`gojson`]).
+//!
+//! One policy for privileged tests: they call [`require_root`] (and [`require_tools`]) first, which
+//! fail the test when the privilege or a tool is missing. They never pass silently: CI runs as root
+//! and must run them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod exec;
+pub mod gojson;
+pub mod noop;
 pub mod vm;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -17,7 +28,7 @@ pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     // target/<profile>/deps/<test> -> target/<profile>
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir").to_path_buf();
-    for plugin in ["bridge", "host-local", "loopback", "portmap", "tuning", "bandwidth", "firewall", "cnitool"] {
+    for plugin in ["bridge", "host-local", "loopback", "portmap", "tuning", "bandwidth", "firewall", "cnitool", "cni-noop"] {
         assert!(
             dir.join(plugin).is_file(),
             "{} is missing: run `cargo build --workspace --bins` before the tests (tests/run.sh does)",
@@ -30,6 +41,34 @@ pub fn bin_dir() -> PathBuf {
 /// Fails the test unless we are root; privileged tests never skip silently.
 pub fn require_root() {
     assert!(nix_is_root(), "this test needs root (network namespaces); run it through tests/run.sh as root");
+}
+
+/// Fails the test unless every tool is on PATH (tests/setup.sh installs them).
+pub fn require_tools(tools: &[&str]) {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| {
+            !Command::new("sh").arg("-c").arg(format!("command -v {t}")).output().is_ok_and(|o| o.status.success())
+        })
+        .collect();
+    assert!(missing.is_empty(), "this test needs {} on PATH; tests/setup.sh installs them", missing.join(", "));
+}
+
+/// True when running in CI (`CI` set to anything but "", "0" or "false").
+pub fn in_ci() -> bool {
+    std::env::var("CI").map(|v| !v.is_empty() && v != "0" && v != "false").unwrap_or(false)
+}
+
+/// A prerequisite that is not a privilege (a reference plugin, a container runtime). In CI a missing one fails the test (it must not skip);
+/// locally it prints a note and the caller returns.
+pub fn prerequisite(ok: bool, what: &str) -> bool {
+    if ok {
+        return true;
+    }
+    assert!(!in_ci(), "{what} (CI=true: this test must not skip; tests/setup.sh installs what it needs)");
+    eprintln!("note: skipping this test: {what} (it would fail under CI=true)");
+    false
 }
 
 fn nix_is_root() -> bool {
@@ -76,6 +115,22 @@ pub fn bridge_ports(bridge: &str) -> Vec<String> {
         .collect()
 }
 
+/// The reservation files host-local keeps for `network` under `data_dir`: (address, content:
+/// the owner's container id, then `\r\n` and its interface), sorted by address.
+pub fn reservations(data_dir: &Path, network: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(data_dir.join(network)) else { return out };
+    for e in entries {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        if name.parse::<std::net::IpAddr>().is_ok() {
+            out.push((name, std::fs::read_to_string(e.path()).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
 /// A named network namespace (`ip netns add`), deleted on drop.
 pub struct Netns {
     pub name: String,
@@ -98,6 +153,12 @@ impl Netns {
     }
     pub fn sh(&self, cmd: &str, args: &[&str]) -> String {
         let mut all = vec!["netns", "exec", &self.name, cmd];
+        all.extend_from_slice(args);
+        sh("ip", &all)
+    }
+    /// `ip -n <ns> <args>`, panicking with stderr when it fails; returns stdout.
+    pub fn ip(&self, args: &[&str]) -> String {
+        let mut all = vec!["-n", self.name.as_str()];
         all.extend_from_slice(args);
         sh("ip", &all)
     }

@@ -6,7 +6,7 @@
 
 mod e2e;
 
-use cni_tests::{bin_dir, require_root, run, Netns, TempDir};
+use cni_tests::{bin_dir, bridge_ports, require_root, run, Netns, TempDir};
 use e2e::*;
 use libcni::conflist;
 use libcni::runtime::CniConfig;
@@ -130,7 +130,7 @@ impl Drop for Demo {
 }
 
 fn demo_reservations() -> Vec<(String, String)> {
-    reservations(&Path::new(DEMO_RUN_DIR).join("ipam").join(DEMO))
+    reservation_owners(&Path::new(DEMO_RUN_DIR).join("ipam"), DEMO)
 }
 
 #[test]
@@ -212,7 +212,7 @@ fn demo_conflist_add_check_del_through_cnitool() {
     }
     assert!(!demo.ns.exec("ip", &["link", "show", "eth0"]).status.success(), "eth0 left in the pod after DEL");
     let ports = bridge_ports(DEMO_BRIDGE);
-    assert!(ports.is_empty(), "ports left on {DEMO_BRIDGE} after DEL: {ports}");
+    assert!(ports.is_empty(), "ports left on {DEMO_BRIDGE} after DEL: {ports:?}");
     assert_eq!(http_get(IpAddr::V4(Ipv4Addr::LOCALHOST), port), None, "127.0.0.1:{port} still answers after DEL");
     demo.cnitool_ok("del");
     let cache_left: Vec<PathBuf> = std::fs::read_dir(demo.cache.path().join("results"))

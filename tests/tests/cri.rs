@@ -30,7 +30,7 @@
 
 mod e2e;
 
-use cni_tests::{bin_dir, require_root, run, unique, TempDir};
+use cni_tests::{bin_dir, bridge_ports, prerequisite, require_root, run, unique, TempDir};
 use e2e::*;
 use serde_json::{json, Value};
 use std::io::Write;
@@ -525,7 +525,12 @@ fn cri_pod_with_hostports_serves_every_mapping_and_leaves_nothing() {
 
     // host-local's reservation, owned by the sandbox; a veth on the bridge; rules naming the pod.
     let res_dir = data_dir.join(&network);
-    assert_eq!(reservations(&res_dir), vec![(ip.to_string(), id.clone())], "reservations in {}", res_dir.display());
+    assert_eq!(
+        reservation_owners(&data_dir, &network),
+        vec![(ip.to_string(), id.clone())],
+        "reservations in {}",
+        res_dir.display()
+    );
     assert!(!bridge_ports(&bridge).is_empty(), "no port on {bridge}");
     let rules = firewall_dump();
     assert!(mentions(&rules, &ip.to_string()), "no rule names {ip} while the pod runs:\n{rules}");
@@ -561,9 +566,13 @@ fn cri_pod_with_hostports_serves_every_mapping_and_leaves_nothing() {
     // Nothing of the pod is left.
     let list = cri.ok("ListPodSandbox", &json!({}));
     assert!(list["items"].as_array().is_none_or(|v| v.is_empty()), "sandboxes left: {list}");
-    assert!(reservations(&res_dir).is_empty(), "reservations left: {:?}", reservations(&res_dir));
+    assert!(
+        reservation_owners(&data_dir, &network).is_empty(),
+        "reservations left: {:?}",
+        reservation_owners(&data_dir, &network)
+    );
     let ports = bridge_ports(&bridge);
-    assert!(ports.is_empty(), "ports left on {bridge}: {ports}");
+    assert!(ports.is_empty(), "ports left on {bridge}: {ports:?}");
     let rules = firewall_dump();
     for needle in [ip.to_string(), id.clone()] {
         assert!(!mentions(&rules, &needle), "rules still name {needle}:\n{}", lines_mentioning(&rules, &needle));

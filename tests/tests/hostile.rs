@@ -388,7 +388,7 @@ fn netns_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
             ENV,
         ),
         // ADD only here: DEL and CHECK in the plugin's own namespace are tested in a namespace
-        // standing in for the node (tests/del.rs), as a regression there would delete node links.
+        // standing in for the node (plugins/bridge/tests/del.rs), as a regression there would delete node links.
         env_case("CNI_NETNS the plugin's own", &base, vec![("CNI_NETNS", Some("/proc/self/ns/net".into()))], ENV),
     ]
 }

@@ -21,8 +21,9 @@ pub const MULTI_CALL: &str = "cni-rs";
 /// line (blank lines and `#` comments ignored). Without it every file of the source is a plain copy.
 pub const MANIFEST: &str = ".plugins";
 
+/// How one plugin name was put in place in the target directory.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Placement {
     /// Written from the source (a temp file renamed over the target).
     Installed { sha256: String },
     /// Already there: same bytes and mode, or a hard link to the installed multi-call binary.
@@ -36,7 +37,7 @@ pub enum Outcome {
 /// What an install did, name by name, in the order it happened.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Report {
-    pub outcomes: Vec<(String, Outcome)>,
+    pub outcomes: Vec<(String, Placement)>,
     /// Why plugin names were copied instead of linked, when they were.
     pub link_error: Option<String>,
 }
@@ -140,10 +141,10 @@ fn parse_manifest(text: &str) -> Result<Vec<String>, String> {
 
 /// Puts `content` at `dir/name` with `mode`, unless the file there already has exactly that
 /// content and mode.
-pub fn place(dir: &Path, name: &str, content: &[u8], mode: u32) -> Result<Outcome, String> {
+pub fn place(dir: &Path, name: &str, content: &[u8], mode: u32) -> Result<Placement, String> {
     let target = dir.join(name);
     if is_identical(&target, content, mode)? {
-        return Ok(Outcome::Unchanged);
+        return Ok(Placement::Unchanged);
     }
     let temp = temp_path(dir, name);
     let result = write_synced(&temp, content, mode)
@@ -154,7 +155,7 @@ pub fn place(dir: &Path, name: &str, content: &[u8], mode: u32) -> Result<Outcom
         let _ = fs::remove_file(&temp);
     }
     result?;
-    Ok(Outcome::Installed { sha256: sha256_hex(content) })
+    Ok(Placement::Installed { sha256: sha256_hex(content) })
 }
 
 /// Installs `src` into `dest`: every plain file is copied (symlinks followed), in name order; with
@@ -215,9 +216,9 @@ fn install_multi_call(
     Ok(())
 }
 
-fn copied(outcome: Outcome) -> Outcome {
+fn copied(outcome: Placement) -> Placement {
     match outcome {
-        Outcome::Installed { sha256 } => Outcome::Copied { sha256 },
+        Placement::Installed { sha256 } => Placement::Copied { sha256 },
         other => other,
     }
 }
@@ -230,11 +231,11 @@ fn link_name(
     binary: &Path,
     binary_meta: &fs::Metadata,
     link: LinkFn,
-) -> Result<Result<Outcome, io::Error>, String> {
+) -> Result<Result<Placement, io::Error>, String> {
     let target = dest.join(name);
     match fs::symlink_metadata(&target) {
         Ok(meta) if meta.is_file() && meta.dev() == binary_meta.dev() && meta.ino() == binary_meta.ino() => {
-            return Ok(Ok(Outcome::Unchanged));
+            return Ok(Ok(Placement::Unchanged));
         }
         Ok(_) => {}
         Err(err) if err.kind() == io::ErrorKind::NotFound => {}
@@ -253,7 +254,7 @@ fn link_name(
     // both names when they are already links to one file (another writer got there first).
     let _ = fs::remove_file(&temp);
     result?;
-    Ok(Ok(Outcome::Linked))
+    Ok(Ok(Placement::Linked))
 }
 
 /// The link(2) errors that mean "not here": another file system (EXDEV), one without hard links
@@ -353,36 +354,10 @@ fn io_error(action: &str, path: &Path, err: io::Error) -> String {
     format!("{action} {}: {err}", path.display())
 }
 
-/// A directory under the system temp dir, removed on drop; std has none.
-#[cfg(test)]
-pub struct TempDir(pub std::path::PathBuf);
-
-#[cfg(test)]
-impl TempDir {
-    pub fn new(label: &str) -> TempDir {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "cni-installer-{label}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-#[cfg(test)]
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cni_tests::TempDir;
     use std::os::unix::fs::MetadataExt;
 
     fn listing(dir: &Path) -> Vec<String> {
@@ -406,7 +381,7 @@ mod tests {
 
         assert_eq!(outcomes.len(), 2);
         assert_eq!(outcomes[0].0, "bridge");
-        assert_eq!(outcomes[0].1, Outcome::Installed { sha256: sha256_hex(b"new bridge") });
+        assert_eq!(outcomes[0].1, Placement::Installed { sha256: sha256_hex(b"new bridge") });
         assert_eq!(fs::read(dest.0.join("bridge")).unwrap(), b"new bridge");
         assert_eq!(fs::read(dest.0.join("loopback")).unwrap(), b"new loopback");
         let meta = fs::metadata(dest.0.join("bridge")).unwrap();
@@ -426,7 +401,7 @@ mod tests {
 
         let report = install_dir(&src.0, &dest.0).unwrap();
 
-        assert_eq!(report.outcomes, [("loopback".to_string(), Outcome::Unchanged)]);
+        assert_eq!(report.outcomes, [("loopback".to_string(), Placement::Unchanged)]);
         assert_eq!(report.link_error, None);
         assert_eq!(fs::metadata(dest.0.join("loopback")).unwrap().ino(), inode);
     }
@@ -437,7 +412,7 @@ mod tests {
         fs::write(dest.0.join("portmap"), b"portmap").unwrap();
         fs::set_permissions(dest.0.join("portmap"), fs::Permissions::from_mode(0o644)).unwrap();
         let outcome = place(&dest.0, "portmap", b"portmap", 0o755).unwrap();
-        assert!(matches!(outcome, Outcome::Installed { .. }));
+        assert!(matches!(outcome, Placement::Installed { .. }));
         let mode = fs::metadata(dest.0.join("portmap")).unwrap().permissions().mode();
         assert_eq!(mode & 0o7777, 0o755);
     }
@@ -541,9 +516,9 @@ mod tests {
         assert_eq!(report.link_error, None);
         let names: Vec<&str> = report.outcomes.iter().map(|(name, _)| name.as_str()).collect();
         assert_eq!(names, ["extra", "cni-rs", "bridge", "host-local", "loopback", "portmap"]);
-        assert_eq!(report.outcomes[0].1, Outcome::Installed { sha256: sha256_hex(b"a plain file") });
-        assert_eq!(report.outcomes[1].1, Outcome::Installed { sha256: sha256_hex(b"multi-call v1") });
-        assert!(report.outcomes[2..].iter().all(|(_, outcome)| *outcome == Outcome::Linked));
+        assert_eq!(report.outcomes[0].1, Placement::Installed { sha256: sha256_hex(b"a plain file") });
+        assert_eq!(report.outcomes[1].1, Placement::Installed { sha256: sha256_hex(b"multi-call v1") });
+        assert!(report.outcomes[2..].iter().all(|(_, outcome)| *outcome == Placement::Linked));
 
         let binary = dest.0.join(MULTI_CALL);
         let meta = fs::metadata(&binary).unwrap();
@@ -568,7 +543,7 @@ mod tests {
 
         let report = install_dir(&src.0, &dest.0).unwrap();
 
-        assert!(report.outcomes.iter().all(|(_, outcome)| *outcome == Outcome::Unchanged), "{report:?}");
+        assert!(report.outcomes.iter().all(|(_, outcome)| *outcome == Placement::Unchanged), "{report:?}");
         assert_eq!(report.outcomes.len(), 6);
         let after: Vec<_> = listing(&dest.0).iter().map(|name| fingerprint(&dest.0.join(name))).collect();
         assert_eq!(after, before);
@@ -614,7 +589,7 @@ mod tests {
 
         let report = install_dir(&multi_call_src(b"multi-call v2").0, &dest.0).unwrap();
 
-        assert_eq!(report.outcomes[1].1, Outcome::Installed { sha256: sha256_hex(b"multi-call v2") });
+        assert_eq!(report.outcomes[1].1, Placement::Installed { sha256: sha256_hex(b"multi-call v2") });
         let new = inode(&dest.0.join(MULTI_CALL));
         assert_ne!(new, old);
         for name in NAMES {
@@ -633,7 +608,7 @@ mod tests {
 
         let err = report.link_error.unwrap();
         assert!(err.contains("hard link cni-rs in") && err.contains("(os error 18)"), "{err}");
-        let copy = Outcome::Copied { sha256: sha256_hex(b"multi-call v1") };
+        let copy = Placement::Copied { sha256: sha256_hex(b"multi-call v1") };
         assert!(report.outcomes[2..].iter().all(|(_, outcome)| *outcome == copy), "{:?}", report.outcomes);
         let mut inodes = HashSet::new();
         for name in NAMES.iter().chain(&[MULTI_CALL]) {
@@ -647,12 +622,12 @@ mod tests {
 
         // Identical copies are left alone on the next run.
         let report = install_dir_with(&src.0, &dest.0, link_unsupported).unwrap();
-        assert!(report.outcomes.iter().all(|(_, outcome)| *outcome == Outcome::Unchanged), "{report:?}");
+        assert!(report.outcomes.iter().all(|(_, outcome)| *outcome == Placement::Unchanged), "{report:?}");
         assert!(report.link_error.is_some());
 
         // Once links work there, the copies become links.
         let report = install_dir(&src.0, &dest.0).unwrap();
-        assert!(report.outcomes[2..].iter().all(|(_, outcome)| *outcome == Outcome::Linked));
+        assert!(report.outcomes[2..].iter().all(|(_, outcome)| *outcome == Placement::Linked));
         assert_eq!(fs::metadata(dest.0.join(MULTI_CALL)).unwrap().nlink(), 5);
     }
 

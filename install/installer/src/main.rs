@@ -9,7 +9,7 @@ mod install;
 mod render;
 
 use cidr::Cidr;
-use install::Outcome;
+use install::Placement;
 use nix::sys::signal::{SigSet, Signal};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -125,15 +125,15 @@ fn pod_cidrs(
     }
 }
 
-fn log_outcome(name: &str, dir: &Path, outcome: &Outcome) {
+fn log_outcome(name: &str, dir: &Path, outcome: &Placement) {
     let path = dir.join(name);
     match outcome {
-        Outcome::Installed { sha256 } => eprintln!("installed {name} -> {} (sha256 {sha256})", path.display()),
-        Outcome::Unchanged => eprintln!("unchanged {name}"),
-        Outcome::Linked => {
+        Placement::Installed { sha256 } => eprintln!("installed {name} -> {} (sha256 {sha256})", path.display()),
+        Placement::Unchanged => eprintln!("unchanged {name}"),
+        Placement::Linked => {
             eprintln!("linked {name} -> {} (hard link to {})", path.display(), install::MULTI_CALL)
         }
-        Outcome::Copied { sha256 } => {
+        Placement::Copied { sha256 } => {
             eprintln!("copied {name} -> {} (full copy of {}, sha256 {sha256})", path.display(), install::MULTI_CALL)
         }
     }
@@ -243,7 +243,7 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use install::TempDir;
+    use cni_tests::TempDir;
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()

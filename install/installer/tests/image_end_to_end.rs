@@ -1,8 +1,8 @@
 //! Builds the installer image with install/build-image.sh and runs it with podman against temporary
 //! "host" directories, as the DaemonSet would on a node.
 //!
-//! Needs root and podman (with runc). Outside CI it prints a note and passes when they are missing;
-//! with CI=true that is a failure.
+//! Needs root (without it the test fails) and podman with runc (a prerequisite: outside CI a missing
+//! podman is a note and the test returns; with CI=true it is a failure).
 //!
 //! Binaries: by default build-image.sh does one static release build of the installer and the
 //! multi-call `cni-rs`; `CNI_RS_STATIC_BIN_DIR=DIR` uses prebuilt static ones from DIR instead.
@@ -11,6 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use cni_tests::{prerequisite, require_root, TempDir};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -27,35 +28,8 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
-fn missing_prerequisite() -> Option<String> {
-    if !nix::unistd::Uid::effective().is_root() {
-        return Some("not running as root".into());
-    }
-    match Command::new("podman").arg("--version").output() {
-        Ok(out) if out.status.success() => None,
-        _ => Some("podman is not installed (apt-get install -y podman runc)".into()),
-    }
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(label: &str) -> TempDir {
-        let path = std::env::temp_dir().join(format!("cni-installer-e2e-{label}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+fn podman_installed() -> bool {
+    Command::new("podman").arg("--version").output().is_ok_and(|out| out.status.success())
 }
 
 /// Removes the test's image and containers even when an assertion fails.
@@ -154,11 +128,8 @@ fn image_bin_listing(image: &str) -> Vec<String> {
 
 #[test]
 fn image_end_to_end() {
-    if let Some(reason) = missing_prerequisite() {
-        if in_ci() {
-            panic!("image_end_to_end must run in CI, but {reason}");
-        }
-        eprintln!("note: skipping image_end_to_end: {reason} (CI=true makes this a failure)");
+    require_root();
+    if !prerequisite(podman_installed(), "podman is not installed (apt-get install -y podman runc)") {
         return;
     }
 

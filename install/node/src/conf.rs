@@ -2,7 +2,7 @@
 //! the agent's nftables table that masquerades pod traffic leaving the cluster range.
 
 use cni_installer::cidr::Cidr;
-use cni_installer::install::{self, Outcome};
+use cni_installer::install::{self, Placement};
 use cni_installer::render;
 use ipnetwork::IpNetwork;
 use std::path::Path;
@@ -24,7 +24,7 @@ pub fn render(template: &str, cidrs: &[IpNetwork], mtu: u32) -> Result<String, S
 pub fn write(conf_dir: &Path, conf_name: &str, text: &str) -> Result<bool, String> {
     std::fs::create_dir_all(conf_dir).map_err(|e| format!("create {}: {e}", conf_dir.display()))?;
     install::remove_stale_temps(conf_dir, &[conf_name]);
-    Ok(matches!(install::place(conf_dir, conf_name, text.as_bytes(), 0o644)?, Outcome::Installed { .. }))
+    Ok(matches!(install::place(conf_dir, conf_name, text.as_bytes(), 0o644)?, Placement::Installed { .. }))
 }
 
 /// The pod CIDRs named by an existing conflist (every `"subnet"` in it): the block this node held

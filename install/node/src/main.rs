@@ -212,7 +212,7 @@ fn install_plugins(src: &std::path::Path, bin_dir: &std::path::Path) -> Result<(
     if let Some(err) = &report.link_error {
         eprintln!("warning: {err}; each plugin name is a full copy of {} instead of a hard link", install::MULTI_CALL);
     }
-    let changed = report.outcomes.iter().filter(|(_, o)| !matches!(o, install::Outcome::Unchanged)).count();
+    let changed = report.outcomes.iter().filter(|(_, o)| !matches!(o, install::Placement::Unchanged)).count();
     eprintln!("plugins in {}: {} names, {changed} changed", bin_dir.display(), report.outcomes.len());
     Ok(())
 }

@@ -1,16 +1,11 @@
-//! The on-disk store, byte-compatible with the reference host-local: `<dataDir>/<network>/<ip>` holding
-//! `<containerID>\r\n<ifname>` (or just `<containerID>` in the old format), `last_reserved_ip.<set>`,
-//! and an flock on `<dataDir>/<network>/lock` around every change.
+//! The store of one network's reservations: `<dataDir>/<network>` in the reference's format
+//! ([`reference`]: a file per address, the round-robin cursors, an flock on `lock` around every change),
+//! read through the scan cache ([`cache`]), which spares a listing from reading every file.
 //!
 //! A reservation is written to a temporary file first and then hard-linked to its final name: link(2)
 //! fails with EEXIST atomically, so an address is never handed out twice and a crash never leaves a
 //! half-written reservation. Temporary names start with '.', so neither we nor the reference (which
 //! parses every name in the directory as an IP) ever mistake one for a reservation.
-//!
-//! Every verb needs the owner of every reservation (a repeated ADD returns what the attachment holds, DEL
-//! releases it). Reading a thousand files per call would dominate ADD on a busy node, so a scan cache
-//! (`index`) remembers the owner of each file by name and inode; an owner taken from it is confirmed by
-//! reading its file before anything is returned or released on its word.
 //!
 //! Nothing in the network directory is followed if it is a symbolic link: whoever can plant one there (a pod
 //! with the directory mounted, a careless script) must not make a root plugin write, create, lock or read a
@@ -26,18 +21,23 @@
 //! through a read-only descriptor, or not at all when the lock file does not exist (nothing can change the
 //! directory then), so DEL and GC succeed when there is nothing to release and name what they could not.
 
-mod index;
+mod cache;
+mod reference;
 
-use index::{DirStamp, INDEX_FILE};
+pub use cache::Reservations;
+pub use reference::{Owner, LINE_BREAK};
+
+use cache::{DirStamp, Listing, INDEX_FILE};
 use libcni::{code, Error, Result};
 use nix::dir::{Dir, Type as FileType};
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag};
 use nix::sys::stat::{Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
+use reference::LOCK_FILE;
 use std::fs::{self, File};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -56,346 +56,8 @@ fn is_read_only(e: &std::io::Error) -> bool {
     e.raw_os_error() == Some(Errno::EROFS as i32)
 }
 
-/// What the reference writes between the container ID and the interface name.
-pub const LINE_BREAK: &str = "\r\n";
-const LAST_RESERVED_PREFIX: &str = "last_reserved_ip.";
-const LOCK_FILE: &str = "lock";
+/// Temporary files (ours): the name never parses as an address, and starts with '.'.
 const TEMP_PREFIX: &str = ".host-local-tmp.";
-
-/// Who holds a reservation, as written in its file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Owner {
-    Attachment {
-        container_id: String,
-        ifname: String,
-    },
-    /// Written by old versions of the reference: the container ID only.
-    Legacy {
-        container_id: String,
-    },
-}
-
-impl Owner {
-    /// Parse a reservation file as the reference compares it (surrounding whitespace trimmed).
-    pub fn parse(content: &str) -> Owner {
-        let content = content.trim();
-        match content.split_once(LINE_BREAK) {
-            Some((cid, ifname)) => Owner::Attachment { container_id: cid.to_string(), ifname: ifname.to_string() },
-            None => Owner::Legacy { container_id: content.to_string() },
-        }
-    }
-
-    pub fn container_id(&self) -> &str {
-        match self {
-            Owner::Attachment { container_id, .. } | Owner::Legacy { container_id } => container_id,
-        }
-    }
-}
-
-/// One reservation file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Reservation {
-    /// Its inode number; 0 when unknown (never a valid inode, so never matches the index).
-    ino: u64,
-    record: Record,
-    /// Found by the directory listing (a recorded file that is not was removed behind the index's back).
-    listed: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Record {
-    /// Known from the scan cache (the file was not read): a line of `Reservations::index_text`.
-    Indexed(index::Line),
-    /// Read from the file during this process (boxed: a thousand of these are moved around per scan).
-    Read(Box<ReadFile>),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ReadFile {
-    name: String,
-    owner: Owner,
-}
-
-impl Record {
-    fn read(name: String, owner: Owner) -> Record {
-        Record::Read(Box::new(ReadFile { name, owner }))
-    }
-}
-
-impl Reservation {
-    fn is_from_index(&self) -> bool {
-        matches!(self.record, Record::Indexed(_))
-    }
-}
-
-/// Every reservation of a network at one moment.
-#[derive(Debug, Clone, Default)]
-pub struct Reservations {
-    /// The scan cache as loaded. Owners taken from it stay there, encoded: comparing an encoded owner is
-    /// all most verbs need, and an unchanged line is copied as it is into the next index.
-    index_text: String,
-    files: Files,
-}
-
-/// Reservations by address: a vector kept sorted, half the memory of a hash map and no hashing. Scans
-/// build it in one go (the index is written in this order) and later changes are few.
-#[derive(Debug, Clone, Default)]
-struct Files(Vec<(IpAddr, Reservation)>);
-
-impl Files {
-    /// A binary search written out: with the release profile's size optimisation, the library's calls a
-    /// closure and `IpAddr::cmp` at every step, which showed up in profiles of a thousand-entry scan.
-    fn position(&self, ip: IpAddr) -> Result<usize, usize> {
-        // The same order as `IpAddr`'s: every IPv4 address first, each family by value.
-        let key = |ip: IpAddr| match ip {
-            IpAddr::V4(v4) => (false, u128::from(v4.to_bits())),
-            IpAddr::V6(v6) => (true, v6.to_bits()),
-        };
-        let wanted = key(ip);
-        let (mut low, mut high) = (0, self.0.len());
-        while low < high {
-            let mid = low + (high - low) / 2;
-            let Some((at, _)) = self.0.get(mid) else { break };
-            match key(*at).cmp(&wanted) {
-                std::cmp::Ordering::Less => low = mid + 1,
-                std::cmp::Ordering::Greater => high = mid,
-                std::cmp::Ordering::Equal => return Ok(mid),
-            }
-        }
-        Err(low)
-    }
-
-    fn get(&self, ip: IpAddr) -> Option<&Reservation> {
-        self.position(ip).ok().and_then(|i| self.0.get(i)).map(|(_, r)| r)
-    }
-
-    fn get_mut(&mut self, ip: IpAddr) -> Option<&mut Reservation> {
-        self.position(ip).ok().and_then(|i| self.0.get_mut(i)).map(|(_, r)| r)
-    }
-
-    fn contains_key(&self, ip: IpAddr) -> bool {
-        self.position(ip).is_ok()
-    }
-
-    /// Add or replace.
-    fn insert(&mut self, ip: IpAddr, r: Reservation) {
-        match self.position(ip) {
-            Ok(i) => {
-                if let Some(slot) = self.0.get_mut(i) {
-                    slot.1 = r;
-                }
-            }
-            Err(i) => self.0.insert(i, (ip, r)),
-        }
-    }
-
-    fn remove(&mut self, ip: IpAddr) -> Option<Reservation> {
-        self.position(ip).ok().map(|i| self.0.remove(i).1)
-    }
-
-    /// Add many at once (a scan's fresh reads; all of them when there is no index). The later of two
-    /// entries for one address wins, as with `insert`.
-    fn extend(&mut self, more: Vec<(IpAddr, Reservation)>) {
-        if more.is_empty() {
-            return;
-        }
-        self.0.extend(more);
-        // Stable, and fast on a sorted run followed by a short one.
-        self.0.sort_by_key(|(ip, _)| *ip);
-        let mut deduped: Vec<(IpAddr, Reservation)> = Vec::with_capacity(self.0.len());
-        for (ip, r) in self.0.drain(..) {
-            match deduped.last_mut() {
-                Some(last) if last.0 == ip => last.1 = r,
-                _ => deduped.push((ip, r)),
-            }
-        }
-        self.0 = deduped;
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&IpAddr, &Reservation)> {
-        self.0.iter().map(|(ip, r)| (ip, r))
-    }
-
-    fn values(&self) -> impl Iterator<Item = &Reservation> {
-        self.0.iter().map(|(_, r)| r)
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl Reservations {
-    pub fn is_taken(&self, ip: IpAddr) -> bool {
-        self.files.contains_key(ip)
-    }
-
-    pub fn len(&self) -> usize {
-        self.files.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
-    }
-
-    /// The owner as recorded: it may come from the scan cache, so confirm it before acting on it.
-    pub fn owner(&self, ip: IpAddr) -> Option<Owner> {
-        self.files.get(ip).and_then(|r| self.owner_of(r))
-    }
-
-    /// Every address and its owner as recorded (see [`Reservations::owner`]), by address.
-    pub fn owners(&self) -> Vec<(IpAddr, Owner)> {
-        self.files.iter().filter_map(|(ip, r)| Some((*ip, self.owner_of(r)?))).collect()
-    }
-
-    fn owner_of(&self, r: &Reservation) -> Option<Owner> {
-        match &r.record {
-            // None only for a line we did not write (the checksum makes that unlikely): an unknown owner, on
-            // whose word nothing is released and which a confirmation replaces.
-            Record::Indexed(line) => index::decode_owner(&self.index_text, line),
-            Record::Read(file) => Some(file.owner.clone()),
-        }
-    }
-
-    fn name_of<'r>(&'r self, r: &'r Reservation) -> Option<&'r str> {
-        match &r.record {
-            Record::Indexed(line) => index::name(&self.index_text, line),
-            Record::Read(file) => Some(&file.name),
-        }
-    }
-
-    /// The addresses an attachment holds, confirmed: its own files, or, when it has none, old-format files of
-    /// its container (the reference's rule for DEL).
-    pub fn held_by(&mut self, store: &Store, cid: &str, ifname: &str) -> Vec<IpAddr> {
-        self.confirmed_held_by(store, cid, ifname).0
-    }
-
-    fn held_by_as_recorded(&self, cid: &str, ifname: &str) -> Vec<IpAddr> {
-        let exact = Owner::Attachment { container_id: cid.to_string(), ifname: ifname.to_string() };
-        let legacy = Owner::Legacy { container_id: cid.to_string() };
-        let owned_by = |wanted: &Owner| -> Vec<IpAddr> {
-            let encoded = index::encode_owner(wanted);
-            let is_wanted = |r: &Reservation| match &r.record {
-                Record::Indexed(line) => index::owner_field(&self.index_text, line) == Some(encoded.as_str()),
-                Record::Read(file) => file.owner == *wanted,
-            };
-            self.files.iter().filter(|(_, r)| is_wanted(r)).map(|(ip, _)| *ip).collect()
-        };
-        let held = owned_by(&exact);
-        if !held.is_empty() {
-            return held;
-        }
-        owned_by(&legacy)
-    }
-
-    /// [`Reservations::held_by`], and whether confirming changed the view.
-    fn confirmed_held_by(&mut self, store: &Store, cid: &str, ifname: &str) -> (Vec<IpAddr>, bool) {
-        let mut changed_any = false;
-        loop {
-            let held = self.held_by_as_recorded(cid, ifname);
-            let mut changed = false;
-            for ip in &held {
-                changed |= self.confirm(store, *ip);
-            }
-            // A claim that did not hold can hide others (old-format files count only when no exact one does).
-            if !changed {
-                return (held, changed_any);
-            }
-            changed_any = true;
-        }
-    }
-
-    /// Re-read the file behind `ip` if its owner came from the scan cache (a file removed and re-created
-    /// behind our back may have got the same inode number). Returns whether the view changed.
-    fn confirm(&mut self, store: &Store, ip: IpAddr) -> bool {
-        let Some(r) = self.files.get(ip) else { return false };
-        if !r.is_from_index() {
-            return false;
-        }
-        let recorded = (r.ino, self.owner_of(r));
-        let name = self.name_of(r).map(str::to_string);
-        let read = name.as_ref().map(|name| (name, store.read_reservation(name)));
-        match read {
-            Some((name, Ok((ino, owner)))) => {
-                let changed = recorded != (ino, Some(owner.clone()));
-                self.files.insert(ip, Reservation { ino, record: Record::read(name.clone(), owner), listed: true });
-                changed
-            }
-            // Vanished or unreadable: a scan skips such files, so does the view.
-            _ => {
-                self.files.remove(ip);
-                true
-            }
-        }
-    }
-}
-
-/// The files the scan cache records, if it is whole and current; none of them listed yet.
-fn recorded_files(text: &str, now: &DirStamp) -> Option<Files> {
-    // No line is shorter than 16 bytes.
-    let mut files = Vec::with_capacity(text.len() / 16);
-    index::parse(text, now, |name, ino, line| {
-        let ip = reservation_name(name)?;
-        // Written in address order: anything else is not an index we wrote.
-        if files.last().is_some_and(|(last, _)| *last >= ip) {
-            return None;
-        }
-        files.push((ip, Reservation { ino, record: Record::Indexed(line), listed: false }));
-        Some(())
-    })?;
-    Some(Files(files))
-}
-
-/// The parsed name of a directory entry, if it is a reservation file.
-fn reservation_name(name: &str) -> Option<IpAddr> {
-    if let Some(ip) = plain_ipv4(name) {
-        return Some(IpAddr::V4(ip));
-    }
-    name.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
-}
-
-/// The common case of [`reservation_name`], several times faster than the general parser (a scan parses
-/// every name): four decimal octets without leading zeros. Anything else is left to the general parser.
-fn plain_ipv4(name: &str) -> Option<Ipv4Addr> {
-    let mut octets = [0u8; 4];
-    let (mut index, mut value, mut digits) = (0usize, 0u16, 0u8);
-    for &b in name.as_bytes().iter().chain(std::iter::once(&b'.')) {
-        match b {
-            // No leading zero, at most three digits.
-            b'0'..=b'9' if digits < 3 && !(digits == 1 && value == 0) => {
-                value = value * 10 + u16::from(b - b'0');
-                digits += 1;
-            }
-            b'.' if digits > 0 => {
-                *octets.get_mut(index)? = u8::try_from(value).ok()?;
-                (index, value, digits) = (index + 1, 0, 0);
-            }
-            _ => return None,
-        }
-    }
-    (index == 4).then_some(Ipv4Addr::from(octets))
-}
-
-/// Defensive re-check of a network name before it becomes a path component (skel validated it already).
-fn check_network_name(network: &str) -> Result<()> {
-    if network.is_empty() || network == "." || network == ".." || network.contains(['/', '\0']) {
-        return Err(Error::config(format!("network name {network:?} cannot be used as a directory name")));
-    }
-    Ok(())
-}
-
-/// What one listing of the network directory found.
-struct Listing {
-    reservations: Reservations,
-    /// The scan cache was missing, unusable or out of date.
-    index_stale: bool,
-    /// Names of temporary files (ours), which outlive the lock only when a plugin crashed.
-    temp_files: Vec<String>,
-}
 
 /// The directory of one network's reservations, held open: every file is reached through this descriptor
 /// (openat, linkat, renameat, unlinkat), so what `<dataDir>/<network>` names later (renamed, replaced by a
@@ -412,7 +74,7 @@ impl Store {
         if !data_dir.is_absolute() {
             return Err(Error::config(format!("ipam.dataDir {} must be an absolute path", data_dir.display())));
         }
-        check_network_name(network)?;
+        reference::check_network_name(network)?;
         Ok(data_dir.join(network))
     }
 
@@ -554,38 +216,31 @@ impl Store {
                 })
             })
             .transpose()?;
-        let listing = self.list()?;
+        let (reservations, index_stale, temp_files) = self.list()?;
         let mut removed_any = false;
-        for tmp in &listing.temp_files {
+        for tmp in &temp_files {
             // A temporary name is never parsed as an address, so one that cannot be removed is harmless.
             removed_any |= self.unlink(tmp).is_ok();
         }
-        Ok(Locked {
-            store: self,
-            reservations: listing.reservations,
-            index_stale: (listing.index_stale || removed_any) && !read_only,
-            _flock: flock,
-        })
+        Ok(Locked { store: self, reservations, index_stale: (index_stale || removed_any) && !read_only, _flock: flock })
     }
 
     /// Every reservation, without the lock (CHECK, STATUS): owners may come from the scan cache, which is
     /// never written here. Unreadable or vanished files are skipped, as the reference does.
     pub fn scan(&self) -> Result<Reservations> {
-        Ok(self.list()?.reservations)
+        Ok(self.list()?.0)
     }
 
-    /// One directory listing: each reservation whose name and inode the scan cache knows keeps the recorded
-    /// owner; only new or replaced files are read.
-    fn list(&self) -> Result<Listing> {
+    /// One directory listing, merged with the scan cache (only files it does not know are read): the
+    /// reservations, whether the cache is stale, and the names of temporary files (ours, which outlive the
+    /// lock only when a plugin crashed).
+    fn list(&self) -> Result<(Reservations, bool, Vec<String>)> {
         let stamp = self.handle.metadata().ok().map(|m| DirStamp::of(&m));
         let index_text = match stamp {
             Some(_) => self.read_index()?,
             None => String::new(),
         };
-        let recorded = stamp.and_then(|now| recorded_files(&index_text, &now));
-        let mut index_stale = recorded.is_none();
-        let index_text = if index_stale { String::new() } else { index_text };
-        let mut files = recorded.unwrap_or_default();
+        let mut listing = Listing::new(index_text, stamp);
         // nix's iterator copies each name once; std's DirEntry::file_name copies it a second time.
         let mut dir = Dir::openat(
             self.handle.as_fd(),
@@ -595,42 +250,27 @@ impl Store {
         )
         .map_err(|e| Error::io(format!("read {}", self.dir.display()), &io_error(e)))?;
         let mut temp_files = Vec::new();
-        let mut fresh = Vec::new();
         for entry in dir.iter().flatten() {
             let Ok(name) = entry.file_name().to_str() else { continue };
             if name.starts_with(TEMP_PREFIX) {
                 temp_files.push(name.to_string());
                 continue;
             }
-            let Some(ip) = reservation_name(name) else { continue };
+            let Some(ip) = reference::reserved_address(name) else { continue };
             let is_file = match entry.file_type() {
                 Some(kind) => kind == FileType::File,
                 // Some file systems do not say in the listing.
                 None => self.kind_of(name) == Some(SFlag::S_IFREG),
             };
-            if !is_file {
+            if !is_file || listing.known(ip, name, entry.ino()) {
                 continue;
             }
-            let ino = entry.ino();
-            if let Some(r) = files.get_mut(ip) {
-                if let Record::Indexed(line) = &r.record {
-                    if !r.listed && r.ino == ino && index::name(&index_text, line) == Some(name) {
-                        r.listed = true;
-                        continue;
-                    }
-                }
-            }
-            index_stale = true;
             if let Ok((ino, owner)) = self.read_reservation(name) {
-                fresh.push((ip, Reservation { ino, record: Record::read(name.to_string(), owner), listed: true }));
+                listing.read(ip, name, ino, owner);
             }
         }
-        let recorded = files.len();
-        // Recorded files that are gone, or that were replaced and read again.
-        files.0.retain(|(_, r)| r.listed);
-        index_stale |= files.len() != recorded;
-        files.extend(fresh);
-        Ok(Listing { reservations: Reservations { index_text, files }, index_stale, temp_files })
+        let (reservations, stale) = listing.finish();
+        Ok((reservations, stale, temp_files))
     }
 
     /// The scan cache's text; empty if it is missing or unreadable (a cache: the scan then reads every file).
@@ -652,12 +292,7 @@ impl Store {
             }
             // Stamped after the open, which creates the file the first time and so changes the directory.
             let stamp = DirStamp::of(&self.handle.metadata()?);
-            let text = &reservations.index_text;
-            let entries = reservations.files.values().filter_map(|r| match &r.record {
-                Record::Indexed(line) => index::line(text, line).map(index::Entry::Recorded),
-                Record::Read(file) => Some(index::Entry::Fresh { name: &file.name, ino: r.ino, owner: &file.owner }),
-            });
-            let rendered = index::render(&stamp, reservations.files.len(), entries);
+            let rendered = reservations.render_index(&stamp);
             file.write_all(rendered.as_bytes())?;
             file.set_len(rendered.len() as u64)
         });
@@ -670,14 +305,14 @@ impl Store {
     /// The address last handed out from a set, if recorded and parsable. A symbolic link in its place is an
     /// error naming it.
     pub fn last_reserved(&self, set_index: usize) -> Result<Option<IpAddr>> {
-        let name = format!("{LAST_RESERVED_PREFIX}{set_index}");
+        let name = reference::cursor_file(set_index);
         let Some(file) = self.open_existing("round-robin cursor", &name)? else { return Ok(None) };
         // An address is at most 45 bytes; a larger file is not ours and is read no further.
         let mut content = String::new();
         if file.take(64).read_to_string(&mut content).is_err() {
             return Ok(None);
         }
-        Ok(content.trim().parse::<IpAddr>().ok().map(|ip| ip.to_canonical()))
+        Ok(reference::parse_cursor(&content))
     }
 
     /// Fails unless the store can be written (STATUS): opens the lock file for writing, creating it if needed.
@@ -777,8 +412,8 @@ impl Locked<'_> {
 
     /// Reserve `ip` for the attachment. `Ok(false)` if the address is already reserved by anyone.
     pub fn reserve(&mut self, ip: IpAddr, cid: &str, ifname: &str) -> Result<bool> {
-        let name = ip.to_string();
-        let content = format!("{}{LINE_BREAK}{ifname}", cid.trim());
+        let name = reference::reservation_file(ip);
+        let content = reference::reservation_content(cid, ifname);
         let store = self.store;
         let linked = store.write_via_temp(&content, |tmp, file| {
             // Fails with EEXIST on any existing name, a link included, and never follows one.
@@ -791,14 +426,14 @@ impl Locked<'_> {
         })?;
         let Some(ino) = linked else { return Ok(false) };
         let owner = Owner::parse(&content);
-        self.reservations.files.insert(ip, Reservation { ino, record: Record::read(name, owner), listed: true });
+        self.reservations.insert_written(ip, ino, name, owner);
         self.index_stale = true;
         Ok(true)
     }
 
     /// Record the round-robin cursor of a set. Replaced atomically, so it is never half-written.
     pub fn set_last_reserved(&self, set_index: usize, ip: IpAddr) -> Result<()> {
-        let target = format!("{LAST_RESERVED_PREFIX}{set_index}");
+        let target = reference::cursor_file(set_index);
         let store = self.store;
         store.write_via_temp(&ip.to_string(), |tmp, _| {
             // Removed first: renaming over an existing file makes ext4 (auto_da_alloc) start writing
@@ -814,14 +449,14 @@ impl Locked<'_> {
 
     /// Remove a reservation; one that is already gone is success.
     pub fn release(&mut self, ip: IpAddr) -> Result<()> {
-        let recorded = self.reservations.files.get(ip).and_then(|r| self.reservations.name_of(r));
-        let name = recorded.map_or_else(|| ip.to_string(), str::to_string);
+        let recorded = self.reservations.file_name(ip);
+        let name = recorded.map_or_else(|| reference::reservation_file(ip), str::to_string);
         let removed = match self.store.unlink(&name) {
             Ok(()) => true,
             Err(e) if e.kind() == ErrorKind::NotFound => false,
             Err(e) => return Err(Error::io(format!("release {}", self.store.path(&name).display()), &e)),
         };
-        let known = self.reservations.files.remove(ip).is_some();
+        let known = self.reservations.forget(ip);
         self.index_stale |= removed || known;
         Ok(())
     }
@@ -830,28 +465,9 @@ impl Locked<'_> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub(crate) mod tests {
+    use super::reference::reserved_address;
     use super::*;
-
-    /// A directory under the system temp dir, removed on drop.
-    pub struct TempDir(pub PathBuf);
-    impl TempDir {
-        pub fn new(tag: &str) -> TempDir {
-            static N: AtomicU64 = AtomicU64::new(0);
-            let p = std::env::temp_dir().join(format!(
-                "host-local-unit-{tag}-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = fs::remove_dir_all(&p);
-            fs::create_dir_all(&p).unwrap();
-            TempDir(p)
-        }
-    }
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
+    pub(crate) use cni_tests::TempDir;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -1016,7 +632,7 @@ pub(crate) mod tests {
         assert_eq!(fs::read(dir.join("10.0.0.3")).unwrap(), b"intruder\r\neth0");
         // The corrected owner went into the index.
         let res = store.scan().unwrap();
-        assert!(res.files.get(ip("10.0.0.3")).unwrap().is_from_index());
+        assert!(res.files.get(&ip("10.0.0.3")).unwrap().is_from_index());
         assert_eq!(res.owner(ip("10.0.0.3")), Some(attachment("intruder", "eth0")));
     }
 
@@ -1069,10 +685,10 @@ pub(crate) mod tests {
 
         let res = store.scan().unwrap();
         assert_eq!(res.len(), 3);
-        assert!(res.files.get(ip("10.0.0.2")).unwrap().is_from_index());
+        assert!(res.files.get(&ip("10.0.0.2")).unwrap().is_from_index());
         assert_eq!(res.owner(ip("10.0.0.9")), Some(attachment("foreign", "eth0")));
         assert_eq!(res.owner(ip("10.0.0.3")), Some(attachment("c", "eth0")));
-        assert!(!res.files.get(ip("10.0.0.3")).unwrap().is_from_index());
+        assert!(!res.files.get(&ip("10.0.0.3")).unwrap().is_from_index());
         assert!(!res.is_taken(ip("fd00::2")));
         // The locked scan records all of it, and forgets the removed file.
         drop(store.lock().unwrap());
@@ -1287,75 +903,92 @@ pub(crate) mod tests {
         assert_eq!(Store::create(&file, "n").unwrap_err().code, code::IO);
     }
 
-    #[test]
-    fn files_stay_sorted_and_unique() {
-        let entry = |ino| Reservation { ino, record: Record::read("x".into(), Owner::parse("a")), listed: true };
-        let mut files = Files::default();
-        let addresses = ["fd00::2", "10.0.0.9", "::1", "10.0.0.2", "255.255.255.255", "0.0.0.0", "ffff::1", "10.0.0.5"];
-        for (n, a) in addresses.iter().enumerate() {
-            files.insert(ip(a), entry(n as u64));
-        }
-        files.extend(vec![(ip("10.0.0.3"), entry(20)), (ip("10.0.0.9"), entry(21)), (ip("fd00::1"), entry(22))]);
-        files.insert(ip("::1"), entry(23));
-        assert_eq!(files.remove(ip("10.0.0.5")).map(|r| r.ino), Some(7));
-        assert!(files.remove(ip("10.0.0.5")).is_none());
-        let mut want: Vec<IpAddr> = addresses.iter().map(|a| ip(a)).chain([ip("10.0.0.3"), ip("fd00::1")]).collect();
-        want.sort();
-        want.retain(|a| *a != ip("10.0.0.5"));
-        assert_eq!(files.iter().map(|(a, _)| *a).collect::<Vec<_>>(), want);
-        for a in &want {
-            assert!(files.contains_key(*a), "{a}");
-        }
-        assert_eq!(files.get(ip("10.0.0.9")).map(|r| r.ino), Some(21));
-        assert_eq!(files.get(ip("::1")).map(|r| r.ino), Some(23));
-        assert!(!files.contains_key(ip("10.0.0.4")) && !files.contains_key(ip("::2")));
+    /// The names of the files an index records, in its order.
+    fn indexed_names(store: &Store) -> Vec<String> {
+        let text = fs::read_to_string(store.dir().join(INDEX_FILE)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[1..lines.len() - 1].iter().map(|l| l.split(' ').nth(1).unwrap().to_string()).collect()
     }
 
     #[test]
-    fn the_fast_ipv4_path_agrees_with_the_general_parser() {
-        let mut names: Vec<String> = (0..=300u32).map(|i| format!("10.{i}.0.{}", 300 - i)).collect();
-        names.extend(
-            [
-                "0.0.0.0",
-                "255.255.255.255",
-                "1.2.3",
-                "1.2.3.4.5",
-                "01.2.3.4",
-                "1.2.3.04",
-                "1..3.4",
-                ".1.2.3",
-                "1.2.3.",
-                "1.2.3.4 ",
-                "+1.2.3.4",
-                "1.2.3.-4",
-                "1.2.3.1000",
-                "256.0.0.1",
-                "a.b.c.d",
-                "",
-                "1.2.3.4a",
-                "::ffff:1.2.3.4",
-                "fd00::1",
-                "lock",
-                "last_reserved_ip.0",
-                "\u{661}.2.3.4",
-            ]
-            .map(str::to_string),
-        );
-        for name in &names {
-            let general = name.parse::<IpAddr>().ok().map(|ip| ip.to_canonical());
-            assert_eq!(reservation_name(name), general, "{name:?}");
-            if let Some(fast) = plain_ipv4(name) {
-                assert_eq!(Some(IpAddr::V4(fast)), general, "{name:?}");
-            }
+    fn the_index_lists_files_in_address_order_and_is_reused() {
+        let t = TempDir::new("order");
+        let store = Store::create(&t.0, "n").unwrap();
+        let addresses = ["fd00::2", "10.0.0.9", "::1", "10.0.0.2", "255.255.255.255", "0.0.0.0", "ffff::1", "10.0.0.5"];
+        let mut l = store.lock().unwrap();
+        for a in addresses {
+            assert!(l.reserve(ip(a), "a", "eth0").unwrap());
         }
-        assert!(plain_ipv4("10.200.1.1").is_some());
+        drop(l);
+        let mut want: Vec<IpAddr> = addresses.iter().map(|a| ip(a)).collect();
+        want.sort();
+        let as_names = |ips: &[IpAddr]| ips.iter().map(IpAddr::to_string).collect::<Vec<_>>();
+        assert_eq!(indexed_names(&store), as_names(&want));
+        assert!(store.scan().unwrap().files.values().all(|r| r.is_from_index()), "the index was not reused");
+
+        let mut l = store.lock().unwrap();
+        l.release(ip("10.0.0.5")).unwrap();
+        assert!(l.reserve(ip("10.0.0.3"), "b", "eth0").unwrap());
+        assert!(!l.reserve(ip("::1"), "b", "eth0").unwrap());
+        drop(l);
+        want.retain(|a| *a != ip("10.0.0.5"));
+        want.push(ip("10.0.0.3"));
+        want.sort();
+        assert_eq!(indexed_names(&store), as_names(&want));
+        let res = store.scan().unwrap();
+        assert!(res.files.values().all(|r| r.is_from_index()), "the index was not reused");
+        assert_eq!(res.owners().into_iter().map(|(a, _)| a).collect::<Vec<_>>(), want);
+        assert_eq!(res.owner(ip("10.0.0.3")), Some(attachment("b", "eth0")));
+        assert_eq!(res.owner(ip("::1")), Some(attachment("a", "eth0")));
+    }
+
+    #[test]
+    fn reservation_names_are_addresses_as_the_reference_parses_them() {
+        for i in 0..=300u32 {
+            let name = format!("10.{i}.0.{}", 300 - i);
+            let valid = i <= 255 && 300 - i <= 255;
+            assert_eq!(reserved_address(&name).is_some(), valid, "{name:?}");
+        }
+        for (name, want) in [
+            ("0.0.0.0", Some("0.0.0.0")),
+            ("255.255.255.255", Some("255.255.255.255")),
+            ("10.200.1.1", Some("10.200.1.1")),
+            ("::ffff:1.2.3.4", Some("1.2.3.4")),
+            ("fd00::1", Some("fd00::1")),
+        ] {
+            assert_eq!(reserved_address(name), want.map(ip), "{name:?}");
+        }
+        for name in [
+            "1.2.3",
+            "1.2.3.4.5",
+            "01.2.3.4",
+            "1.2.3.04",
+            "1..3.4",
+            ".1.2.3",
+            "1.2.3.",
+            "1.2.3.4 ",
+            "+1.2.3.4",
+            "1.2.3.-4",
+            "1.2.3.1000",
+            "256.0.0.1",
+            "a.b.c.d",
+            "",
+            "1.2.3.4a",
+            "lock",
+            "last_reserved_ip.0",
+            ".cni-rs-index",
+            ".host-local-tmp.1.2.3",
+            "\u{661}.2.3.4",
+        ] {
+            assert_eq!(reserved_address(name), None, "{name:?}");
+        }
     }
 
     #[test]
     fn reservation_names_are_canonical() {
-        assert_eq!(reservation_name("::ffff:10.0.0.1"), Some(ip("10.0.0.1")));
-        assert_eq!(reservation_name("lock"), None);
-        assert_eq!(reservation_name("last_reserved_ip.0"), None);
+        assert_eq!(reserved_address("::ffff:10.0.0.1"), Some(ip("10.0.0.1")));
+        assert_eq!(reserved_address("lock"), None);
+        assert_eq!(reserved_address("last_reserved_ip.0"), None);
         assert_eq!(ip("2001:db8:0:0:1:0:0:1").to_string(), "2001:db8::1:0:0:1");
     }
 }

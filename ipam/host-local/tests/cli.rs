@@ -1,11 +1,13 @@
 //! The built binary driven through env and stdin, as a runtime drives it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use cni_tests::exec::*;
+use cni_tests::{reservations, TempDir};
 use serde_json::{json, Value};
 use std::collections::HashSet;
+
+/// The host-local binary this crate builds.
+const OURS: &str = env!("CARGO_BIN_EXE_host-local");
 
 fn dual_stack(dir: &TempDir) -> Value {
     json!({"type": "host-local", "dataDir": dir.path(),
@@ -266,8 +268,12 @@ fn del_only_needs_the_store_location() {
 #[test]
 fn go_style_ip_ranges_as_containerd_sends_them() {
     let dir = TempDir::new("gostyle");
-    let mut conf = netconf("1.0.0", "gostyle", json!({"Type": "host-local", "DataDir": dir.path(),
-        "Ranges": [[{"Subnet": "10.10.0.0/24"}]]}));
+    let mut conf = netconf(
+        "1.0.0",
+        "gostyle",
+        json!({"Type": "host-local", "DataDir": dir.path(),
+        "Ranges": [[{"Subnet": "10.10.0.0/24"}]]}),
+    );
     conf["runtimeConfig"] = json!({"ipRanges": [[
         {"Subnet": "10.77.0.0/16", "RangeStart": "10.77.3.10", "RangeEnd": "10.77.3.20", "Gateway": ""}]]});
     let add = exec(OURS, "ADD", &conf, "a", "eth0", "");

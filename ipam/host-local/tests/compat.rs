@@ -2,23 +2,22 @@
 //! each plugin sees the other's reservations as taken and releases them on DEL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use cni_tests::exec::*;
+use cni_tests::{prerequisite, reservations, TempDir};
 use serde_json::json;
 use std::collections::HashSet;
 use std::path::Path;
 
+/// The host-local binary this crate builds.
+const OURS: &str = env!("CARGO_BIN_EXE_host-local");
+/// The reference Go host-local (Debian's containernetworking-plugins).
+const REFERENCE: &str = "/usr/lib/cni/host-local";
+
 /// The reference binary, or None to skip; in CI a missing binary fails the test instead.
 fn reference() -> Option<&'static str> {
-    if Path::new(REFERENCE).exists() {
-        return Some(REFERENCE);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{REFERENCE} is missing: apt-get install -y containernetworking-plugins");
-    }
-    eprintln!("SKIPPED: {REFERENCE} is missing (apt-get install -y containernetworking-plugins)");
-    None
+    let present = Path::new(REFERENCE).exists();
+    prerequisite(present, &format!("{REFERENCE} is missing: apt-get install -y containernetworking-plugins"))
+        .then_some(REFERENCE)
 }
 
 fn conf(dir: &TempDir, name: &str) -> serde_json::Value {

@@ -3,7 +3,7 @@
 //! delegate to IPAM.
 
 use crate::error::{code, Error, Result};
-use crate::skel::{Command, Outcome, Request};
+use crate::skel::{Command, PluginOutput, Request};
 use crate::types::CniResult;
 use crate::version;
 use serde_json::Value;
@@ -486,7 +486,7 @@ fn delegate_env(command: Command, req: &Request) -> CniEnv {
 
 /// A plugin this very binary can run without a new process: given the plugin type, the CNI
 /// environment and stdin, what it would have printed and its exit code. None: not one of ours.
-pub type InProcessRunner = fn(&str, &HashMap<String, String>, &[u8]) -> Option<Outcome>;
+pub type InProcessRunner = fn(&str, &HashMap<String, String>, &[u8]) -> Option<PluginOutput>;
 
 static IN_PROCESS: OnceLock<InProcessRunner> = OnceLock::new();
 
@@ -678,14 +678,14 @@ mod tests {
 
     /// A runner standing in for a multi-call binary's plugins: answers for type "inproc", and for
     /// type "recurse" delegates to "recurse" again (a plugin whose IPAM type is itself).
-    fn test_runner(plugin_type: &str, env: &HashMap<String, String>, stdin: &[u8]) -> Option<Outcome> {
+    fn test_runner(plugin_type: &str, env: &HashMap<String, String>, stdin: &[u8]) -> Option<PluginOutput> {
         if plugin_type == "recurse" {
             RECURSIONS.fetch_add(1, Ordering::SeqCst);
             let path = env.get("CNI_PATH").map(|p| vec![PathBuf::from(p)]).unwrap_or_default();
             let req = request(Command::Add, std::str::from_utf8(stdin).unwrap(), path);
             return Some(match delegate_add("recurse", &req) {
-                Ok(r) => Outcome { stdout: r.to_pretty("1.0.0").unwrap(), exit_code: 0 },
-                Err(e) => Outcome { stdout: e.to_json("1.0.0").to_string(), exit_code: 1 },
+                Ok(r) => PluginOutput { stdout: r.to_pretty("1.0.0").unwrap(), exit_code: 0 },
+                Err(e) => PluginOutput { stdout: e.to_json("1.0.0").to_string(), exit_code: 1 },
             });
         }
         if plugin_type != "inproc" {
@@ -697,7 +697,7 @@ mod tests {
         let stdout = format!(
             r#"{{"cniVersion":"1.0.0","ips":[{{"address":"10.9.9.9/24"}}],"dns":{{"domain":"{command}-{ifname}-{got}"}}}}"#
         );
-        Some(Outcome { stdout, exit_code: 0 })
+        Some(PluginOutput { stdout, exit_code: 0 })
     }
 
     fn request(command: Command, stdin: &str, path: Vec<PathBuf>) -> Request {

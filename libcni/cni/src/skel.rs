@@ -119,7 +119,7 @@ pub trait Plugin {
 
 /// What skel prints and the exit code it picks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct PluginOutput {
     pub stdout: String,
     pub exit_code: i32,
 }
@@ -151,7 +151,7 @@ pub fn process_env() -> HashMap<String, String> {
 }
 
 /// Print an outcome on stdout and exit with its code.
-pub fn finish(outcome: Outcome) -> ! {
+pub fn finish(outcome: PluginOutput) -> ! {
     let mut out = std::io::stdout().lock();
     // Nothing useful can be done if stdout is gone; the exit code still tells.
     let _ = out.write_all(outcome.stdout.as_bytes());
@@ -160,7 +160,7 @@ pub fn finish(outcome: Outcome) -> ! {
 }
 
 /// The whole of skel without process globals, so it can be tested in-process.
-pub fn execute<P: Plugin>(plugin: &P, env: &HashMap<String, String>, stdin: &mut dyn Read) -> Outcome {
+pub fn execute<P: Plugin>(plugin: &P, env: &HashMap<String, String>, stdin: &mut dyn Read) -> PluginOutput {
     let mut cni_version = String::new();
     let result = catch_unwind(AssertUnwindSafe(|| dispatch(plugin, env, stdin, &mut cni_version)));
     let result = result.unwrap_or_else(|panic| {
@@ -172,10 +172,10 @@ pub fn execute<P: Plugin>(plugin: &P, env: &HashMap<String, String>, stdin: &mut
         Err(Error::new(code::INTERNAL, format!("internal error (a bug, please report it): {what}")))
     });
     match result {
-        Ok(stdout) => Outcome { stdout, exit_code: 0 },
+        Ok(stdout) => PluginOutput { stdout, exit_code: 0 },
         Err(e) => {
             let v = if cni_version.is_empty() { version::CURRENT } else { &cni_version };
-            Outcome { stdout: pretty(&e.to_json(v)), exit_code: 1 }
+            PluginOutput { stdout: pretty(&e.to_json(v)), exit_code: 1 }
         }
     }
 }

@@ -2,14 +2,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use cni_tests::gojson::{go_1_2_print, Ordered};
 use libcni::types::{convert, CniResult, Dns, Interface, IpConfig, Route};
 use libcni::{code, version::SUPPORTED};
 use serde_json::{json, Value};
 use std::path::PathBuf;
-
-#[path = "support/gojson.rs"]
-mod gojson;
-use gojson::{go_1_2_print, Ordered};
 
 /// Upstream's vectors, kept in the repository (tests/testdata/README.md says where they came from).
 fn vectors() -> Vec<Value> {

@@ -49,24 +49,24 @@ The container id is \"cnitool-\" plus the first 10 bytes (hex) of the SHA-512 of
 
 /// A cnitool failure: the CNI error, plus a hint that says what to change.
 #[derive(Debug)]
-pub struct Failure {
+pub struct CliError {
     pub error: Error,
     pub hint: Option<String>,
     pub show_usage: bool,
 }
 
-impl From<Error> for Failure {
+impl From<Error> for CliError {
     fn from(error: Error) -> Self {
-        Failure { error, hint: None, show_usage: false }
+        CliError { error, hint: None, show_usage: false }
     }
 }
 
-fn usage_error(msg: impl Into<String>) -> Failure {
-    Failure { error: Error::new(code::INVALID_ENV, msg), hint: None, show_usage: true }
+fn usage_error(msg: impl Into<String>) -> CliError {
+    CliError { error: Error::new(code::INVALID_ENV, msg), hint: None, show_usage: true }
 }
 
-fn with_hint(error: Error, hint: impl Into<String>) -> Failure {
-    Failure { error, hint: Some(hint.into()), show_usage: false }
+fn with_hint(error: Error, hint: impl Into<String>) -> CliError {
+    CliError { error, hint: Some(hint.into()), show_usage: false }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +90,7 @@ pub struct Cli {
     pub json: bool,
 }
 
-fn take_value(args: &[String], i: &mut usize, flag: &str, inline: Option<&str>) -> Result<String, Failure> {
+fn take_value(args: &[String], i: &mut usize, flag: &str, inline: Option<&str>) -> Result<String, CliError> {
     if let Some(v) = inline {
         return Ok(v.to_string());
     }
@@ -99,7 +99,7 @@ fn take_value(args: &[String], i: &mut usize, flag: &str, inline: Option<&str>) 
 }
 
 /// `CID:IFNAME,CID2:IFNAME2`.
-pub fn parse_keep(s: &str) -> Result<Vec<Attachment>, Failure> {
+pub fn parse_keep(s: &str) -> Result<Vec<Attachment>, CliError> {
     s.split(',')
         .filter(|p| !p.is_empty())
         .map(|pair| match pair.split_once(':') {
@@ -112,7 +112,7 @@ pub fn parse_keep(s: &str) -> Result<Vec<Attachment>, Failure> {
 }
 
 /// Parse the arguments (without the program name). Flags may come anywhere.
-pub fn parse_cli(args: &[String]) -> Result<Cli, Failure> {
+pub fn parse_cli(args: &[String]) -> Result<Cli, CliError> {
     let mut positional = Vec::new();
     let mut ifname = None;
     let mut keep = None;
@@ -174,7 +174,7 @@ pub fn parse_cli(args: &[String]) -> Result<Cli, Failure> {
 }
 
 /// CNI_ARGS as cnitool accepts them: `K=V` pairs, both sides non-empty; a trailing `;` is an error.
-pub fn parse_cni_args(s: &str) -> Result<Vec<(String, String)>, Failure> {
+pub fn parse_cni_args(s: &str) -> Result<Vec<(String, String)>, CliError> {
     if s.is_empty() {
         return Ok(Vec::new());
     }
@@ -193,7 +193,7 @@ pub fn parse_cni_args(s: &str) -> Result<Vec<(String, String)>, Failure> {
 }
 
 /// CAP_ARGS: a JSON object.
-pub fn parse_cap_args(s: &str) -> Result<Map<String, Value>, Failure> {
+pub fn parse_cap_args(s: &str) -> Result<Map<String, Value>, CliError> {
     if s.trim().is_empty() {
         return Ok(Map::new());
     }
@@ -264,7 +264,7 @@ fn cni_path(env: &dyn Env) -> Vec<PathBuf> {
     env.var("CNI_PATH").unwrap_or_default().split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect()
 }
 
-fn runtime_config(env: &dyn Env) -> Result<CniConfig, Failure> {
+fn runtime_config(env: &dyn Env) -> Result<CniConfig, CliError> {
     let path = cni_path(env);
     if path.is_empty() {
         return Err(with_hint(
@@ -276,7 +276,7 @@ fn runtime_config(env: &dyn Env) -> Result<CniConfig, Failure> {
     Ok(CniConfig::with_cache_dir(path, PathBuf::from(cache_dir)))
 }
 
-fn load(env: &dyn Env, name: &str) -> Result<NetworkConfigList, Failure> {
+fn load(env: &dyn Env, name: &str) -> Result<NetworkConfigList, CliError> {
     let dir = conf_dir(env);
     conflist::load_network_conf(&dir, name).map_err(|e| {
         let hint = match &e {
@@ -328,7 +328,7 @@ pub fn run(args: &[String], env: &dyn Env, out: &mut dyn Write, err: &mut dyn Wr
     }
 }
 
-fn report(failure: &Failure, json: bool, out: &mut dyn Write, err: &mut dyn Write) {
+fn report(failure: &CliError, json: bool, out: &mut dyn Write, err: &mut dyn Write) {
     let e = &failure.error;
     if json {
         let mut v = json!({"code": e.code, "msg": e.msg});
@@ -349,9 +349,9 @@ fn report(failure: &Failure, json: bool, out: &mut dyn Write, err: &mut dyn Writ
     }
 }
 
-fn run_inner(args: &[String], env: &dyn Env, out: &mut dyn Write) -> Result<(), Failure> {
+fn run_inner(args: &[String], env: &dyn Env, out: &mut dyn Write) -> Result<(), CliError> {
     let cli = parse_cli(args)?;
-    let write_err = |e: std::io::Error| Failure::from(Error::io("write output", &e));
+    let write_err = |e: std::io::Error| CliError::from(Error::io("write output", &e));
     match cli.verb {
         Verb::Help => writeln!(out, "{USAGE}").map_err(write_err),
         Verb::List => list(env, cli.json, out),
@@ -433,7 +433,7 @@ fn plugin_line(indent: &str, p: &Value) -> String {
     line
 }
 
-fn list(env: &dyn Env, json_out: bool, out: &mut dyn Write) -> Result<(), Failure> {
+fn list(env: &dyn Env, json_out: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let dir = conf_dir(env);
     let scan = conflist::scan_dir(&dir)?;
     let path = cni_path(env);
@@ -467,7 +467,7 @@ fn list(env: &dyn Env, json_out: bool, out: &mut dyn Write) -> Result<(), Failur
         .collect();
     let shadowed: Vec<Value> =
         scan.shadowed.iter().map(|(f, n)| json!({"file": f.display().to_string(), "name": n})).collect();
-    let write_err = |e: std::io::Error| Failure::from(Error::io("write output", &e));
+    let write_err = |e: std::io::Error| CliError::from(Error::io("write output", &e));
     if json_out {
         let v = json!({"netconfPath": dir.display().to_string(), "networks": networks, "failures": failures, "shadowed": shadowed});
         return writeln!(out, "{v}").map_err(write_err);

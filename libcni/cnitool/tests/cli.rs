@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-#[path = "../../cni/tests/support/gojson.rs"]
-mod gojson;
+use cni_tests::gojson;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 

@@ -1,8 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{privileged, TestNs};
+use cni_tests::{require_root, unique, Netns};
 use libcni::code;
 use libcni::types::{CniResult, Interface, IpConfig, Route};
 use netkit::iface;
@@ -12,14 +10,12 @@ use netkit::{NetNs, Netlink};
 /// difference CHECK must see is one the kernel really has.
 #[test]
 fn configure_then_check_the_pod_interface() {
-    if !privileged() {
-        return;
-    }
-    let tns = TestNs::new();
+    require_root();
+    let tns = Netns::new("cnk-");
     let ns = NetNs::open(&tns.path).unwrap();
     let host = Netlink::open().unwrap();
     let cont = Netlink::open_in(&ns).unwrap();
-    let id = format!("cnk-iface-{}", common::suffix());
+    let id = unique("cnk-iface-");
 
     iface::ensure_absent(&cont, &ns, "eth0").unwrap();
     let (host_name, _) = iface::create_veth(&host, &id, "eth0", &ns, Some(1400), None).unwrap();

@@ -1,8 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{privileged, TestNs};
+use cni_tests::{require_root, unique, Netns};
 use ipnetwork::IpNetwork;
 use libcni::code;
 use netkit::{IpFamily, NetNs, Netlink, RouteSpec};
@@ -10,16 +8,16 @@ use std::time::Duration;
 
 /// A "host" and a "container" namespace, so nothing touches the real host.
 struct Pair {
-    host: TestNs,
-    cont: TestNs,
+    host: Netns,
+    cont: Netns,
     host_ns: NetNs,
     cont_ns: NetNs,
 }
 
 impl Pair {
     fn new() -> Pair {
-        let host = TestNs::new();
-        let cont = TestNs::new();
+        let host = Netns::new("cnk-");
+        let cont = Netns::new("cnk-");
         let host_ns = NetNs::open(&host.path).unwrap();
         let cont_ns = NetNs::open(&cont.path).unwrap();
         Pair { host, cont, host_ns, cont_ns }
@@ -49,22 +47,18 @@ fn net(s: &str) -> IpNetwork {
 
 #[test]
 fn current_namespace_lists_loopback() {
-    if !privileged() {
-        return;
-    }
+    require_root();
     let nl = Netlink::open().unwrap();
     let lo = nl.link("lo").unwrap().unwrap();
     assert_eq!(lo.index, 1);
     assert!(nl.links().unwrap().iter().any(|l| l.name == "lo"));
-    assert!(nl.link(&format!("cnk-none{}", &common::suffix()[..6])).unwrap().is_none());
+    assert!(nl.link(&unique("cnk-none")).unwrap().is_none());
     assert!(nl.link_by_index(999_999).unwrap().is_none());
 }
 
 #[test]
 fn bridge_is_created_reused_and_checked() {
-    if !privileged() {
-        return;
-    }
+    require_root();
     let p = Pair::new();
     let nl = Netlink::open_in(&p.host_ns).unwrap();
     let br = nl.ensure_bridge("cnkbr0", Some(1400), false, false).unwrap();
@@ -99,9 +93,7 @@ fn bridge_is_created_reused_and_checked() {
 
 #[test]
 fn bridges_created_in_parallel_race_safely() {
-    if !privileged() {
-        return;
-    }
+    require_root();
     let p = Pair::new();
     let path = p.host.path.clone();
     let threads: Vec<_> = (0..6)
@@ -120,9 +112,7 @@ fn bridges_created_in_parallel_race_safely() {
 
 #[test]
 fn veth_peer_is_created_directly_in_the_target_namespace() {
-    if !privileged() {
-        return;
-    }
+    require_root();
     let p = Pair::new();
     let nl = Netlink::open_in(&p.host_ns).unwrap();
     let mac = [0x0a, 0x58, 0x0a, 0x01, 0x02, 0x03];
@@ -189,9 +179,7 @@ fn veth_peer_is_created_directly_in_the_target_namespace() {
 
 #[test]
 fn bridge_port_flags() {
-    if !privileged() {
-        return;
-    }
+    require_root();
     let p = Pair::new();
     let nl = Netlink::open_in(&p.host_ns).unwrap();
     let br = nl.ensure_bridge("cnkbr2", None, false, false).unwrap();
@@ -201,10 +189,10 @@ fn bridge_port_flags() {
     assert_eq!(nl.port_flags(host.index).unwrap(), Some((false, false)));
 
     nl.set_port_flags(host.index, Some(true), None).unwrap();
-    let out = p.host.exec(&["bridge", "-d", "link", "show", "dev", "cnkport0"]);
+    let out = p.host.sh("bridge", &["-d", "link", "show", "dev", "cnkport0"]);
     assert!(out.contains("hairpin on") && out.contains("isolated off"), "{out}");
     nl.set_port_flags(host.index, None, Some(true)).unwrap();
-    let out = p.host.exec(&["bridge", "-d", "link", "show", "dev", "cnkport0"]);
+    let out = p.host.sh("bridge", &["-d", "link", "show", "dev", "cnkport0"]);
     assert!(out.contains("hairpin on") && out.contains("isolated on"), "{out}");
     assert_eq!(nl.port_flags(host.index).unwrap(), Some((true, true)));
     nl.set_port_flags(host.index, Some(false), Some(false)).unwrap();
@@ -214,9 +202,7 @@ fn bridge_port_flags() {
 
 #[test]
 fn bridge_vlans() {
-    if !privileged() {
-        return;
-    }
+    require_root();
     let p = Pair::new();
     let nl = Netlink::open_in(&p.host_ns).unwrap();
     if !vlan_filtering_supported(&nl) {
@@ -249,7 +235,7 @@ fn bridge_vlans() {
     assert_eq!(vlans.iter().filter(|v| (100..=110).contains(&v.vid) && !v.pvid && !v.untagged).count(), 11);
     assert!(nl.bridge_vlans(br.index).unwrap().iter().any(|v| v.vid == 10));
 
-    let out = p.host.exec(&["bridge", "vlan", "show", "dev", "cnkvl0"]);
+    let out = p.host.sh("bridge", &["vlan", "show", "dev", "cnkvl0"]);
     assert!(out.contains("10 PVID Egress Untagged"), "{out}");
     assert!(out.contains("100"), "{out}");
 
@@ -261,9 +247,7 @@ fn bridge_vlans() {
 
 #[test]
 fn addresses_and_routes() {
-    if !privileged() {
-        return;
-    }
+    require_root();
     let p = Pair::new();
     let nl = Netlink::open_in(&p.host_ns).unwrap();
     let nlc = Netlink::open_in(&p.cont_ns).unwrap();

@@ -1,8 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{privileged, run, TestNs};
+use cni_tests::{require_root, sh, unique, Netns};
 use libcni::code;
 use netkit::NetNs;
 use std::os::unix::fs::MetadataExt;
@@ -13,7 +11,7 @@ fn thread_netns_inode() -> u64 {
 
 #[test]
 fn open_rejects_a_regular_file_and_a_directory() {
-    let dir = std::env::temp_dir().join(format!("cnk-notns-{}", common::suffix()));
+    let dir = std::env::temp_dir().join(unique("cnk-notns-"));
     std::fs::create_dir(&dir).unwrap();
     let file = dir.join("file");
     std::fs::write(&file, "x").unwrap();
@@ -41,7 +39,7 @@ fn open_rejects_a_regular_file_and_a_directory() {
 
 #[test]
 fn a_missing_path_is_distinguishable() {
-    let path = format!("/run/netns/cnk-missing-{}", common::suffix());
+    let path = format!("/run/netns/{}", unique("cnk-missing-"));
     let e = NetNs::open(&path).unwrap_err();
     assert!(netkit::is_not_found(&e), "{e}");
     assert!(e.msg.contains(&path), "{e}");
@@ -62,10 +60,8 @@ fn current_namespace_is_itself() {
 
 #[test]
 fn guard_enters_and_restores_the_original_namespace() {
-    if !privileged() {
-        return;
-    }
-    let tns = TestNs::new();
+    require_root();
+    let tns = Netns::new("cnk-");
     let ns = NetNs::open(&tns.path).unwrap();
     assert!(!ns.same_as_current().unwrap());
     let before = thread_netns_inode();
@@ -88,7 +84,7 @@ fn guard_enters_and_restores_the_original_namespace() {
     assert_eq!(thread_netns_inode(), before);
 
     // Nested guards unwind in order.
-    let other = TestNs::new();
+    let other = Netns::new("cnk-");
     let other_ns = NetNs::open(&other.path).unwrap();
     {
         let _a = ns.enter().unwrap();
@@ -103,10 +99,8 @@ fn guard_enters_and_restores_the_original_namespace() {
 
 #[test]
 fn handle_survives_the_path_being_removed() {
-    if !privileged() {
-        return;
-    }
-    let tns = TestNs::new();
+    require_root();
+    let tns = Netns::new("cnk-");
     let ns = NetNs::open(&tns.path).unwrap();
     let id = ns.id().unwrap();
     drop(tns); // ip netns del: unmounts the path
@@ -122,7 +116,7 @@ fn handle_survives_the_path_being_removed() {
 /// with content, a directory or another namespace type is still an error; a namespace opens.
 #[test]
 fn open_for_del_treats_an_unmounted_mount_point_as_gone() {
-    let dir = std::env::temp_dir().join(format!("cnk-del-{}", common::suffix()));
+    let dir = std::env::temp_dir().join(unique("cnk-del-"));
     std::fs::create_dir(&dir).unwrap();
     let empty = dir.join("empty");
     std::fs::write(&empty, "").unwrap();
@@ -140,11 +134,9 @@ fn open_for_del_treats_an_unmounted_mount_point_as_gone() {
     assert!(NetNs::open_for_del("/proc/self/ns/net").unwrap().is_some());
     std::fs::remove_dir_all(&dir).unwrap();
 
-    if !privileged() {
-        return;
-    }
-    let tns = TestNs::new();
+    require_root();
+    let tns = Netns::new("cnk-");
     assert!(NetNs::open_for_del(&tns.path).unwrap().is_some());
-    run("umount", &[&tns.path]);
+    sh("umount", &[&tns.path]);
     assert!(NetNs::open_for_del(&tns.path).unwrap().is_none(), "the mount point left by umount");
 }

@@ -5,9 +5,7 @@
 //! elements before the namespace goes, even when an assertion fails. Needs root and nft.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{privileged, suffix, TestNs};
+use cni_tests::{require_root, unique, Netns};
 use libcni::conf::Attachment;
 use netkit::firewall::{self, BackendKind, Firewall, Masquerade, PortMap, PortMapping, Protocol};
 use netkit::NetNs;
@@ -59,7 +57,7 @@ fn scale_portmap(network: &str, i: usize) -> PortMap {
 }
 
 /// `nft -j <args>` inside the namespace, parsed; Null when nft fails (an absent object).
-fn nft_json(ns: &TestNs, args: &[&str]) -> Value {
+fn nft_json(ns: &Netns, args: &[&str]) -> Value {
     let out = Command::new("ip").args(["netns", "exec", &ns.name, "nft", "-j"]).args(args).output().unwrap();
     if !out.status.success() {
         return Value::Null;
@@ -72,7 +70,7 @@ fn items<'a>(v: &'a Value, kind: &str) -> Vec<&'a Value> {
 }
 
 /// (base chains, chains whose name starts with `prefix`) of a table.
-fn chains(ns: &TestNs, family: &str, table: &str, prefix: &str) -> (usize, usize) {
+fn chains(ns: &Netns, family: &str, table: &str, prefix: &str) -> (usize, usize) {
     let v = nft_json(ns, &["list", "table", family, table]);
     let chains = items(&v, "chain");
     let base = chains.iter().filter(|c| c.get("hook").is_some()).count();
@@ -81,7 +79,7 @@ fn chains(ns: &TestNs, family: &str, table: &str, prefix: &str) -> (usize, usize
 }
 
 /// The elements a map or set lists (expired ones are not listed).
-fn elements(ns: &TestNs, family: &str, table: &str, map: &str) -> usize {
+fn elements(ns: &Netns, family: &str, table: &str, map: &str) -> usize {
     let v = nft_json(ns, &["list", "map", family, table, map]);
     if let Some(n) = items(&v, "map").first().map(|m| m["elem"].as_array().map_or(0, Vec::len)) {
         return n;
@@ -95,13 +93,13 @@ fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(20));
 }
 
-fn rules(ns: &TestNs, table: &str, chain: &str) -> usize {
+fn rules(ns: &Netns, table: &str, chain: &str) -> usize {
     items(&nft_json(ns, &["list", "chain", "inet", table, chain]), "rule").len()
 }
 
 /// Removes everything of `network` in the namespace on drop (GC with nothing to keep).
 struct Cleanup<'a> {
-    ns: &'a TestNs,
+    ns: &'a Netns,
     network: String,
 }
 
@@ -117,7 +115,7 @@ impl Drop for Cleanup<'_> {
 }
 
 /// Runs `f(i)` for i in 0..n on THREADS threads inside the namespace; the errors, with their i.
-fn each(ns: &TestNs, n: usize, f: impl Fn(usize) -> libcni::Result<()> + Sync) -> Vec<String> {
+fn each(ns: &Netns, n: usize, f: impl Fn(usize) -> libcni::Result<()> + Sync) -> Vec<String> {
     let f = &f;
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
@@ -135,11 +133,9 @@ fn each(ns: &TestNs, n: usize, f: impl Fn(usize) -> libcni::Result<()> + Sync) -
 
 #[test]
 fn more_pods_than_hooks() {
-    if !privileged() {
-        return;
-    }
-    let ns = TestNs::new();
-    let network = format!("scale-{}", suffix());
+    require_root();
+    let ns = Netns::new("cnk-");
+    let network = unique("scale-");
     let _cleanup = Cleanup { ns: &ns, network: network.clone() };
 
     let started = Instant::now();
@@ -208,11 +204,9 @@ fn more_pods_than_hooks() {
 
 #[test]
 fn port_conflicts_repeated_add_and_parallel_del() {
-    if !privileged() {
-        return;
-    }
-    let ns = TestNs::new();
-    let network = format!("edge-{}", suffix());
+    require_root();
+    let ns = Netns::new("cnk-");
+    let network = unique("edge-");
     let _cleanup = Cleanup { ns: &ns, network: network.clone() };
     let netns = NetNs::open(&ns.path).unwrap();
     let inside = |f: &dyn Fn() -> libcni::Result<()>| netns.run(f).unwrap();
@@ -279,11 +273,9 @@ fn port_conflicts_repeated_add_and_parallel_del() {
 
 #[test]
 fn reused_address() {
-    if !privileged() {
-        return;
-    }
-    let ns = TestNs::new();
-    let network = format!("reuse-{}", suffix());
+    require_root();
+    let ns = Netns::new("cnk-");
+    let network = unique("reuse-");
     let _cleanup = Cleanup { ns: &ns, network: network.clone() };
     let netns = NetNs::open(&ns.path).unwrap();
     let inside = |f: &dyn Fn() -> libcni::Result<()>| netns.run(f).unwrap();
@@ -314,11 +306,9 @@ fn reused_address() {
 /// maps as everyone's (conflicts, DEL, GC alike).
 #[test]
 fn conditions_have_a_chain_of_their_own() {
-    if !privileged() {
-        return;
-    }
-    let ns = TestNs::new();
-    let network = format!("cond-{}", suffix());
+    require_root();
+    let ns = Netns::new("cnk-");
+    let network = unique("cond-");
     let _cleanup = Cleanup { ns: &ns, network: network.clone() };
     let netns = NetNs::open(&ns.path).unwrap();
     let inside = |f: &dyn Fn() -> libcni::Result<()>| netns.run(f).unwrap();

@@ -1,8 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{privileged, TestNs};
+use cni_tests::{require_root, Netns};
 use netkit::sysctl::{self, Family};
 use netkit::{NetNs, Netlink};
 use std::io::{Read, Seek};
@@ -19,10 +17,8 @@ fn flip(v: &str) -> &'static str {
 
 #[test]
 fn sysctl_follows_the_namespace_of_the_opening_thread() {
-    if !privileged() {
-        return;
-    }
-    let tns = TestNs::new();
+    require_root();
+    let tns = Netns::new("cnk-");
     let ns = NetNs::open(&tns.path).unwrap();
     let host_value = sysctl::get(KEY).unwrap();
     let inside_before = sysctl::get_in(&ns, KEY).unwrap();
@@ -36,7 +32,7 @@ fn sysctl_follows_the_namespace_of_the_opening_thread() {
         assert_eq!(sysctl::get(KEY).unwrap(), want);
     }
     assert_eq!(sysctl::get(KEY).unwrap(), host_value, "host value must not change");
-    assert_eq!(tns.exec(&["cat", &format!("/proc/sys/{KEY}")]).trim(), want);
+    assert_eq!(tns.sh("cat", &[&format!("/proc/sys/{KEY}")]).trim(), want);
     assert_eq!(sysctl::get_in(&ns, KEY).unwrap(), want);
 
     // The namespace is fixed when the file is opened: a file opened on the host keeps reading the
@@ -65,10 +61,8 @@ fn sysctl_follows_the_namespace_of_the_opening_thread() {
 
 #[test]
 fn per_interface_sysctls_inside_a_namespace() {
-    if !privileged() {
-        return;
-    }
-    let tns = TestNs::new();
+    require_root();
+    let tns = Netns::new("cnk-");
     let ns = NetNs::open(&tns.path).unwrap();
     let nl = Netlink::open_in(&ns).unwrap();
     nl.create_veth("cnksys0", "cnksys1", &ns, None, None).unwrap();
@@ -86,8 +80,8 @@ fn per_interface_sysctls_inside_a_namespace() {
         assert!(netkit::is_not_found(&e), "{e}");
         assert!(e.msg.contains("net/ipv4/conf/cnknone0/arp_notify"), "{e}");
     }
-    assert_eq!(tns.exec(&["sysctl", "-n", "net.ipv6.conf.cnksys1.accept_dad"]).trim(), "0");
-    assert_eq!(tns.exec(&["sysctl", "-n", "net.ipv4.conf.cnksys1.arp_notify"]).trim(), "1");
+    assert_eq!(tns.sh("sysctl", &["-n", "net.ipv6.conf.cnksys1.accept_dad"]).trim(), "0");
+    assert_eq!(tns.sh("sysctl", &["-n", "net.ipv4.conf.cnksys1.arp_notify"]).trim(), "1");
     // The host has no such interface.
     assert!(netkit::is_not_found(&sysctl::get_if("cnksys1", Family::V6, "accept_dad").unwrap_err()));
 }

@@ -15,7 +15,7 @@ fn execute_named(
     plugin_type: &str,
     env: &std::collections::HashMap<String, String>,
     stdin: &mut dyn std::io::Read,
-) -> Option<libcni::skel::Outcome> {
+) -> Option<libcni::skel::PluginOutput> {
     use libcni::skel::execute;
     Some(match plugin_type {
         "bridge" => execute(&bridge::Bridge, env, stdin),
@@ -35,7 +35,7 @@ fn run_in_process(
     plugin_type: &str,
     env: &std::collections::HashMap<String, String>,
     mut stdin: &[u8],
-) -> Option<libcni::skel::Outcome> {
+) -> Option<libcni::skel::PluginOutput> {
     execute_named(plugin_type, env, &mut stdin)
 }
 

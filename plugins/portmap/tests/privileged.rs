@@ -8,16 +8,16 @@
 //! ports have hairpin mode on, as the bridge plugin's `hairpinMode` sets them: with br_netfilter
 //! loaded, a pod reaching its own host port is DNATed back out of the port it came in on.
 //!
-//! Needs root, nft, iptables, conntrack, busybox (httpd), socat and curl. Outside CI a missing privilege skips;
-//! in CI (CI=true) it fails.
+//! Needs root, nft, iptables, conntrack, busybox (httpd), socat and curl: without them a test fails
+//! (tests/setup.sh installs the tools).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use cni_tests::{prerequisite, require_root, require_tools, unique};
 use netkit::firewall::{self, BackendKind, Masquerade};
 use netkit::NetNs;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 const POD1: &str = "10.66.0.2";
@@ -27,19 +27,10 @@ const NODE_UP: &str = "192.168.66.1";
 const NODE_UP_V6: &str = "fd67::1";
 const REMOTE: &str = "192.168.66.2";
 
-fn privileged() -> bool {
-    let root = nix::unistd::Uid::effective().is_root();
-    let tools = ["nft", "iptables-save", "busybox", "socat", "conntrack", "curl"].iter().all(|t| {
-        Command::new("sh").arg("-c").arg(format!("command -v {t}")).output().is_ok_and(|o| o.status.success())
-    });
-    if root && tools {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("privileged portmap tests cannot run (root: {root}, tools present: {tools}) but CI=true");
-    }
-    eprintln!("skipping: needs root and nft, iptables, busybox, socat, conntrack, curl");
-    false
+/// Fails the test unless it runs as root with every tool it drives.
+fn require_privileges() {
+    require_root();
+    require_tools(&["nft", "iptables-save", "busybox", "socat", "conntrack", "curl"]);
 }
 
 fn sh(cmd: &str) -> Output {
@@ -50,12 +41,6 @@ fn must(cmd: &str) -> String {
     let out = sh(cmd);
     assert!(out.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn unique() -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{:x}{:x}{}", std::process::id() & 0xffff, nanos & 0xfff, N.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A node, two pods and a remote host; torn down on drop.
@@ -70,7 +55,7 @@ struct World {
 
 impl World {
     fn new() -> World {
-        let id = unique();
+        let id = unique("");
         let w = World {
             node: format!("pmn-{id}"),
             pod1: format!("pmp1-{id}"),
@@ -301,14 +286,12 @@ fn assert_gone(w: &World, container: &str) {
 }
 
 fn end_to_end(backend: &str) {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let mut w = World::new();
     w.http_server(&w.pod1.clone(), "pod1");
     w.udp_echo(&w.pod1.clone(), 5300);
-    let network = format!("pmnet-{}", unique());
-    let cid = format!("ctr-{}", unique());
+    let network = format!("pmnet-{}", unique(""));
+    let cid = format!("ctr-{}", unique(""));
     let pod_ns = format!("/run/netns/{}", w.pod1);
     let prev = prev_result(&w.pod1, POD1, Some(POD1_V6));
     let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
@@ -359,7 +342,7 @@ fn end_to_end(backend: &str) {
     assert_gone(&w, &cid);
 
     // GC removes containers that are not valid attachments, keeps the others.
-    let other = format!("ctr-{}", unique());
+    let other = format!("ctr-{}", unique(""));
     assert!(plugin(ours(), &call("ADD"), &add_conf).0);
     let prev2 = prev_result(&w.pod2, "10.66.0.3", None);
     let conf2 =
@@ -384,13 +367,11 @@ fn end_to_end(backend: &str) {
 /// another pod of the subnet (hairpin) and from the node's localhost, with `snat` (the default) and
 /// with `masqAll`; the same on both backends, as the reference decides it.
 fn sources(backend: &str) {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let mut w = World::new();
     w.udp_peer(&w.pod1.clone(), 5300);
-    let network = format!("pmsrc-{}", unique());
-    let cid = format!("ctr-{}", unique());
+    let network = format!("pmsrc-{}", unique(""));
+    let cid = format!("ctr-{}", unique(""));
     let pod_ns = format!("/run/netns/{}", w.pod1);
     let prev = prev_result(&w.pod1, POD1, Some(POD1_V6));
     let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
@@ -442,9 +423,7 @@ fn tcp_line(ns: &str, ip: &str, port: u16) -> Option<String> {
 /// sending to 127.0.0.1:hostPort is DNATed to the port's pod. `bin` is our portmap, or the
 /// reference's (`guarded` false): it has the hole.
 fn localnet(bin: &str, backend: Option<&str>, guarded: bool) {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let mut w = World::new();
     w.http_server(&w.pod1.clone(), "pod1");
     let log = w.dir.join("loopback-hits");
@@ -457,8 +436,8 @@ fn localnet(bin: &str, backend: Option<&str>, guarded: bool) {
     // Without route_localnet the kernel drops them itself.
     assert_eq!(tcp_line(&w.pod2, "127.0.0.1", 7001), None);
 
-    let network = format!("pmlo-{}", unique());
-    let cid = format!("ctr-{}", unique());
+    let network = format!("pmlo-{}", unique(""));
+    let cid = format!("ctr-{}", unique(""));
     let pod_ns = format!("/run/netns/{}", w.pod1);
     let prev = prev_result(&w.pod1, POD1, Some(POD1_V6));
     let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
@@ -499,14 +478,12 @@ fn localnet(bin: &str, backend: Option<&str>, guarded: bool) {
 /// code 100 naming the port and leaves nothing, the first keeps serving (also after the runtime's
 /// DEL of the second), and once the first is deleted the port is free for the second.
 fn port_conflict(backend: &str) {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let mut w = World::new();
     w.http_server(&w.pod1.clone(), "pod1");
     w.http_server(&w.pod2.clone(), "pod2");
-    let network = format!("pmcf-{}", unique());
-    let (cid1, cid2) = (format!("ctr-{}", unique()), format!("ctr-{}", unique()));
+    let network = format!("pmcf-{}", unique(""));
+    let (cid1, cid2) = (format!("ctr-{}", unique("")), format!("ctr-{}", unique("")));
     let (ns1, ns2) = (format!("/run/netns/{}", w.pod1), format!("/run/netns/{}", w.pod2));
     let call = |command, container, netns| Call { node: &w.node, command, container, netns };
     let conf = |pod: &str, addr: &str, mappings: Value| {
@@ -567,9 +544,8 @@ fn iptables_localnet() {
 #[test]
 fn reference_localnet_has_the_hole() {
     let reference = "/usr/lib/cni/portmap";
-    if !std::path::Path::new(reference).exists() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{reference} missing but CI=true");
-        eprintln!("skipping: {reference} missing (apt-get install containernetworking-plugins)");
+    let present = std::path::Path::new(reference).exists();
+    if !prerequisite(present, &format!("{reference} missing (apt-get install containernetworking-plugins)")) {
         return;
     }
     localnet(reference, None, false);
@@ -599,14 +575,12 @@ fn iptables_end_to_end() {
 /// runtime may do the same with prevResult: ADD must map the ports and DEL remove them, with the
 /// other capabilities it sends (bandwidth, dns) alongside.
 fn go_style_keys(backend: &str) {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let mut w = World::new();
     w.http_server(&w.pod1.clone(), "pod1");
     w.udp_echo(&w.pod1.clone(), 5300);
-    let network = format!("pmgo-{}", unique());
-    let cid = format!("ctr-{}", unique());
+    let network = format!("pmgo-{}", unique(""));
+    let cid = format!("ctr-{}", unique(""));
     let pod_ns = format!("/run/netns/{}", w.pod1);
     let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
     let prev = json!({
@@ -648,9 +622,7 @@ fn iptables_go_style_keys() {
 
 #[test]
 fn no_mappings_does_nothing() {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let w = World::new();
     let prev = prev_result(&w.pod1, POD1, None);
     let conf = netconf("1.0.0", "pmnet-none", Some("nftables"), &prev, None);
@@ -671,19 +643,16 @@ fn no_mappings_does_nothing() {
 /// Rules the Debian reference plugin (/usr/lib/cni/portmap, iptables) made are removed by our DEL.
 #[test]
 fn reference_rules_are_removed_by_our_del() {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let reference = "/usr/lib/cni/portmap";
-    if !std::path::Path::new(reference).exists() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{reference} missing but CI=true");
-        eprintln!("skipping: {reference} missing (apt-get install containernetworking-plugins)");
+    let present = std::path::Path::new(reference).exists();
+    if !prerequisite(present, &format!("{reference} missing (apt-get install containernetworking-plugins)")) {
         return;
     }
     let mut w = World::new();
     w.http_server(&w.pod1.clone(), "pod1");
-    let network = format!("pmref-{}", unique());
-    let cid = format!("ref-{}", unique());
+    let network = format!("pmref-{}", unique(""));
+    let cid = format!("ref-{}", unique(""));
     let pod_ns = format!("/run/netns/{}", w.pod1);
     let prev = prev_result(&w.pod1, POD1, None);
     let conf = netconf(
@@ -705,22 +674,20 @@ fn reference_rules_are_removed_by_our_del() {
 
 /// Masquerade through the firewall API: a pod reaches a remote host that has no route back.
 fn masquerade(kind: BackendKind) {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let mut w = World::new();
     w.http_server(&w.remote.clone(), "remote");
     let node = NetNs::open(format!("/run/netns/{}", w.node)).unwrap();
     let fw = firewall::open(kind);
-    let network = format!("mqnet-{}", unique());
+    let network = format!("mqnet-{}", unique(""));
     let m = Masquerade {
         network: network.clone(),
-        container_id: format!("mq-{}", unique()),
+        container_id: format!("mq-{}", unique("")),
         ifname: "eth0".into(),
         addresses: vec![format!("{POD1}/24").parse().unwrap(), format!("{POD1_V6}/64").parse().unwrap()],
     };
     let other = Masquerade {
-        container_id: format!("mq-{}", unique()),
+        container_id: format!("mq-{}", unique("")),
         addresses: vec!["10.66.0.3/24".parse().unwrap()],
         ..m.clone()
     };

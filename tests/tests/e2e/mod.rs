@@ -13,22 +13,6 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf()
 }
 
-/// True when running in CI (`CI` set to anything but "", "0" or "false").
-pub fn in_ci() -> bool {
-    std::env::var("CI").map(|v| !v.is_empty() && v != "0" && v != "false").unwrap_or(false)
-}
-
-/// A prerequisite of an end-to-end test. In CI a missing one fails the test (it must not skip);
-/// locally it prints a note and the caller returns.
-pub fn prerequisite(ok: bool, what: &str) -> bool {
-    if ok {
-        return true;
-    }
-    assert!(!in_ci(), "{what} (CI=true: this test must not skip; tests/setup.sh installs what it needs)");
-    eprintln!("note: skipping this test: {what} (it would fail under CI=true)");
-    false
-}
-
 /// True if `cmd args` runs and exits 0.
 pub fn runs(cmd: &str, args: &[&str]) -> bool {
     std::process::Command::new(cmd).args(args).output().map(|o| o.status.success()).unwrap_or(false)
@@ -107,21 +91,12 @@ pub fn in_v4_subnet(ip: Ipv4Addr, cidr: &str) -> bool {
     u32::from(ip) & mask == u32::from(net) & mask
 }
 
-/// host-local's reservation files in `dir` (files named by an address), with their first line
-/// (the container id holding it).
-pub fn reservations(dir: &Path) -> Vec<(String, String)> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return vec![] };
-    let mut v: Vec<(String, String)> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.parse::<IpAddr>().is_ok())
-        .map(|n| {
-            let owner = std::fs::read_to_string(dir.join(&n)).unwrap_or_default();
-            (n, owner.lines().next().unwrap_or_default().trim().to_string())
-        })
-        .collect();
-    v.sort();
-    v
+/// host-local's reservations of `network` under `data_dir`: (address, the container id holding it).
+pub fn reservation_owners(data_dir: &Path, network: &str) -> Vec<(String, String)> {
+    cni_tests::reservations(data_dir, network)
+        .into_iter()
+        .map(|(addr, content)| (addr, content.lines().next().unwrap_or_default().trim().to_string()))
+        .collect()
 }
 
 /// Mount points at or under `dir` (from /proc/self/mountinfo), deepest first.
@@ -155,10 +130,4 @@ pub fn unmount_all_under(dir: &Path) {
 /// True if the link exists on the host.
 pub fn link_exists(name: &str) -> bool {
     Path::new("/sys/class/net").join(name).exists()
-}
-
-/// The ports (links) enslaved to `bridge`, as `ip -o link show master` prints them.
-pub fn bridge_ports(bridge: &str) -> String {
-    let out = run("ip", &["-o", "link", "show", "master", bridge]);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

@@ -1,6 +1,6 @@
 //! Interface addresses.
 
-use super::{Failure, IpFamily, Netlink};
+use super::{IpFamily, Netlink, RequestFailure};
 use ipnetwork::{IpNetwork, Ipv4Network};
 use libcni::{Error, Result};
 use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL};
@@ -124,7 +124,7 @@ impl Netlink {
     pub fn del_address(&self, index: u32, net: IpNetwork) -> Result<bool> {
         match self.ack(RouteNetlinkMessage::DelAddress(address_message(index, net)), 0) {
             Ok(()) => Ok(true),
-            Err(Failure::Errno(libc::EADDRNOTAVAIL | libc::ENODEV)) => Ok(false),
+            Err(RequestFailure::Errno(libc::EADDRNOTAVAIL | libc::ENODEV)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete address {net} from {}", self.describe(index)))),
         }
     }

@@ -2,8 +2,12 @@
 //!
 //! A [`Netlink`] owns a current-thread tokio runtime and one rtnetlink connection whose socket was
 //! created in a chosen network namespace; every method blocks on one request. Plugins are
-//! short-lived single-threaded processes, so a blocking API is the simple one, and no task ever
-//! runs setns (rule 5 of DESIGN.md).
+//! short-lived single-threaded processes, so a blocking API is the simple one.
+//!
+//! A netlink socket stays bound to the namespace it was created in, so [`Netlink::open_in`] enters
+//! the namespace through [`NetNs::enter`]'s guard only to create the socket and leaves it before
+//! any request. No task ever calls setns: setns changes only the calling thread's namespace, and
+//! the namespace a task would see must not depend on which thread polls it.
 
 mod addr;
 mod link;
@@ -52,7 +56,7 @@ impl fmt::Debug for Netlink {
 
 /// Why a request failed, before it is turned into an error naming the operation.
 #[derive(Debug)]
-pub(crate) enum Failure {
+pub(crate) enum RequestFailure {
     /// The kernel answered with this (positive) errno.
     Errno(i32),
     /// A dump stayed inconsistent after every retry.
@@ -61,10 +65,10 @@ pub(crate) enum Failure {
     Other(String),
 }
 
-impl Failure {
+impl RequestFailure {
     pub(crate) fn errno(&self) -> Option<i32> {
         match self {
-            Failure::Errno(e) => Some(*e),
+            RequestFailure::Errno(e) => Some(*e),
             _ => None,
         }
     }
@@ -72,12 +76,12 @@ impl Failure {
     /// `"<op> <object>: <os error text>"`, code NETWORK.
     pub(crate) fn into_error(self, what: impl fmt::Display) -> Error {
         match self {
-            Failure::Errno(e) => Error::os(e, what),
-            Failure::Interrupted => Error::os(
+            RequestFailure::Errno(e) => Error::os(e, what),
+            RequestFailure::Interrupted => Error::os(
                 libc::EINTR,
                 format_args!("{what}: dump interrupted {DUMP_ATTEMPTS} times by concurrent changes"),
             ),
-            Failure::Other(msg) => Error::network(format!("{what}: {msg}")),
+            RequestFailure::Other(msg) => Error::network(format!("{what}: {msg}")),
         }
     }
 }
@@ -111,16 +115,16 @@ impl Netlink {
     }
 
     /// Sends a request that expects only an acknowledgement.
-    pub(crate) fn ack(&self, msg: RouteNetlinkMessage, flags: u16) -> std::result::Result<(), Failure> {
+    pub(crate) fn ack(&self, msg: RouteNetlinkMessage, flags: u16) -> std::result::Result<(), RequestFailure> {
         let mut handle = self.handle.clone();
         self.runtime.block_on(async move {
             let mut req = NetlinkMessage::from(msg);
             req.header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
-            let mut responses = handle.request(req).map_err(|e| Failure::Other(e.to_string()))?;
+            let mut responses = handle.request(req).map_err(|e| RequestFailure::Other(e.to_string()))?;
             while let Some(reply) = responses.next().await {
                 if let NetlinkPayload::Error(err) = reply.payload {
                     if let Some(code) = err.code {
-                        return Err(Failure::Errno(code.get().saturating_abs()));
+                        return Err(RequestFailure::Errno(code.get().saturating_abs()));
                     }
                 }
             }
@@ -132,19 +136,19 @@ impl Netlink {
     pub(crate) fn get_one(
         &self,
         msg: RouteNetlinkMessage,
-    ) -> std::result::Result<Option<RouteNetlinkMessage>, Failure> {
+    ) -> std::result::Result<Option<RouteNetlinkMessage>, RequestFailure> {
         let mut handle = self.handle.clone();
         self.runtime.block_on(async move {
             let mut req = NetlinkMessage::from(msg);
             req.header.flags = NLM_F_REQUEST;
-            let mut responses = handle.request(req).map_err(|e| Failure::Other(e.to_string()))?;
+            let mut responses = handle.request(req).map_err(|e| RequestFailure::Other(e.to_string()))?;
             let mut answer = None;
             while let Some(reply) = responses.next().await {
                 match reply.payload {
                     NetlinkPayload::InnerMessage(m) => answer = Some(m),
                     NetlinkPayload::Error(err) => {
                         if let Some(code) = err.code {
-                            return Err(Failure::Errno(code.get().saturating_abs()));
+                            return Err(RequestFailure::Errno(code.get().saturating_abs()));
                         }
                     }
                     _ => {}
@@ -156,22 +160,25 @@ impl Netlink {
 
     /// Dumps, retrying while the kernel reports that the dump was interrupted by a change (the
     /// reference plugins needed the same in `netlinksafe`).
-    pub(crate) fn dump(&self, msg: RouteNetlinkMessage) -> std::result::Result<Vec<RouteNetlinkMessage>, Failure> {
+    pub(crate) fn dump(
+        &self,
+        msg: RouteNetlinkMessage,
+    ) -> std::result::Result<Vec<RouteNetlinkMessage>, RequestFailure> {
         for _ in 0..DUMP_ATTEMPTS {
             match self.dump_once(msg.clone()) {
-                Err(Failure::Interrupted) | Err(Failure::Errno(libc::EINTR)) => continue,
+                Err(RequestFailure::Interrupted) | Err(RequestFailure::Errno(libc::EINTR)) => continue,
                 other => return other,
             }
         }
-        Err(Failure::Interrupted)
+        Err(RequestFailure::Interrupted)
     }
 
-    fn dump_once(&self, msg: RouteNetlinkMessage) -> std::result::Result<Vec<RouteNetlinkMessage>, Failure> {
+    fn dump_once(&self, msg: RouteNetlinkMessage) -> std::result::Result<Vec<RouteNetlinkMessage>, RequestFailure> {
         let mut handle = self.handle.clone();
         self.runtime.block_on(async move {
             let mut req = NetlinkMessage::from(msg);
             req.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
-            let mut responses = handle.request(req).map_err(|e| Failure::Other(e.to_string()))?;
+            let mut responses = handle.request(req).map_err(|e| RequestFailure::Other(e.to_string()))?;
             let mut out = Vec::new();
             let mut interrupted = false;
             while let Some(reply) = responses.next().await {
@@ -180,17 +187,17 @@ impl Netlink {
                     NetlinkPayload::InnerMessage(m) => out.push(m),
                     NetlinkPayload::Error(err) => {
                         if let Some(code) = err.code {
-                            return Err(Failure::Errno(code.get().saturating_abs()));
+                            return Err(RequestFailure::Errno(code.get().saturating_abs()));
                         }
                     }
                     NetlinkPayload::Done(done) if done.code < 0 => {
-                        return Err(Failure::Errno(done.code.saturating_abs()));
+                        return Err(RequestFailure::Errno(done.code.saturating_abs()));
                     }
                     _ => {}
                 }
             }
             if interrupted {
-                Err(Failure::Interrupted)
+                Err(RequestFailure::Interrupted)
             } else {
                 Ok(out)
             }

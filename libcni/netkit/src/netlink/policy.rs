@@ -2,7 +2,7 @@
 //! one can be moved to another table with everything it carries (protocol, scope, preferred
 //! source, metrics), as `ip route` would show it there.
 
-use super::{Failure, IpFamily, Netlink};
+use super::{RequestFailure, IpFamily, Netlink};
 use ipnetwork::IpNetwork;
 use libcni::Result;
 use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
@@ -234,7 +234,7 @@ impl Netlink {
     pub fn del_rule(&self, rule: &Rule) -> Result<bool> {
         match self.ack(RouteNetlinkMessage::DelRule(rule.msg.clone()), 0) {
             Ok(()) => Ok(true),
-            Err(Failure::Errno(libc::ENOENT | libc::ESRCH)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ENOENT | libc::ESRCH)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete rule {rule}"))),
         }
     }
@@ -283,7 +283,7 @@ impl Netlink {
         msg.attributes.retain(|a| !matches!(a, RouteAttribute::Metrics(_)));
         match self.ack(RouteNetlinkMessage::DelRoute(msg), 0) {
             Ok(()) => Ok(true),
-            Err(Failure::Errno(libc::ESRCH | libc::ENOENT | libc::ENODEV)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ESRCH | libc::ENOENT | libc::ENODEV)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete route {route}"))),
         }
     }

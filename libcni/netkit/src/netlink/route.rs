@@ -1,6 +1,6 @@
 //! Routes.
 
-use super::{Failure, IpFamily, Netlink};
+use super::{IpFamily, Netlink, RequestFailure};
 use ipnetwork::IpNetwork;
 use libcni::Result;
 use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
@@ -193,7 +193,7 @@ impl Netlink {
     pub fn del_route(&self, route: &RouteSpec) -> Result<bool> {
         match self.ack(RouteNetlinkMessage::DelRoute(route.message(true)), 0) {
             Ok(()) => Ok(true),
-            Err(Failure::Errno(libc::ESRCH | libc::ENOENT | libc::ENODEV)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ESRCH | libc::ENOENT | libc::ENODEV)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete route {route}"))),
         }
     }

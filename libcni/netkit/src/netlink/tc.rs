@@ -5,7 +5,7 @@
 //!
 //! netlink-packet-route has no tbf options, so TCA_TBF_PARMS is built here (`struct tc_tbf_qopt`).
 
-use super::{Failure, Netlink};
+use super::{RequestFailure, Netlink};
 use libcni::{Error, Result};
 use rtnetlink::packet_core::{DefaultNla, Nla, NLM_F_CREATE, NLM_F_EXCL};
 use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
@@ -325,7 +325,7 @@ impl Netlink {
         msg.header = header(index, handle_, parent);
         match self.ack(RouteNetlinkMessage::DelQueueDiscipline(msg), 0) {
             Ok(()) => Ok(true),
-            Err(Failure::Errno(libc::ENOENT | libc::ENODEV | libc::EINVAL)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ENOENT | libc::ENODEV | libc::EINVAL)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete qdisc {handle_:x}: of {}", self.describe(index)))),
         }
     }

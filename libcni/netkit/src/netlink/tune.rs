@@ -1,7 +1,7 @@
 //! The link attributes the tuning plugin reads, sets and restores: MAC, MTU, promiscuous and
 //! all-multicast flags and the transmit queue length.
 
-use super::{Failure, Netlink};
+use super::{RequestFailure, Netlink};
 use libcni::Result;
 use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use rtnetlink::packet_route::RouteNetlinkMessage;
@@ -35,7 +35,7 @@ impl Netlink {
         msg.attributes.push(LinkAttribute::IfName(name.to_string()));
         let reply = match self.get_one(RouteNetlinkMessage::GetLink(msg)) {
             Ok(Some(RouteNetlinkMessage::NewLink(m))) => m,
-            Ok(_) | Err(Failure::Errno(libc::ENODEV)) => return Ok(None),
+            Ok(_) | Err(RequestFailure::Errno(libc::ENODEV)) => return Ok(None),
             Err(f) => return Err(f.into_error(format_args!("get link {name}"))),
         };
         let mut t = LinkTuning {

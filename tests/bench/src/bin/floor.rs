@@ -38,15 +38,16 @@ const RTA_GATEWAY: u16 = 5;
 const RTA_OIF: u16 = 4;
 const NLA_F_NESTED: u16 = 0x8000;
 
-struct Msg(Vec<u8>);
+/// A netlink request being built: header, payload and attributes, sent as one datagram.
+struct NlRequest(Vec<u8>);
 
-impl Msg {
-    fn new(ty: u16, flags: u16, seq: u32) -> Msg {
+impl NlRequest {
+    fn new(ty: u16, flags: u16, seq: u32) -> NlRequest {
         let mut b = vec![0u8; 16];
         b[4..6].copy_from_slice(&ty.to_ne_bytes());
         b[6..8].copy_from_slice(&(flags | NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
         b[8..12].copy_from_slice(&seq.to_ne_bytes());
-        Msg(b)
+        NlRequest(b)
     }
     fn raw(&mut self, data: &[u8]) -> &mut Self {
         self.0.extend_from_slice(data);
@@ -194,7 +195,7 @@ fn main() {
             let with_nft = a.get(8).map(String::as_str) == Some("nft");
 
             let host = Sock::open();
-            let mut m = Msg::new(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 1);
+            let mut m = NlRequest::new(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 1);
             m.ifinfo(0, true).str_attr(IFLA_IFNAME, hostveth);
             m.attr(IFLA_MASTER, &index_of(bridge).to_ne_bytes());
             let li = m.begin(IFLA_LINKINFO);
@@ -207,16 +208,16 @@ fn main() {
             host.batch(&[m.done()], "create veth");
 
             let (cont, idx) = sock_in(&ns, Some(ifname));
-            let mut lo = Msg::new(RTM_NEWLINK, 0, 2);
+            let mut lo = NlRequest::new(RTM_NEWLINK, 0, 2);
             lo.ifinfo(1, true);
-            let mut ad = Msg::new(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, 3);
+            let mut ad = NlRequest::new(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, 3);
             // struct ifaddrmsg: family, prefixlen, flags, scope, index
             let mut h = [0u8; 8];
             h[0] = libc::AF_INET as u8;
             h[1] = prefix;
             h[4..8].copy_from_slice(&idx.to_ne_bytes());
             ad.raw(&h).attr(IFA_LOCAL, &addr.octets()).attr(IFA_ADDRESS, &addr.octets());
-            let mut rt = Msg::new(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, 4);
+            let mut rt = NlRequest::new(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, 4);
             // struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
             let mut r = [0u8; 12];
             r[0] = libc::AF_INET as u8;
@@ -225,7 +226,7 @@ fn main() {
             r[6] = libc::RT_SCOPE_UNIVERSE;
             r[7] = libc::RTN_UNICAST;
             rt.raw(&r).attr(RTA_GATEWAY, &gw.octets()).attr(RTA_OIF, &idx.to_ne_bytes());
-            let mut up = Msg::new(RTM_NEWLINK, 0, 5);
+            let mut up = NlRequest::new(RTM_NEWLINK, 0, 5);
             up.ifinfo(idx as i32, true);
             cont.batch(&[lo.done(), up.done(), ad.done(), rt.done()], "configure container");
 
@@ -253,7 +254,7 @@ fn main() {
         Some("del") => {
             let with_nft = a.get(5).map(String::as_str) == Some("nft");
             let (cont, _) = sock_in(&ns, None);
-            let mut m = Msg::new(RTM_DELLINK, 0, 1);
+            let mut m = NlRequest::new(RTM_DELLINK, 0, 1);
             m.ifinfo(0, false).str_attr(IFLA_IFNAME, ifname);
             cont.batch(&[m.done()], "delete veth");
             if with_nft {

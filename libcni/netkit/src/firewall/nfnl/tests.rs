@@ -11,14 +11,11 @@ use serde_json::Value;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-fn privileged() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || exec::find("nft").is_none() {
-        eprintln!("SKIP: needs root and nft");
-        return false;
-    }
-    true
+/// Privileged tests need root and nft: without them they fail (`cni_tests::require_root`), never
+/// pass silently.
+fn require_root_and_nft() {
+    cni_tests::require_root();
+    cni_tests::require_tools(&["nft"]);
 }
 
 /// Runs `f` on a thread of its own in a fresh network namespace (nft, run from that thread,
@@ -166,9 +163,7 @@ fn add_rule(b: &mut Batch, f: Family, t: &str, chain: &str, rule: Rule) {
 
 #[test]
 fn flush_and_delete_match_nft() {
-    if !privileged() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| {
         // The state after removing things must be the same too: a flushed chain, a deleted chain,
         // deleted elements.
@@ -189,9 +184,7 @@ fn flush_and_delete_match_nft() {
 
 #[test]
 fn a_failed_batch_applies_nothing() {
-    if !privileged() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| {
         let t = format!("cnirs_nl_{}", suffix());
         let _cleanup = Cleanup(vec![(Family::Inet, t.clone())]);
@@ -225,9 +218,7 @@ fn a_failed_batch_applies_nothing() {
 
 #[test]
 fn errors_name_the_object_and_keep_the_errno() {
-    if !privileged() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| {
         let f = Family::Inet;
         let t = format!("cnirs_nl_{}", suffix());
@@ -278,9 +269,7 @@ fn errors_name_the_object_and_keep_the_errno() {
 
 #[test]
 fn a_large_batch_loses_no_acks() {
-    if !privileged() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| {
         let f = Family::Inet;
         let t = format!("cnirs_nl_{}", suffix());
@@ -404,9 +393,7 @@ fn an_empty_batch_sends_nothing() {
 /// for an absent chain or table.
 #[test]
 fn list_chain_reads_rule_comments() {
-    if !privileged() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| {
         let f = Family::Inet;
         let t = format!("cnirs_nl_{}", suffix());
@@ -579,9 +566,7 @@ add rule bridge {T} prerouting iifname @port_owner iifname . ether saddr != @mac
 
 #[test]
 fn macspoof_shapes_match_nft() {
-    if !privileged() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| {
         same_as_nft(Family::Bridge, MACSPOOF, |b, t| {
             let f = Family::Bridge;
@@ -609,9 +594,7 @@ fn macspoof_shapes_match_nft() {
 
 #[test]
 fn flat_shapes_match_nft() {
-    if !privileged() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| same_as_nft(Family::Inet, FLAT, build_flat));
 }
 
@@ -619,9 +602,7 @@ fn flat_shapes_match_nft() {
 /// portmap table's input chain holds it.
 #[test]
 fn localnet_drop_matches_nft() {
-    if !privileged() {
-        return;
-    }
+    require_root_and_nft();
     const TEXT: &str = "
 add table inet {T}
 add chain inet {T} input { type filter hook input priority 0; policy accept; }
@@ -649,9 +630,7 @@ add rule inet {T} input ct status dnat accept
 /// empty; an expiry given to an existing element makes it go away by itself.
 #[test]
 fn get_elements_reads_data_comments_and_expiry() {
-    if !privileged() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| {
         use KeyPart::{Addr, Port, Proto};
         let f = Family::Inet;

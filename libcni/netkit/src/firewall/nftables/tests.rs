@@ -33,13 +33,11 @@ pub(crate) fn pm() -> PortMap {
     }
 }
 
-pub(crate) fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let ok = unsafe { libc::geteuid() } == 0 && exec::find("nft").is_some();
-    if !ok {
-        eprintln!("SKIP: needs root and nft");
-    }
-    ok
+/// Privileged tests need root and nft: without them they fail (`cni_tests::require_root`), never
+/// pass silently.
+pub(crate) fn require_root_and_nft() {
+    cni_tests::require_root();
+    cni_tests::require_tools(&["nft"]);
 }
 
 /// Runs `f` on a thread of its own in a fresh network namespace (nft run from it inherits it).
@@ -63,9 +61,7 @@ pub(crate) fn nft_ok(args: &[&str], stdin: Option<&str>) -> String {
 /// changes nothing.
 #[test]
 fn setup_lists_as_drawn() {
-    if !root() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| {
         for t in [&PORTMAP, &MASQ, &MACSPOOF] {
             let mut b = Batch::new();
@@ -103,9 +99,7 @@ fn setup_lists_as_drawn() {
 /// CHECK of an attachment that relies on it reports it.
 #[test]
 fn add_puts_the_localnet_drop_back() {
-    if !root() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| {
         let rules =
             || nfnl::list_chain(PORTMAP.fam, PORTMAP.name, LOCALNET_CHAIN).unwrap().map(|c| (c.base, c.comments.len()));
@@ -134,9 +128,7 @@ fn add_puts_the_localnet_drop_back() {
 /// alone is allowed; DEL, CHECK and GC find the attachment by its id.
 #[test]
 fn macspoof_elements() {
-    if !root() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| {
         let elems = |set: &str| {
             nfnl::get_elements(MACSPOOF.fam, MACSPOOF.name, set, None)
@@ -172,9 +164,7 @@ fn macspoof_elements() {
 /// an ADD with conditions (nft text) needs it.
 #[test]
 fn verbs_work_without_the_nft_binary() {
-    if !root() {
-        return;
-    }
+    require_root_and_nft();
     in_netns(|| {
         // Rules set up while nft is there.
         let plain = PortMap { conditions_v4: vec![], ..pm() };

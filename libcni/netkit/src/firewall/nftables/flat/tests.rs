@@ -100,7 +100,7 @@ mod unit {
 }
 
 mod privileged {
-    use super::super::super::tests::{in_netns, root};
+    use super::super::super::tests::{in_netns, require_root_and_nft};
     use super::super::*;
     use crate::firewall::PortMapping;
 
@@ -123,9 +123,7 @@ mod privileged {
     /// The removal for kernels that ignore an element's new expiry deletes the same elements.
     #[test]
     fn delete_removes_what_expire_would() {
-        if !root() {
-            return;
-        }
+        require_root_and_nft();
         in_netns(|| {
             let (a, b) = (pm("a", 8080), pm("b", 8081));
             add_portmap(&a, "add a").unwrap();
@@ -156,9 +154,7 @@ mod privileged {
     /// directions, DEL and a repeated ADD without conditions remove the chain.
     #[test]
     fn conditions_have_a_chain_and_share_the_port_checks() {
-        if !root() {
-            return;
-        }
+        require_root_and_nft();
         in_netns(|| {
             let cond =
                 |id: &str, port| PortMap { conditions_v4: vec!["ip saddr != 10.0.0.0/8".into()], ..pm(id, port) };
@@ -207,9 +203,7 @@ mod privileged {
     /// host port reaches the pod address; with conditions that do not, it is not DNATed.
     #[test]
     fn conditions_decide_for_real_connections() {
-        if !root() {
-            return;
-        }
+        require_root_and_nft();
         in_netns(|| {
             for args in [&["link", "set", "lo", "up"][..], &["addr", "add", "10.22.0.5/16", "dev", "lo"]] {
                 assert!(std::process::Command::new("ip").args(args).status().unwrap().success());
@@ -236,9 +230,7 @@ mod privileged {
     /// Many mappings take several owner records; DEL finds them all from the container id.
     #[test]
     fn a_record_in_several_chunks() {
-        if !root() {
-            return;
-        }
+        require_root_and_nft();
         in_netns(|| {
             let mut p = pm("many", 1);
             p.mappings = (1..=30)
@@ -276,9 +268,7 @@ mod privileged {
     /// the new one.
     #[test]
     fn masquerade_addresses_move_to_the_newest_add() {
-        if !root() {
-            return;
-        }
+        require_root_and_nft();
         in_netns(|| {
             let stale = masq("stale", &["10.22.0.5/16", "fd00:22::5/64"]);
             let fresh = masq("fresh", &["10.22.0.5/16"]);

@@ -1,14 +1,16 @@
 //! Fixtures for tests that exec the cni-noop plugin through libcni: a temp directory with a bin dir
 //! holding the plugin under any type names, a cache dir, debug files and the command log.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-pub const NOOP: &str = env!("CARGO_BIN_EXE_cni-noop");
-
 static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The built cni-noop plugin (src/bin/noop.rs of this crate).
+pub fn noop_bin() -> PathBuf {
+    crate::bin_dir().join("cni-noop")
+}
 
 pub struct Fixture {
     pub root: PathBuf,
@@ -43,8 +45,9 @@ impl Fixture {
     /// Make the noop plugin available as type `name` (a hard link, so no write races exec).
     pub fn install(&self, name: &str) -> PathBuf {
         let dst = self.bin.join(name);
-        if std::fs::hard_link(NOOP, &dst).is_err() {
-            std::fs::copy(NOOP, &dst).unwrap();
+        let noop = noop_bin();
+        if std::fs::hard_link(&noop, &dst).is_err() {
+            std::fs::copy(&noop, &dst).unwrap();
         }
         dst
     }
@@ -112,10 +115,4 @@ pub fn rt(cid: &str, ifname: &str) -> libcni::runtime::RuntimeConf {
         ifname: ifname.to_string(),
         ..Default::default()
     }
-}
-
-/// Upstream's test vectors, kept in the repository (libcni/cni/tests/testdata/README.md says where
-/// they came from).
-pub fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../libcni/cni/tests/testdata")
 }

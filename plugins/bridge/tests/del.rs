@@ -60,13 +60,8 @@ impl Net {
     fn cni(&self) -> CniConfig {
         CniConfig::with_cache_dir(vec![bin_dir()], self.cache.path().to_path_buf())
     }
-    fn reservations(&self) -> Vec<String> {
-        let Ok(entries) = std::fs::read_dir(self.data.path().join(&self.name)) else { return vec![] };
-        entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-            .collect()
+    fn reservations(&self) -> Vec<(String, String)> {
+        cni_tests::reservations(self.data.path(), &self.name)
     }
     /// The nftables elements (set and map entries, and rules) that name this network's pod
     /// address or host port, except those DEL gave an expiry (nftables masquerade elements are
@@ -138,9 +133,9 @@ impl Net {
     }
 }
 
-/// The kubelet retry loop of issue 13: DEL runs the list in reverse, and a portmap entry that fails
-/// validation used to stop it there, so bridge and host-local were never called. Now portmap
-/// removes the attachment's elements anyway and the chain goes on.
+/// kubelet retries a DEL until it succeeds, and DEL runs the list in reverse: a portmap entry that
+/// fails validation must not stop it there, or bridge and host-local are never called and the
+/// retries never end. portmap removes the attachment's elements anyway and the chain goes on.
 #[test]
 fn conflist_del_with_an_invalid_portmap_entry_removes_everything() {
     let net = Net::new(1);

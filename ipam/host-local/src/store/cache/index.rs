@@ -16,20 +16,20 @@ use std::fmt::Write as _;
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
 
-pub(super) const INDEX_FILE: &str = ".cni-rs-index";
+pub(in crate::store) const INDEX_FILE: &str = ".cni-rs-index";
 const HEADER: &str = "cni-rs host-local scan cache v1";
 const TRAILER: &str = "end ";
 
 /// The directory as it was when the index was written: any entry created, removed or renamed changes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct DirStamp {
+pub(in crate::store) struct DirStamp {
     ino: u64,
     ctime: (i64, i64),
     mtime: (i64, i64),
 }
 
 impl DirStamp {
-    pub(super) fn of(meta: &Metadata) -> DirStamp {
+    pub(in crate::store) fn of(meta: &Metadata) -> DirStamp {
         DirStamp { ino: meta.ino(), ctime: (meta.ctime(), meta.ctime_nsec()), mtime: (meta.mtime(), meta.mtime_nsec()) }
     }
 }

@@ -1,41 +1,11 @@
-//! Running host-local binaries (ours and the reference) as a runtime would: env and stdin in, JSON out.
-#![allow(dead_code)]
+//! Running a plugin binary (ours or the reference) as a runtime would: env and stdin in, JSON out.
 
 use serde_json::{json, Value};
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 
-pub const OURS: &str = env!("CARGO_BIN_EXE_host-local");
-pub const REFERENCE: &str = "/usr/lib/cni/host-local";
+/// Every CNI spec version, oldest first.
 pub const VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
-
-/// A directory under the system temp dir, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "host-local-it-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct Out {
@@ -104,19 +74,4 @@ pub fn exec(bin: &str, cmd: &str, conf: &Value, cid: &str, ifname: &str, cni_arg
 
 pub fn netconf(version: &str, name: &str, ipam: Value) -> Value {
     json!({"cniVersion": version, "name": name, "type": "bridge", "ipam": ipam})
-}
-
-/// The reservation files of a network: (file name, content), sorted.
-pub fn reservations(data_dir: &Path, network: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(data_dir.join(network)) else { return out };
-    for e in entries {
-        let e = e.unwrap();
-        let name = e.file_name().into_string().unwrap();
-        if name.parse::<std::net::IpAddr>().is_ok() {
-            out.push((name, std::fs::read_to_string(e.path()).unwrap()));
-        }
-    }
-    out.sort();
-    out
 }

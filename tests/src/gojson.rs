@@ -2,7 +2,7 @@
 //! it byte for byte: JSON values that keep the order their keys were written in, and Go's
 //! `json.MarshalIndent(v, "", "    ")` printing of them.
 //!
-//! The vectors in `testdata/conversions.json` hold each output in Go's struct field order (libcni
+//! The vectors in `libcni/cni/tests/testdata/conversions.json` hold each output in Go's struct field order (libcni
 //! v1.1.2). libcni >= 1.2 prints 0.x results the same way, and 1.x results through a Go map (the 1.x
 //! type's `MarshalJSON`): keys sorted at every level, an empty `dns` left out.
 

@@ -1,9 +1,8 @@
 //! libcni's runtime API driven through real execs of the cni-noop plugin.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{rt, testdata, Fixture};
+use cni_tests::bin_dir;
+use cni_tests::noop::{rt, Fixture};
 use libcni::cache;
 use libcni::conf::Attachment;
 use libcni::conflist::{self, NetworkConfigList};
@@ -12,6 +11,12 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
+
+/// Upstream's test vectors, kept in the repository (tests/testdata/README.md says where they came
+/// from).
+fn testdata() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata")
+}
 
 fn result_with_iface(version: &str, iface: &str, ip: &str) -> Value {
     json!({"cniVersion": version, "interfaces":[{"name": iface}], "ips":[{"address": ip, "interface": 0}]})
@@ -797,7 +802,7 @@ fn failing_delegate_stderr_reaches_ours() {
     )
     .unwrap();
     std::fs::set_permissions(&ipam, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let bridge = std::path::Path::new(common::NOOP).with_file_name("bridge");
+    let bridge = bin_dir().join("bridge");
     let stdin = json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "bridge": "cnistderr0",
                        "ipam": {"type": "chatty-ipam"}});
     let mut child = std::process::Command::new(&bridge)
@@ -863,13 +868,13 @@ fn log_lines(log: &std::path::Path) -> Vec<String> {
 }
 
 /// `"ipam": {"type": "bridge"}` (or any main plugin) is refused with code 7 before anything runs, by
-/// the separate binaries and by the multi-call binary (which recursed in process until the stack
-/// overflowed); a cycle through a name we cannot know (a copy of bridge under another name) stops at
+/// the separate binaries and by the multi-call binary (which runs delegates in process, where a
+/// cycle would recurse until the stack overflows); a cycle through a name we cannot know (a copy of bridge under another name) stops at
 /// the delegation depth bound. DEL of such an attachment succeeds: nothing was ever held there.
 #[test]
 fn ipam_type_cycles_are_cut() {
     let f = Fixture::new("cycle");
-    let target = std::path::Path::new(common::NOOP).parent().unwrap().to_path_buf();
+    let target = bin_dir();
     let bridge = target.join("bridge");
     let multi = target.join("cni-rs");
     let conf = |ipam: &str| {

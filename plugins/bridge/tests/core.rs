@@ -2,7 +2,7 @@
 //! The core attach path through our libcni: bridge + host-local + loopback, on every spec version.
 //! Privileged: makes its own namespaces and bridges and removes them even when an assertion fails.
 
-use cni_tests::{bin_dir, bridge_ports, pings, sh, unique, LinkGuard, Netns, TempDir};
+use cni_tests::{bin_dir, bridge_ports, pings, reservations, sh, unique, LinkGuard, Netns, TempDir};
 use libcni::conf::Attachment;
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
@@ -56,18 +56,6 @@ impl Net {
 
 fn rt(ns: &Netns) -> RuntimeConf {
     RuntimeConf { container_id: unique("ctr"), netns: ns.path.clone(), ifname: "eth0".into(), ..Default::default() }
-}
-
-/// Reservation files of a network (addresses), as host-local writes them.
-fn reservations(data: &Path, network: &str) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(data.join(network)) else { return vec![] };
-    let mut v: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]
@@ -227,7 +215,7 @@ fn gc_keeps_exactly_the_valid_attachments_and_status_reports_exhaustion() {
     net.cni.gc_network_list(&net.list, Some(&keep)).expect("GC");
     let left = reservations(net.data.path(), &net.list.name);
     assert_eq!(left.len(), 1, "GC kept {left:?}");
-    let kept = std::fs::read_to_string(net.data.path().join(&net.list.name).join(&left[0])).expect("read");
+    let kept = std::fs::read_to_string(net.data.path().join(&net.list.name).join(&left[0].0)).expect("read");
     assert!(kept.starts_with(&rts[0].container_id), "GC kept the wrong reservation: {kept}");
     net.cni.status_network_list(&net.list).expect("STATUS on a network with room");
     net.cni.del_network_list(&net.list, &rts[0]).expect("DEL");
