@@ -229,8 +229,13 @@ fn image_end_to_end() {
             .unwrap();
         assert!(out.status.success(), "{name} VERSION: {}{}", text(&out.stdout), text(&out.stderr));
         let version: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        // bandwidth speaks the reference's versions, 0.3.0 and later (older results list no interfaces).
-        let expected = if name == "bandwidth" { &SUPPORTED_VERSIONS[2..] } else { &SUPPORTED_VERSIONS[..] };
+        // bandwidth and firewall speak the reference's versions: 0.3.0 and later (older results list no
+        // interfaces) and 0.4.0 and later.
+        let expected = match name {
+            "bandwidth" => &SUPPORTED_VERSIONS[2..],
+            "firewall" => &SUPPORTED_VERSIONS[4..],
+            _ => &SUPPORTED_VERSIONS[..],
+        };
         assert_eq!(version["supportedVersions"], serde_json::json!(expected), "{name}: {version}");
     }
 
