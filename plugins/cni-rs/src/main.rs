@@ -5,7 +5,8 @@
 use std::path::Path;
 
 /// The plugins this binary can be, by type name.
-pub const PLUGINS: [&str; 9] = ["bandwidth", "bridge", "firewall", "host-local", "loopback", "portmap", "sbr", "static", "tuning"];
+pub const PLUGINS: [&str; 9] =
+    ["bandwidth", "bridge", "firewall", "host-local", "loopback", "portmap", "sbr", "static", "tuning"];
 
 /// Runs the plugin of type `plugin_type` on `env` and `stdin`; None when it is not one of ours. The
 /// process's own entry point and the in-process delegate calls (bridge's IPAM call to host-local

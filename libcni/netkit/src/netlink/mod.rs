@@ -13,8 +13,8 @@ mod addr;
 mod link;
 mod policy;
 mod route;
-mod tune;
 pub mod tc;
+mod tune;
 
 pub use addr::Address;
 pub use link::{format_mac, parse_mac, BridgeVlan, Link};

@@ -2,7 +2,7 @@
 //! one can be moved to another table with everything it carries (protocol, scope, preferred
 //! source, metrics), as `ip route` would show it there.
 
-use super::{RequestFailure, IpFamily, Netlink};
+use super::{IpFamily, Netlink, RequestFailure};
 use ipnetwork::IpNetwork;
 use libcni::Result;
 use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};

@@ -5,7 +5,7 @@
 //!
 //! netlink-packet-route has no tbf options, so TCA_TBF_PARMS is built here (`struct tc_tbf_qopt`).
 
-use super::{RequestFailure, Netlink};
+use super::{Netlink, RequestFailure};
 use libcni::{Error, Result};
 use rtnetlink::packet_core::{DefaultNla, Nla, NLM_F_CREATE, NLM_F_EXCL};
 use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};

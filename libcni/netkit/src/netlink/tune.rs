@@ -1,7 +1,7 @@
 //! The link attributes the tuning plugin reads, sets and restores: MAC, MTU, promiscuous and
 //! all-multicast flags and the transmit queue length.
 
-use super::{RequestFailure, Netlink};
+use super::{Netlink, RequestFailure};
 use libcni::Result;
 use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use rtnetlink::packet_route::RouteNetlinkMessage;
