@@ -6,7 +6,7 @@ use crate::alloc::{Range, RangeSet};
 use ipnetwork::IpNetwork;
 use libcni::args::CniArgs;
 use libcni::conf::{kind, NetConf};
-use libcni::gojson;
+use libcni::gojson::{self, array, invalid, non_null, object};
 use libcni::types::Route;
 use libcni::{version, Error, Result};
 use serde_json::{Map, Value};
@@ -27,27 +27,6 @@ pub struct IpamConfig {
     pub resolv_conf: Option<PathBuf>,
     /// Requested addresses, deduplicated, in the order given.
     pub requested: Vec<IpAddr>,
-}
-
-fn invalid(key: &str, why: impl std::fmt::Display) -> Error {
-    Error::config(format!("{key}: {why}"))
-}
-
-fn object<'a>(v: &'a Value, key: &str) -> Result<&'a Map<String, Value>> {
-    v.as_object().ok_or_else(|| invalid(key, format!("must be an object, got {}", kind(v))))
-}
-
-fn array<'a>(v: &'a Value, key: &str) -> Result<&'a [Value]> {
-    match v {
-        Value::Array(items) => Ok(items),
-        other => Err(invalid(key, format!("must be an array, got {}", kind(other)))),
-    }
-}
-
-/// The value of `key` in `obj` as Go's decoder picks it (exact name, else any case: `Subnet` is
-/// `subnet`), with the key as written; null is absent.
-fn non_null<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<(&'a str, &'a Value)> {
-    gojson::get(obj, key).filter(|(_, v)| !v.is_null())
 }
 
 /// `path.key` with the key as the config wrote it, for messages.

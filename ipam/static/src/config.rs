@@ -12,7 +12,7 @@
 use ipnetwork::IpNetwork;
 use libcni::args::CniArgs;
 use libcni::conf::{kind, NetConf};
-use libcni::gojson;
+use libcni::gojson::{self, array, invalid, non_null, object};
 use libcni::types::{Dns, Route};
 use libcni::{version, Error, Result};
 use serde_json::{Map, Value};
@@ -44,27 +44,6 @@ pub struct StaticConfig {
     pub source: Source,
     pub routes: Vec<Route>,
     pub dns: Dns,
-}
-
-fn invalid(key: &str, why: impl std::fmt::Display) -> Error {
-    Error::config(format!("{key}: {why}"))
-}
-
-fn object<'a>(v: &'a Value, key: &str) -> Result<&'a Map<String, Value>> {
-    v.as_object().ok_or_else(|| invalid(key, format!("must be an object, got {}", kind(v))))
-}
-
-fn array<'a>(v: &'a Value, key: &str) -> Result<&'a [Value]> {
-    match v {
-        Value::Array(items) => Ok(items),
-        other => Err(invalid(key, format!("must be an array, got {}", kind(other)))),
-    }
-}
-
-/// The value of `key` as Go's decoder picks it (exact name, else any case), with the key as written;
-/// null is absent.
-fn non_null<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<(&'a str, &'a Value)> {
-    gojson::get(obj, key).filter(|(_, v)| !v.is_null())
 }
 
 /// `addr/prefix` as Go's `net.ParseCIDR` reads it: a bare address is not a CIDR. An IPv4-mapped

@@ -39,6 +39,29 @@ pub fn get<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<(&'a str, &'a 
     obj.iter().rev().find(|(k, _)| fold_eq(k, name)).map(|(k, v)| (k.as_str(), v))
 }
 
+/// A config error naming `key` as written: `key: why` (code 7).
+pub fn invalid(key: &str, why: impl fmt::Display) -> crate::Error {
+    crate::Error::config(format!("{key}: {why}"))
+}
+
+/// `v` as an object, else code 7 naming `key`.
+pub fn object<'a>(v: &'a Value, key: &str) -> Result<&'a Map<String, Value>, crate::Error> {
+    v.as_object().ok_or_else(|| invalid(key, format!("must be an object, got {}", crate::conf::kind(v))))
+}
+
+/// `v` as an array, else code 7 naming `key`.
+pub fn array<'a>(v: &'a Value, key: &str) -> Result<&'a [Value], crate::Error> {
+    match v {
+        Value::Array(items) => Ok(items),
+        other => Err(invalid(key, format!("must be an array, got {}", crate::conf::kind(other)))),
+    }
+}
+
+/// The value of `key` in `obj` as [`get`] picks it, with the key as written; null is absent.
+pub fn non_null<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<(&'a str, &'a Value)> {
+    get(obj, key).filter(|(_, v)| !v.is_null())
+}
+
 /// True if `a` and `b` are equal under Unicode simple case folding, as Go's `bytes.EqualFold`.
 pub fn fold_eq(a: &str, b: &str) -> bool {
     a.chars().map(fold).eq(b.chars().map(fold))
