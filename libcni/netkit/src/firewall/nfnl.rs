@@ -136,8 +136,6 @@ pub(crate) fn proto_number(p: super::Protocol) -> u8 {
 }
 
 /// An nf_tables table family.
-// Also what the netlink-vs-nft listing tests build beyond the backend's own shapes.
-#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Family {
     Inet,
