@@ -156,6 +156,30 @@ fn address_sources_take_precedence_as_the_reference_orders_them() {
     cni.del_network_list(&l, &r).unwrap();
 }
 
+/// CNI_ARGS `IP` and `GATEWAY` without `IgnoreUnknown`: bridge accepts both keys its IPAM reads,
+/// and the pod gets that address with that gateway as its default route; CHECK and DEL take the
+/// same CNI_ARGS.
+#[test]
+fn cni_args_ip_and_gateway_reach_static_through_bridge_without_ignore_unknown() {
+    require_root();
+    let cache = TempDir::new("cns-cache");
+    let cni = CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf());
+    let bridge = LinkGuard(unique("cns"));
+    let pod = Netns::new("cnsp");
+    let ipam = json!({"type": "static", "routes": [{"dst": "0.0.0.0/0"}]});
+    let l = list(&unique("nets"), "1.0.0", &bridge.0, ipam, false);
+    let args = vec![("IP".to_string(), "10.247.34.5/24".to_string()), ("GATEWAY".into(), "10.247.34.1".into())];
+    let r = rt(&pod, args, Map::new());
+    let res = cni.add_network_list(&l, &r).unwrap_or_else(|e| panic!("ADD with CNI_ARGS IP and GATEWAY: {e}"));
+    assert_eq!(res.ips[0].gateway.map(|g| g.to_string()).as_deref(), Some("10.247.34.1"));
+    assert_eq!(global_addrs(&pod), ["10.247.34.5/24"]);
+    assert!(routes(&pod, "-4").contains("default via 10.247.34.1"), "{}", routes(&pod, "-4"));
+    assert!(pings(&pod, "10.247.34.1"), "the pod cannot ping its gateway");
+    cni.check_network_list(&l, &r).unwrap();
+    cni.del_network_list(&l, &r).unwrap();
+    assert!(!pod.exec("ip", &["link", "show", "eth0"]).status.success(), "eth0 left after DEL");
+}
+
 struct Ran {
     code: Option<i32>,
     stdout: Value,

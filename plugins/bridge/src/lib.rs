@@ -22,8 +22,10 @@ pub struct Bridge;
 
 impl Plugin for Bridge {
     fn known_args(&self) -> &'static [&'static str] {
-        // IP is read by host-local, which gets our CNI_ARGS.
-        &["MAC", "IP"]
+        // IP and GATEWAY are read by the IPAM plugin (host-local IP, static both), which gets our
+        // CNI_ARGS, so a bridge + static chain takes them without IgnoreUnknown. (The reference's
+        // bridge knows only MAC and refuses both unless IgnoreUnknown is set.)
+        &["MAC", "IP", "GATEWAY"]
     }
 
     fn add(&self, req: &Request) -> Result<CniResult> {

@@ -30,7 +30,7 @@
 //! and a lock file keeps our own read-modify-write cycles from interleaving.
 
 use super::exec::{one_line, run, run_ok};
-use super::{check_failed, sha512_hex, BackendKind, Firewall, Masquerade, PortMap, PortMapping};
+use super::{check_failed, host_port_text, sha512_hex, BackendKind, Firewall, Masquerade, PortMap, PortMapping};
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
 use libcni::{code, Error, Errors, Result};
@@ -61,8 +61,8 @@ pub(crate) enum Ipv {
 }
 
 impl Ipv {
-    fn of(a: &IpNetwork) -> Ipv {
-        if a.is_ipv6() {
+    pub(crate) fn of(ip: &IpAddr) -> Ipv {
+        if ip.is_ipv6() {
             Ipv::V6
         } else {
             Ipv::V4
@@ -131,8 +131,9 @@ fn quote(token: &str) -> String {
     out
 }
 
-fn with_prefix(ip: std::net::IpAddr, prefix: u8) -> String {
-    format!("{ip}/{prefix}")
+/// `<ip>/32` or `<ip>/128`.
+pub(crate) fn host(ip: IpAddr) -> String {
+    format!("{ip}/{}", Ipv::of(&ip).host_prefix())
 }
 
 fn subnet(a: &IpNetwork) -> String {
@@ -191,11 +192,14 @@ impl NatTable {
     }
 }
 
+/// Lines that delete every jump to `chain`.
+fn unjump<'a>(t: &'a NatTable, chain: &'a str) -> impl Iterator<Item = String> + 'a {
+    t.jumps_to(chain).map(|r| format!("-D {}", &r[3..]))
+}
+
 /// Lines that remove `chain` and every jump to it (nothing when neither is there).
 fn remove_chain_lines(t: &NatTable, chain: &str, out: &mut Vec<String>) {
-    for r in t.jumps_to(chain) {
-        out.push(format!("-D {}", &r[3..]));
-    }
+    out.extend(unjump(t, chain));
     if t.has_chain(chain) {
         out.push(format!("-F {chain}"));
         out.push(format!("-X {chain}"));
@@ -210,10 +214,6 @@ fn restore_text(table: &str, lines: &[String]) -> String {
     }
     s.push_str("COMMIT\n");
     s
-}
-
-fn save(ipv: Ipv) -> Result<NatTable> {
-    save_table(ipv, "nat")
 }
 
 fn save_table(ipv: Ipv, table: &str) -> Result<NatTable> {
@@ -304,14 +304,13 @@ pub(crate) struct DnatPlan {
 }
 
 pub(crate) fn dnat_plan(p: &PortMap, addr: &IpNetwork) -> DnatPlan {
-    let ipv = Ipv::of(addr);
-    let v6 = ipv == Ipv::V6;
+    let v6 = addr.is_ipv6();
     let chain = chain_name(&p.network, &p.container_id, "DN-");
     let mark_chain = p.external_set_mark_chain.clone().unwrap_or_else(|| SETMARK.to_string());
     let mappings: Vec<&PortMapping> = p.mappings.iter().filter(|m| m.applies_to(v6)).collect();
     let mut rules = Vec::new();
     for m in &mappings {
-        let dst = m.bound_ip().map(|h| format!(" -d {}", with_prefix(h, ipv.host_prefix()))).unwrap_or_default();
+        let dst = m.bound_ip().map(|h| format!(" -d {}", host(h))).unwrap_or_default();
         let ports = format!("-p {proto} -m {proto} --dport {}", m.host_port, proto = m.protocol);
         if p.snat {
             if p.masq_all {
@@ -399,13 +398,9 @@ pub(crate) fn portmap_add_lines(t: &NatTable, p: &PortMap, addr: &IpNetwork) -> 
         }
     }
     // Replace whatever the container had: drop the old jumps, and (re)declaring the chain flushes it.
-    let mut removal = Vec::new();
-    for r in t.jumps_to(&plan.chain) {
-        removal.push(format!("-D {}", &r[3..]));
-    }
     decl.push(format!(":{} - [0:0]", plan.chain));
     let mut all = decl;
-    all.extend(removal);
+    all.extend(unjump(t, &plan.chain));
     all.extend(lines);
     all.extend(plan.rules);
     all.extend(plan.entries);
@@ -466,14 +461,10 @@ pub(crate) fn held_port(t: &NatTable, p: &PortMap, addr: &IpNetwork, what: &str)
             continue;
         }
         let Some((host, proto, port)) = dnat_port(r).filter(|held| wanted.contains(held)) else { continue };
-        let fam = if v6 { "IPv6" } else { "IPv4" };
-        let port = match host {
-            Some(ip) => format!("host port {port}/{proto} on {ip}"),
-            None => format!("host port {port}/{proto} (any {fam} host address)"),
-        };
+        let port = host_port_text(host, &proto, port, v6);
         let holder = t
             .jumps_to(chain)
-            .find_map(|r| saved_comment(r).as_deref().and_then(parse_owner))
+            .find_map(|r| saved_comment(r).and_then(|(c, _)| parse_owner(&c)))
             .map(|(net, cid)| format!("container {cid:?} of network {net:?}"))
             .unwrap_or_else(|| format!("another container (chain {chain})"));
         return Err(Error::network(format!("{what}: {port} already mapped by {holder}")));
@@ -492,22 +483,16 @@ fn portmap_del_lines(t: &NatTable, network: &str, container_id: &str) -> Vec<Str
 pub(crate) fn masq_add_lines(t: &NatTable, m: &Masquerade, ipv: Ipv) -> Vec<String> {
     let chain = chain_name(&m.network, &m.container_id, "");
     let note = quote(&masq_comment(&m.network, &m.container_id));
-    let mut out = Vec::new();
-    for r in t.jumps_to(&chain) {
-        out.push(format!("-D {}", &r[3..]));
-    }
-    out.insert(0, format!(":{chain} - [0:0]"));
+    let mut out = vec![format!(":{chain} - [0:0]")];
+    out.extend(unjump(t, &chain));
     let mut rules: Vec<String> = Vec::new();
     let mut entries: Vec<String> = Vec::new();
-    for a in m.addresses.iter().filter(|a| Ipv::of(a) == ipv) {
+    for a in m.addresses.iter().filter(|a| Ipv::of(&a.ip()) == ipv) {
         let accept = format!("-A {chain} -d {} -m comment --comment {note} -j ACCEPT", subnet(a));
         if !rules.contains(&accept) {
             rules.push(accept);
         }
-        let entry = format!(
-            "-A POSTROUTING -s {} -m comment --comment {note} -j {chain}",
-            with_prefix(a.ip(), ipv.host_prefix())
-        );
+        let entry = format!("-A POSTROUTING -s {} -m comment --comment {note} -j {chain}", host(a.ip()));
         if !entries.contains(&entry) {
             entries.push(entry);
         }
@@ -518,20 +503,23 @@ pub(crate) fn masq_add_lines(t: &NatTable, m: &Masquerade, ipv: Ipv) -> Vec<Stri
     out
 }
 
-/// Comment field of a saved rule: the text after `--comment "` up to the closing quote, unescaped.
-fn saved_comment(rule: &str) -> Option<String> {
-    let start = rule.find("--comment ")? + "--comment ".len();
-    let rest = &rule[start..];
-    let Some(body) = rest.strip_prefix('"') else {
-        return rest.split_whitespace().next().map(str::to_string);
+/// The `-m comment --comment <c>` match of a saved rule: `c` unescaped, and the match's byte
+/// range in the rule (from the blank before `-m` to the end of `c`).
+pub(crate) fn saved_comment(rule: &str) -> Option<(String, std::ops::Range<usize>)> {
+    const FLAG: &str = " -m comment --comment ";
+    let start = rule.find(FLAG)?;
+    let body = &rule[start + FLAG.len()..];
+    let Some(quoted) = body.strip_prefix('"') else {
+        let word = body.split(' ').next().unwrap_or_default();
+        return Some((word.to_string(), start..start + FLAG.len() + word.len()));
     };
-    let mut out = String::new();
-    let mut chars = body.chars();
-    while let Some(c) = chars.next() {
+    let mut text = String::new();
+    let mut chars = quoted.char_indices();
+    while let Some((i, c)) = chars.next() {
         match c {
-            '\\' => out.extend(chars.next()),
-            '"' => return Some(out),
-            c => out.push(c),
+            '\\' => text.extend(chars.next().map(|(_, c)| c)),
+            '"' => return Some((text, start..start + FLAG.len() + i + 2)),
+            c => text.push(c),
         }
     }
     None
@@ -553,7 +541,7 @@ pub(crate) fn stale_chains(t: &NatTable, network: &str, keep: &[Attachment], dna
     let kept: HashSet<&str> = keep.iter().map(|a| a.container_id.as_str()).collect();
     let mut stale = BTreeSet::new();
     for r in &t.rules {
-        let Some((net, cid)) = saved_comment(r).as_deref().and_then(parse_owner) else { continue };
+        let Some((net, cid)) = saved_comment(r).and_then(|(c, _)| parse_owner(&c)) else { continue };
         if net != network || kept.contains(cid.as_str()) {
             continue;
         }
@@ -583,7 +571,7 @@ impl Firewall for IptablesBackend {
     fn add_masquerade(&self, m: &Masquerade) -> Result<()> {
         let what = format!("add masquerade for container {}", m.container_id);
         for ipv in [Ipv::V4, Ipv::V6] {
-            if m.addresses.iter().any(|a| Ipv::of(a) == ipv) {
+            if m.addresses.iter().any(|a| Ipv::of(&a.ip()) == ipv) {
                 transact(ipv, &what, |t| masq_add_lines(t, m, ipv))?;
             }
         }
@@ -606,10 +594,10 @@ impl Firewall for IptablesBackend {
     fn check_masquerade(&self, m: &Masquerade) -> Result<()> {
         let what = format!("masquerade of container {}", m.container_id);
         for ipv in [Ipv::V4, Ipv::V6] {
-            if !m.addresses.iter().any(|a| Ipv::of(a) == ipv) {
+            if !m.addresses.iter().any(|a| Ipv::of(&a.ip()) == ipv) {
                 continue;
             }
-            let t = save(ipv)?;
+            let t = save_table(ipv, "nat")?;
             let wanted: Vec<String> =
                 masq_add_lines(&NatTable::default(), m, ipv).into_iter().filter(|l| l.starts_with("-A ")).collect();
             check_lines(&t, &wanted, &what)?;
@@ -628,11 +616,11 @@ impl Firewall for IptablesBackend {
         // added, so a refused ADD adds nothing; each restore then checks again on what it applies to.
         let mut saved = Vec::new();
         for addr in p.targets() {
-            let ipv = Ipv::of(&addr);
+            let ipv = Ipv::of(&addr.ip());
             if !p.mappings.iter().any(|m| m.applies_to(ipv == Ipv::V6)) {
                 continue;
             }
-            let t = save(ipv).map_err(|e| e.context(&what))?;
+            let t = save_table(ipv, "nat").map_err(|e| e.context(&what))?;
             held_port(&t, p, &addr, &what)?;
             saved.push((ipv, addr, t));
         }
@@ -662,11 +650,11 @@ impl Firewall for IptablesBackend {
             )));
         }
         for addr in p.targets() {
-            let ipv = Ipv::of(&addr);
+            let ipv = Ipv::of(&addr.ip());
             if !p.mappings.iter().any(|m| m.applies_to(ipv == Ipv::V6)) {
                 continue;
             }
-            let t = save(ipv)?;
+            let t = save_table(ipv, "nat")?;
             let plan = dnat_plan(p, &addr);
             if !t.has_chain(&plan.chain) {
                 return Err(check_failed(format!("{what}: chain {} missing from the nat table", plan.chain)));

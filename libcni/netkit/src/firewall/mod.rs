@@ -312,12 +312,16 @@ pub fn replace_masquerade_chain(table: &str, pairs: &[(IpNetwork, IpNetwork)], c
 
 /// Lowercase hex of sha512(input).
 fn sha512_hex(input: &str) -> String {
-    let digest = Sha512::digest(input.as_bytes());
-    let mut out = String::with_capacity(digest.len() * 2);
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
+    Sha512::digest(input.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A host port as a conflict names it: `host port 8080/tcp on 10.0.0.1`, or `host port 8080/tcp
+/// (any IPv4 host address)` for a mapping on every address of its family.
+fn host_port_text(host: Option<IpAddr>, proto: &str, port: u16, v6: bool) -> String {
+    match host {
+        Some(ip) => format!("host port {port}/{proto} on {ip}"),
+        None => format!("host port {port}/{proto} (any {} host address)", if v6 { "IPv6" } else { "IPv4" }),
     }
-    out
 }
 
 /// A CHECK failure naming what is missing.

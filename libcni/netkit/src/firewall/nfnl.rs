@@ -4,9 +4,9 @@
 //! operation; this is one `sendmsg` of a netfilter batch (`NFNL_MSG_BATCH_BEGIN`, the messages,
 //! `NFNL_MSG_BATCH_END`) on a `NETLINK_NETFILTER` socket and reading the kernel's answers. Every
 //! message asks for an ack (`NLM_F_ACK`); the kernel applies all of them or none, and an error
-//! names the message that failed in nft syntax and ends with the OS error, e.g.
-//! `nft add set inet cni_rs_portmap own4 { ... }: File exists (os error 17)`, so
-//! [`crate::errno`], [`crate::is_exists`] and [`crate::is_not_found`] work on it.
+//! names the message that failed in nft syntax, e.g.
+//! `nft add set inet cni_rs_portmap own4 { ... }: File exists (os error 17)`, and carries the
+//! OS error number as data ([`Error::os`]) for [`crate::is_exists`] and [`crate::is_not_found`].
 //!
 //! Messages and expressions are encoded the way nft 1.0 encodes them (the same attributes, the
 //! same registers, the same dependencies), so a rule added here lists exactly like the one nft
@@ -136,8 +136,6 @@ pub(crate) fn proto_number(p: super::Protocol) -> u8 {
 }
 
 /// An nf_tables table family.
-// Also what the netlink-vs-nft listing tests build beyond the backend's own shapes.
-#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Family {
     Inet,
@@ -300,8 +298,7 @@ pub(crate) enum KeyPart {
 impl KeyPart {
     fn bytes(&self) -> Vec<u8> {
         match self {
-            KeyPart::Addr(IpAddr::V4(a)) => a.octets().to_vec(),
-            KeyPart::Addr(IpAddr::V6(a)) => a.octets().to_vec(),
+            KeyPart::Addr(a) => ip_bytes(*a),
             KeyPart::Proto(p) => vec![*p],
             KeyPart::Port(p) => p.to_be_bytes().to_vec(),
             KeyPart::Ifname(n) => ifname_bytes(n).to_vec(),
@@ -314,7 +311,7 @@ impl KeyPart {
             KeyPart::Proto(p) => proto_name(*p),
             KeyPart::Port(p) => p.to_string(),
             KeyPart::Ifname(n) => format!("\"{n}\""),
-            KeyPart::Mac(m) => m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
+            KeyPart::Mac(m) => crate::format_mac(m),
         }
     }
 }
@@ -607,7 +604,8 @@ impl Field {
     fn load(self, dreg: Reg) -> Expr {
         self.load_len(self.len(), dreg)
     }
-    fn addr(src: bool, v6: bool) -> Field {
+    /// `ip saddr` (`src`) or `ip daddr`, `ip6` when `v6`.
+    pub(crate) fn addr(src: bool, v6: bool) -> Field {
         match (src, v6) {
             (true, false) => Field::IpSaddr,
             (false, false) => Field::IpDaddr,
@@ -642,20 +640,14 @@ impl Rule {
         Rule { family, exprs: Vec::new(), l3: None }
     }
 
-    /// The expressions (also what `Into<Vec<Expr>>` gives).
-    pub(crate) fn build(self) -> Vec<Expr> {
-        self.exprs
-    }
-
     fn cmp(&mut self, field: Field, op: CmpOp, data: Vec<u8>) {
         self.exprs.push(field.load_len(data.len() as u32, Reg::R1));
         self.exprs.push(Expr::Cmp { sreg: Reg::R1, op, data });
     }
 
-    fn need_l3(&mut self, nfproto: u8) {
-        if self.l3 == Some(nfproto) {
-            return;
-        }
+    /// The dependency of a field of a network protocol (`ip saddr`: `meta nfproto ipv4`), once.
+    fn need_l3(&mut self, field: Field) {
+        let Some(nfproto) = field.nfproto().filter(|p| self.l3 != Some(*p)) else { return };
         match self.family {
             Family::Inet => {
                 self.exprs.push(Expr::Meta { key: MetaKey::Nfproto, dreg: Reg::R1 });
@@ -673,18 +665,13 @@ impl Rule {
 
     /// `meta nfproto ipv4` / `meta nfproto ipv6`.
     pub(crate) fn meta_nfproto(mut self, v6: bool) -> Rule {
-        let p = if v6 { NFPROTO_IPV6 } else { NFPROTO_IPV4 };
-        self.exprs.push(Expr::Meta { key: MetaKey::Nfproto, dreg: Reg::R1 });
-        self.exprs.push(Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data: vec![p] });
-        self.l3 = Some(p);
+        self.need_l3(Field::addr(true, v6));
         self
     }
 
     fn addr_cmp(mut self, src: bool, addr: IpAddr, op: CmpOp) -> Rule {
         let field = Field::addr(src, addr.is_ipv6());
-        if let Some(p) = field.nfproto() {
-            self.need_l3(p);
-        }
+        self.need_l3(field);
         self.cmp(field, op, ip_bytes(addr));
         self
     }
@@ -697,9 +684,7 @@ impl Rule {
     /// bytes, any other length masks the whole address first.
     fn addr_prefix(mut self, src: bool, net: IpNetwork, op: CmpOp) -> Rule {
         let field = Field::addr(src, net.is_ipv6());
-        if let Some(p) = field.nfproto() {
-            self.need_l3(p);
-        }
+        self.need_l3(field);
         let addr = ip_bytes(net.network());
         let bits = usize::from(net.prefix());
         if bits > 0 && bits & 7 == 0 {
@@ -770,8 +755,7 @@ impl Rule {
     /// `a . b . c vmap @map`: the fields concatenated from register 1 on, each in whole 32-bit
     /// registers, then the lookup (its verdict is the rule's).
     pub(crate) fn vmap(mut self, key: &[Field], map: &str) -> Rule {
-        let key: Vec<(Field, Option<Vec<u8>>)> = key.iter().map(|f| (*f, None)).collect();
-        self.concat(&key);
+        self.concat(&unmasked(key));
         self.exprs.push(Expr::Lookup { set: map.to_string(), sreg: Reg::R1, dreg: Some(Reg::VERDICT), invert: false });
         self
     }
@@ -785,7 +769,7 @@ impl Rule {
 
     /// `a . b != @set`: the rule goes on only when the key is not in the set.
     pub(crate) fn not_in_set(mut self, key: &[Field], set: &str) -> Rule {
-        self.concat(&key.iter().map(|f| (*f, None)).collect::<Vec<_>>());
+        self.concat(&unmasked(key));
         self.exprs.push(Expr::Lookup { set: set.to_string(), sreg: Reg::R1, dreg: None, invert: true });
         self
     }
@@ -793,8 +777,7 @@ impl Rule {
     /// `dnat ip to a . b . c map @map` (`ip6` when `v6`): the map's data is the address and port
     /// to translate to (address from register 1, port right after it); no element, no match.
     pub(crate) fn dnat_map(mut self, key: &[Field], map: &str, v6: bool) -> Rule {
-        let key: Vec<(Field, Option<Vec<u8>>)> = key.iter().map(|f| (*f, None)).collect();
-        self.concat(&key);
+        self.concat(&unmasked(key));
         self.exprs.push(Expr::Lookup { set: map.to_string(), sreg: Reg::R1, dreg: Some(Reg::R1), invert: false });
         let port = if v6 { Reg::R2 } else { Reg::slot(1) };
         self.exprs.push(Expr::Nat { dnat: true, v6, addr: Reg::R1, proto: Some(port) });
@@ -805,9 +788,7 @@ impl Rule {
     /// field takes a whole 16-byte register, as nft allocates it), masked where a mask is given.
     fn concat(&mut self, key: &[(Field, Option<Vec<u8>>)]) {
         for (f, _) in key {
-            if let Some(p) = f.nfproto() {
-                self.need_l3(p);
-            }
+            self.need_l3(*f);
         }
         let mut slot = 0;
         for (f, mask) in key {
@@ -852,13 +833,12 @@ impl Rule {
     }
 }
 
-impl From<Rule> for Vec<Expr> {
-    fn from(r: Rule) -> Vec<Expr> {
-        r.exprs
-    }
+/// A lookup key of these fields, none of them masked.
+pub(crate) fn unmasked(fields: &[Field]) -> Vec<(Field, Option<Vec<u8>>)> {
+    fields.iter().map(|f| (*f, None)).collect()
 }
 
-fn ip_bytes(a: IpAddr) -> Vec<u8> {
+pub(crate) fn ip_bytes(a: IpAddr) -> Vec<u8> {
     match a {
         IpAddr::V4(a) => a.octets().to_vec(),
         IpAddr::V6(a) => a.octets().to_vec(),
@@ -1032,19 +1012,8 @@ impl Batch {
         base: Option<BaseChain>,
         comment: Option<&str>,
     ) {
-        self.chain(false, (family, table, name), base, comment);
-    }
-
-    fn chain(
-        &mut self,
-        excl: bool,
-        (family, table, name): (Family, &str, &str),
-        base: Option<BaseChain>,
-        comment: Option<&str>,
-    ) {
-        let (verb, flags) = if excl { ("create", NLM_F_CREATE | NLM_F_EXCL) } else { ("add", NLM_F_CREATE) };
-        let what = format!("{verb} chain {} {table} {name}", family.name());
-        self.push(NFT_MSG_NEWCHAIN, flags, family, what, |a| {
+        let what = format!("add chain {} {table} {name}", family.name());
+        self.push(NFT_MSG_NEWCHAIN, NLM_F_CREATE, family, what, |a| {
             a.str(NFTA_CHAIN_TABLE, table);
             a.str(NFTA_CHAIN_NAME, name);
             if let Some(b) = base {
@@ -1221,16 +1190,15 @@ impl Batch {
         family: Family,
         table: &str,
         chain: &str,
-        exprs: impl Into<Vec<Expr>>,
+        rule: Rule,
         comment: Option<&str>,
     ) {
-        let exprs: Vec<Expr> = exprs.into();
         let what = format!("add rule {} {table} {chain}", family.name());
         self.push(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, family, what, |a| {
             a.str(NFTA_RULE_TABLE, table);
             a.str(NFTA_RULE_CHAIN, chain);
             a.nested(NFTA_RULE_EXPRESSIONS, |a| {
-                for e in &exprs {
+                for e in &rule.exprs {
                     e.put(a);
                 }
             });
@@ -1311,7 +1279,7 @@ impl Batch {
                 if u16::from_ne_bytes([msg[4], msg[5]]) != NLMSG_ERROR || msg.len() < NLMSG_HDRLEN + 4 + NLMSG_HDRLEN {
                     continue;
                 }
-                let errno = -i32::from_ne_bytes([msg[16], msg[17], msg[18], msg[19]]);
+                let errno = error_code(msg);
                 let orig_seq = u32_at(msg, 20 + 8);
                 let idx = orig_seq.wrapping_sub(seq.wrapping_add(1)) as usize;
                 if idx >= n {
@@ -1338,12 +1306,13 @@ impl Batch {
     }
 
     fn failed(&self, idx: Option<usize>, errno: i32, text: Option<String>) -> Error {
-        let what = match idx {
-            Some(i) => self.msgs[i].what.clone(),
-            None => format!("commit of {} messages ({}, ...)", self.msgs.len(), self.msgs[0].what),
-        };
-        let kernel = text.map(|t| format!(" ({t})")).unwrap_or_default();
-        Error::network(format!("nft {what}{kernel}: {}", std::io::Error::from_raw_os_error(errno)))
+        match idx {
+            Some(i) => refused(&self.msgs[i].what, errno, text),
+            None => {
+                let what = format!("commit of {} messages ({}, ...)", self.msgs.len(), self.msgs[0].what);
+                refused(&what, errno, text)
+            }
+        }
     }
 
     fn lost(&self, e: std::io::Error) -> Error {
@@ -1368,78 +1337,34 @@ pub(crate) struct ChainListing {
 }
 
 /// Lists one chain: NFT_MSG_GETCHAIN (is it there, does it have a hook), then a dump of its
-/// rules (NFT_MSG_GETRULE with the table and chain, NLM_F_DUMP), reading each rule's comment
-/// from its user data as nft writes it. None when the chain or its table does not exist. Costs
-/// two round trips on one socket, whatever else the table holds.
+/// rules (NFT_MSG_GETRULE with the table and chain), reading each rule's comment from its user
+/// data as nft writes it. None when the chain or its table does not exist. Two round trips,
+/// whatever else the table holds.
 pub(crate) fn list_chain(family: Family, table: &str, chain: &str) -> Result<Option<ChainListing>> {
     let what = format!("list chain {} {table} {chain}", family.name());
-    let sock = Socket::open(1, 0)?;
     let mut attrs = Attrs::default();
     attrs.str(NFTA_CHAIN_TABLE, table);
     attrs.str(NFTA_CHAIN_NAME, chain);
-    let mut req = Vec::new();
-    nlmsg(
-        &mut req,
-        (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETCHAIN,
-        NLM_F_REQUEST,
-        1,
-        [family.nfproto(), 0, 0, 0],
-        &attrs.buf,
-    );
-    sock.send(&req)?;
-    let mut base = None;
-    read_replies(&sock, &what, |ty, payload| {
-        if ty == NFT_MSG_NEWCHAIN {
-            base = Some(attr_iter(payload).any(|(t, _)| t == NFTA_CHAIN_HOOK));
-        }
-    })
-    .or_else(|e| if e.errno == libc::ENOENT { Ok(true) } else { Err(e) })
-    .map_err(|e| e.into_error(&what))?;
-    let Some(base) = base else { return Ok(None) };
-    // A dump that a concurrent change interrupted (NLM_F_DUMP_INTR) is read again.
-    for attempt in 0..5u32 {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_RULE_TABLE, table);
-        attrs.str(NFTA_RULE_CHAIN, chain);
-        let mut req = Vec::new();
-        let flags = NLM_F_REQUEST | NLM_F_DUMP;
-        let seq = 2 + attempt;
-        nlmsg(
-            &mut req,
-            (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE,
-            flags,
-            seq,
-            [family.nfproto(), 0, 0, 0],
-            &attrs.buf,
-        );
-        sock.send(&req)?;
-        let mut comments = Vec::new();
-        let complete = read_replies(&sock, &what, |ty, payload| {
-            if ty == NFT_MSG_NEWRULE {
-                let udata = attr_iter(payload).find(|(t, _)| *t == NFTA_RULE_USERDATA).map(|(_, v)| v);
-                comments.push(udata.and_then(udata_comment));
-            }
-        });
-        match complete {
-            Ok(true) => return Ok(Some(ChainListing { base, comments })),
-            Ok(false) => continue,
-            // Gone since it was looked up (a parallel DEL).
-            Err(e) if e.errno == libc::ENOENT => return Ok(None),
-            Err(e) => return Err(e.into_error(&what)),
-        }
-    }
-    Err(Error::network(format!("nft {what}: the chain kept changing while it was listed")))
+    let answers = get(family, NFT_MSG_GETCHAIN, false, &attrs, &what)?.unwrap_or_default();
+    let Some((_, chain_attrs)) = answers.iter().find(|(ty, _)| *ty == NFT_MSG_NEWCHAIN) else { return Ok(None) };
+    let base = attr_iter(chain_attrs).any(|(t, _)| t == NFTA_CHAIN_HOOK);
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_RULE_TABLE, table);
+    attrs.str(NFTA_RULE_CHAIN, chain);
+    // None: gone since it was looked up (a parallel DEL).
+    let Some(rules) = get(family, NFT_MSG_GETRULE, true, &attrs, &what)? else { return Ok(None) };
+    let comments = rules
+        .iter()
+        .filter(|(ty, _)| *ty == NFT_MSG_NEWRULE)
+        .map(|(_, rule)| attr_iter(rule).find(|(t, _)| *t == NFTA_RULE_USERDATA).and_then(|(_, v)| udata_comment(v)))
+        .collect();
+    Ok(Some(ChainListing { base, comments }))
 }
 
 /// Whether the kernel answers nf_tables requests (NFT_MSG_GETGEN); false when it cannot tell.
 pub(crate) fn kernel_answers() -> bool {
-    let Ok(sock) = Socket::open(1, 0) else { return false };
-    let mut req = Vec::new();
-    nlmsg(&mut req, (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN, NLM_F_REQUEST, 1, [0; 4], &[]);
-    let mut answered = false;
-    sock.send(&req).is_ok()
-        && read_replies(&sock, "get generation", |ty, _| answered |= ty == NFT_MSG_NEWGEN).is_ok()
-        && answered
+    let answers = get(Family::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation");
+    answers.is_ok_and(|a| a.unwrap_or_default().iter().any(|(ty, _)| *ty == NFT_MSG_NEWGEN))
 }
 
 /// The elements of a set as the kernel lists them: the one with `key` (NFT_MSG_GETSETELEM for
@@ -1450,44 +1375,45 @@ pub(crate) fn get_elements(family: Family, table: &str, set: &str, key: Option<&
         Some(k) => format!("get element {} {table} {set} {{ {} }}", family.name(), key_text(k)),
         None => format!("list set {} {table} {set}", family.name()),
     };
-    let sock = Socket::open(1, 0)?;
-    // A dump that a concurrent change interrupted (NLM_F_DUMP_INTR) is read again.
-    for attempt in 0..5u32 {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_SET_ELEM_LIST_TABLE, table);
-        attrs.str(NFTA_SET_ELEM_LIST_SET, set);
-        if let Some(k) = key {
-            attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |a| {
-                a.nested(NFTA_LIST_ELEM, |a| a.nested(NFTA_SET_ELEM_KEY, |a| a.bytes(NFTA_DATA_VALUE, &key_bytes(k))))
-            });
-        }
-        let flags = if key.is_some() { NLM_F_REQUEST } else { NLM_F_REQUEST | NLM_F_DUMP };
-        let mut req = Vec::new();
-        let ty = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETSETELEM;
-        nlmsg(&mut req, ty, flags, 1 + attempt, [family.nfproto(), 0, 0, 0], &attrs.buf);
-        sock.send(&req)?;
-        let mut out = Vec::new();
-        let complete = read_replies(&sock, &what, |ty, payload| {
-            if ty != NFT_MSG_NEWSETELEM {
-                return;
-            }
-            for (t, list) in attr_iter(payload) {
-                if t != NFTA_SET_ELEM_LIST_ELEMENTS {
-                    continue;
-                }
-                for (_, elem) in attr_iter(list) {
-                    out.push(elem_info(elem));
-                }
-            }
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_SET_ELEM_LIST_TABLE, table);
+    attrs.str(NFTA_SET_ELEM_LIST_SET, set);
+    if let Some(k) = key {
+        attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |a| {
+            a.nested(NFTA_LIST_ELEM, |a| a.nested(NFTA_SET_ELEM_KEY, |a| a.bytes(NFTA_DATA_VALUE, &key_bytes(k))))
         });
-        match complete {
-            Ok(true) => return Ok(out),
+    }
+    let answers = get(family, NFT_MSG_GETSETELEM, key.is_none(), &attrs, &what)?.unwrap_or_default();
+    Ok(answers
+        .iter()
+        .filter(|(ty, _)| *ty == NFT_MSG_NEWSETELEM)
+        .flat_map(|(_, msg)| attr_iter(msg).filter(|(t, _)| *t == NFTA_SET_ELEM_LIST_ELEMENTS))
+        .flat_map(|(_, list)| attr_iter(list).map(|(_, elem)| elem_info(elem)))
+        .collect())
+}
+
+/// One nf_tables message answering a request: its type and its attributes.
+type Answer = (u16, Vec<u8>);
+
+/// Sends one GET request (a dump when `dump`) and collects the nf_tables messages that answer it
+/// (type, attributes). A dump that a concurrent change interrupted (NLM_F_DUMP_INTR) is read
+/// again. None when the kernel answers ENOENT (no such table, chain, set or element).
+fn get(family: Family, ty: u16, dump: bool, attrs: &Attrs, what: &str) -> Result<Option<Vec<Answer>>> {
+    let sock = Socket::open(1, 0)?;
+    let flags = if dump { NLM_F_REQUEST | NLM_F_DUMP } else { NLM_F_REQUEST };
+    for seq in 1..=5 {
+        let mut req = Vec::new();
+        nlmsg(&mut req, (NFNL_SUBSYS_NFTABLES << 8) | ty, flags, seq, [family.nfproto(), 0, 0, 0], &attrs.buf);
+        sock.send(&req)?;
+        let mut answers = Vec::new();
+        match read_replies(&sock, what, |ty, msg| answers.push((ty, msg.to_vec()))) {
+            Ok(true) => return Ok(Some(answers)),
             Ok(false) => continue,
-            Err(e) if e.errno == libc::ENOENT => return Ok(Vec::new()),
-            Err(e) => return Err(e.into_error(&what)),
+            Err(e) if e.errno == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(e),
         }
     }
-    Err(Error::network(format!("nft {what}: the set kept changing while it was listed")))
+    Err(Error::network(format!("nft {what}: it kept changing while it was listed")))
 }
 
 fn elem_info(elem: &[u8]) -> ElemInfo {
@@ -1507,29 +1433,27 @@ fn elem_info(elem: &[u8]) -> ElemInfo {
     info
 }
 
-/// An error answer to a request, with its errno.
-struct Refused {
-    errno: i32,
-    text: Option<String>,
+/// The kernel's refusal of `what` (in nft syntax), with the OS error number as data and the
+/// kernel's own text (extended ack) when it gave one.
+fn refused(what: &str, errno: i32, text: Option<String>) -> Error {
+    let kernel = text.map(|t| format!(" ({t})")).unwrap_or_default();
+    Error::os(errno, format_args!("nft {what}{kernel}"))
 }
 
-impl Refused {
-    fn into_error(self, what: &str) -> Error {
-        let kernel = self.text.map(|t| format!(" ({t})")).unwrap_or_default();
-        Error::network(format!("nft {what}{kernel}: {}", std::io::Error::from_raw_os_error(self.errno)))
-    }
+/// The errno of an NLMSG_ERROR (0 for an ack).
+fn error_code(msg: &[u8]) -> i32 {
+    (u32_at(msg, NLMSG_HDRLEN) as i32).wrapping_neg()
 }
 
 /// Reads the answers to one request, handing each nf_tables message (its type and the
 /// attributes after the nfgenmsg header) to `each`, until the request is done: a single answer,
 /// NLMSG_DONE of a dump, or an error. Ok(false) when a dump was interrupted (NLM_F_DUMP_INTR).
-fn read_replies(sock: &Socket, what: &str, mut each: impl FnMut(u16, &[u8])) -> std::result::Result<bool, Refused> {
+fn read_replies(sock: &Socket, what: &str, mut each: impl FnMut(u16, &[u8])) -> Result<bool> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut intr = false;
     loop {
-        let len = sock.recv(&mut buf).map_err(|e| Refused {
-            errno: e.raw_os_error().unwrap_or(libc::EIO),
-            text: Some(format!("reading the kernel's answer to {what}")),
+        let len = sock.recv(&mut buf).map_err(|e| {
+            Error::os(e.raw_os_error().unwrap_or(libc::EIO), format_args!("nft {what}: read the kernel's answer"))
         })?;
         let mut multi = false;
         for msg in messages(&buf[..len]) {
@@ -1539,17 +1463,12 @@ fn read_replies(sock: &Socket, what: &str, mut each: impl FnMut(u16, &[u8])) -> 
             match ty {
                 NLMSG_DONE => return Ok(!intr),
                 NLMSG_ERROR => {
-                    let errno = -i32::from_ne_bytes([
-                        msg.get(16).copied().unwrap_or(0),
-                        msg.get(17).copied().unwrap_or(0),
-                        msg.get(18).copied().unwrap_or(0),
-                        msg.get(19).copied().unwrap_or(0),
-                    ]);
+                    let errno = error_code(msg);
                     if errno == 0 {
                         return Ok(!intr);
                     }
                     let text = if msg.len() >= NLMSG_HDRLEN + 4 + NLMSG_HDRLEN { extack_msg(msg) } else { None };
-                    return Err(Refused { errno, text });
+                    return Err(refused(what, errno, text));
                 }
                 _ if ty >> 8 == NFNL_SUBSYS_NFTABLES => {
                     multi |= flags & NLM_F_MULTI != 0;
@@ -1627,20 +1546,10 @@ fn extack_msg(msg: &[u8]) -> Option<String> {
         return None;
     }
     let orig_len = if flags & NLM_F_CAPPED != 0 { NLMSG_HDRLEN } else { u32_at(msg, 20) as usize };
-    let mut rest = msg.get((20 + orig_len).next_multiple_of(4)..)?;
-    while rest.len() >= 4 {
-        let len = usize::from(u16::from_ne_bytes([rest[0], rest[1]]));
-        let ty = u16::from_ne_bytes([rest[2], rest[3]]) & !NLA_F_NESTED;
-        if len < 4 || len > rest.len() {
-            break;
-        }
-        if ty == NLMSGERR_ATTR_MSG {
-            let text = String::from_utf8_lossy(&rest[4..len]).trim_end_matches('\0').to_string();
-            return (!text.is_empty()).then_some(text);
-        }
-        rest = &rest[len.next_multiple_of(4).min(rest.len())..];
-    }
-    None
+    let tlvs = msg.get((20 + orig_len).next_multiple_of(4)..)?;
+    let (_, text) = attr_iter(tlvs).find(|(ty, _)| *ty == NLMSGERR_ATTR_MSG)?;
+    let text = String::from_utf8_lossy(text).trim_end_matches('\0').to_string();
+    (!text.is_empty()).then_some(text)
 }
 
 /// Appends one netlink message with an nfgenmsg header.

@@ -55,7 +55,9 @@
 //! do not match returns to `dispatch`, which goes on to the dnat maps: a mapping of another
 //! attachment on the same port (any host address) still applies.
 
-use super::nfnl::{self, BaseChain, Batch, ChainType, Family, Field, Hook, KeyType, SetData, SetSpec, Verdict};
+use super::nfnl::{
+    self, unmasked as key, BaseChain, Batch, ChainType, Family, Field, Hook, KeyType, SetData, SetSpec, Verdict,
+};
 use super::{check_failed, BackendKind, Firewall, Masquerade, PortMap};
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
@@ -63,6 +65,8 @@ use libcni::{code, Error, Result};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 mod flat;
+
+pub use flat::{add_macspoof, check_macspoof, del_macspoof, gc_macspoof};
 
 pub(crate) const PORTMAP_TABLE: &str = "cni_rs_portmap";
 pub(crate) const MASQ_TABLE: &str = "cni_rs_masq";
@@ -106,7 +110,7 @@ impl Table {
             }
         }
         for (chain, rule) in rules {
-            b.add_rule_with_comment(self.fam, self.name, chain, rule.build(), None);
+            b.add_rule_with_comment(self.fam, self.name, chain, rule, None);
         }
     }
 }
@@ -136,10 +140,6 @@ const OWNERS: (&str, SetSpec<'static>) = ("owners", set(&[V6, PORT]));
 
 fn inet() -> nfnl::Rule {
     nfnl::Rule::new(Family::Inet)
-}
-
-fn key(fields: &[Field]) -> Vec<(Field, Option<Vec<u8>>)> {
-    fields.iter().map(|f| (*f, None)).collect()
 }
 
 const ADDR_PROTO_PORT4: &[Field] = &[Field::IpDaddr, Field::L4proto, Field::ThDport];
@@ -250,12 +250,9 @@ fn ensure_localnet_drop(what: &str) -> Result<()> {
     }
     let mut b = Batch::new();
     PORTMAP.setup(&mut b);
+    let table = PORTMAP.full_name();
     b.send().map_err(|e| {
-        Error::network(format!(
-            "{what}: add the drop of packets to 127.0.0.0/8 from elsewhere to table {}: {}",
-            PORTMAP.full_name(),
-            e.msg
-        ))
+        e.context(format_args!("{what}: add the drop of packets to 127.0.0.0/8 from elsewhere to table {table}"))
     })
 }
 
@@ -309,33 +306,6 @@ pub struct NftablesBackend;
 /// built-in one is asked directly (one netlink round trip).
 pub(crate) fn usable() -> bool {
     std::path::Path::new("/sys/module/nf_tables").exists() || nfnl::kernel_answers()
-}
-
-/// Drop frames entering the bridge from `port` (the pod's host veth) unless their source MAC is `mac`.
-pub fn add_macspoof(network: &str, container_id: &str, ifname: &str, port: &str, mac: &str) -> Result<()> {
-    flat::add_macspoof(
-        network,
-        container_id,
-        ifname,
-        port,
-        mac,
-        &format!("add MAC spoof check for container {container_id}"),
-    )
-}
-
-/// Remove the spoof check of an attachment; absent is success.
-pub fn del_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
-    flat::del_macspoof(network, container_id, ifname, &format!("delete MAC spoof check of container {container_id}"))
-}
-
-/// Remove the spoof checks of every attachment of `network` that is not in `keep`.
-pub fn gc_macspoof(network: &str, keep: &[Attachment]) -> Result<()> {
-    flat::gc_macspoof(network, keep, &format!("garbage-collect MAC spoof checks of network {network}"))
-}
-
-/// The spoof check of an attachment is in place: its bridge port and MAC elements are its own.
-pub fn check_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
-    flat::check_macspoof(network, container_id, ifname, &format!("MAC spoof check of container {container_id}"))
 }
 
 impl Firewall for NftablesBackend {

@@ -27,7 +27,7 @@
 //! Each operation reads the family's filter table once (`iptables-save -t filter`) and applies
 //! its change with one `iptables-restore --noflush`, under the backend's lock.
 
-use super::{apply, lock, quote, Ipv, NatTable};
+use super::{apply, host, lock, quote, saved_comment, Ipv, NatTable};
 use crate::firewall::check_failed;
 use libcni::{Errors, Result};
 use std::net::IpAddr;
@@ -61,18 +61,6 @@ pub struct ForwardRules {
     pub isolation: Option<Isolation>,
 }
 
-fn ipv_of(ip: &IpAddr) -> Ipv {
-    if ip.is_ipv6() {
-        Ipv::V6
-    } else {
-        Ipv::V4
-    }
-}
-
-fn host(ip: &IpAddr) -> String {
-    format!("{ip}/{}", ipv_of(ip).host_prefix())
-}
-
 /// `-m comment --comment "<c>"` as iptables-save prints it.
 fn comment(c: &str) -> String {
     format!("-m comment --comment {}", quote(c))
@@ -88,7 +76,7 @@ fn admin_rule(admin: &str) -> String {
 
 /// The two per-IP rules (chain-relative, as after `-A CNI-FORWARD `).
 fn pod_rules(ip: &IpAddr) -> [String; 2] {
-    let h = host(ip);
+    let h = host(*ip);
     [format!("-d {h} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"), format!("-s {h} -j ACCEPT")]
 }
 
@@ -108,26 +96,10 @@ fn shared_comment(isolated: bool) -> String {
 /// A saved rule without its `-m comment --comment ...` match, for comparisons that accept either
 /// upstream version's comments.
 fn without_comment(rule: &str) -> String {
-    let Some(start) = rule.find(" -m comment --comment ") else { return rule.to_string() };
-    let rest = &rule[start + " -m comment --comment ".len()..];
-    let end = if let Some(quoted) = rest.strip_prefix('"') {
-        let mut escaped = false;
-        let mut close = None;
-        for (i, c) in quoted.char_indices() {
-            match c {
-                '\\' if !escaped => escaped = true,
-                '"' if !escaped => {
-                    close = Some(i + 2);
-                    break;
-                }
-                _ => escaped = false,
-            }
-        }
-        close.unwrap_or(rest.len())
-    } else {
-        rest.find(' ').unwrap_or(rest.len())
-    };
-    format!("{}{}", &rule[..start], &rest[end..])
+    match saved_comment(rule) {
+        Some((_, span)) => format!("{}{}", &rule[..span.start], &rule[span.end..]),
+        None => rule.to_string(),
+    }
 }
 
 fn has_uncommented(t: &NatTable, line: &str) -> bool {
@@ -138,7 +110,7 @@ fn has_uncommented(t: &NatTable, line: &str) -> bool {
 /// The restore lines that add `r`'s rules for `ipv` to the table `t` shows (nothing already there).
 pub(crate) fn add_lines(t: &NatTable, r: &ForwardRules, ipv: Ipv) -> Vec<String> {
     let mut out = Vec::new();
-    let ips: Vec<&IpAddr> = r.addresses.iter().filter(|ip| ipv_of(ip) == ipv).collect();
+    let ips: Vec<&IpAddr> = r.addresses.iter().filter(|ip| Ipv::of(ip) == ipv).collect();
     if ips.is_empty() {
         return out;
     }
@@ -198,7 +170,7 @@ fn isolation_lines(t: &NatTable, iso: &Isolation, out: &mut Vec<String>) {
 /// The restore lines that remove the per-IP rules of `addresses` for `ipv` that are there.
 pub(crate) fn del_lines(t: &NatTable, addresses: &[IpAddr], ipv: Ipv) -> Vec<String> {
     let mut out = Vec::new();
-    for ip in addresses.iter().filter(|ip| ipv_of(ip) == ipv) {
+    for ip in addresses.iter().filter(|ip| Ipv::of(ip) == ipv) {
         for rule in pod_rules(ip) {
             let line = format!("-D {PRIV_CHAIN} {rule}");
             if t.has_rule(&format!("-A {PRIV_CHAIN} {rule}")) && !out.contains(&line) {
@@ -211,7 +183,7 @@ pub(crate) fn del_lines(t: &NatTable, addresses: &[IpAddr], ipv: Ipv) -> Vec<Str
 
 /// The first rule of `r` for `ipv` the table lacks (CHECK), as an error naming it.
 pub(crate) fn check_table(t: &NatTable, r: &ForwardRules, ipv: Ipv) -> Result<()> {
-    let ips: Vec<&IpAddr> = r.addresses.iter().filter(|ip| ipv_of(ip) == ipv).collect();
+    let ips: Vec<&IpAddr> = r.addresses.iter().filter(|ip| Ipv::of(ip) == ipv).collect();
     if ips.is_empty() {
         return Ok(());
     }
@@ -236,7 +208,7 @@ pub(crate) fn check_table(t: &NatTable, r: &ForwardRules, ipv: Ipv) -> Result<()
 }
 
 fn families(addresses: &[IpAddr]) -> Vec<Ipv> {
-    [Ipv::V4, Ipv::V6].into_iter().filter(|v| addresses.iter().any(|ip| ipv_of(ip) == *v)).collect()
+    [Ipv::V4, Ipv::V6].into_iter().filter(|v| addresses.iter().any(|ip| Ipv::of(ip) == *v)).collect()
 }
 
 /// Adds `r`'s rules; a family that fails leaves the pod's rules of the families done before removed.

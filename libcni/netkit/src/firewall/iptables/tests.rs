@@ -182,7 +182,7 @@ fn localnet_drop_lines() {
 #[test]
 fn comments() {
     let r = "-A X -m comment --comment \"dnat name: \\\"n\\\" id: \\\"c\\\"\" -j Y";
-    assert_eq!(saved_comment(r).unwrap(), "dnat name: \"n\" id: \"c\"");
+    assert_eq!(saved_comment(r).unwrap().0, "dnat name: \"n\" id: \"c\"");
     assert_eq!(parse_owner("dnat name: \"n\" id: \"c\""), Some(("n".into(), "c".into())));
     assert_eq!(parse_owner("CNI portfwd masquerade mark"), None);
 }

@@ -292,6 +292,27 @@ fn a_large_batch_loses_no_acks() {
     });
 }
 
+/// A kernel's refusal keeps its errno as data (not only as the "(os error N)" of its text),
+/// through `context` too: read from an NLMSG_ERROR fed through a socket pair, no root needed.
+#[test]
+fn a_refusal_keeps_its_errno_as_data() {
+    let (ours, kernel) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let sock = Socket { fd: OwnedFd::from(ours) };
+    let mut answer = Vec::new();
+    nlmsg(&mut answer, NLMSG_ERROR, 0, 1, (-libc::EEXIST).to_ne_bytes(), &[0; NLMSG_HDRLEN]);
+    kernel.send(&answer).unwrap();
+    let e = read_replies(&sock, "add table inet t", |_, _| {}).unwrap_err();
+    assert_eq!(e.msg, "nft add table inet t: File exists (os error 17)");
+    assert_eq!(e.errno, Some(libc::EEXIST));
+    assert!(crate::is_exists(&e.context("ADD")));
+    // A message of a batch the kernel refused, as `send` reports it.
+    let mut b = Batch::new();
+    b.add_table(Family::Inet, "t");
+    let e = b.failed(Some(0), libc::ENOENT, Some("no such table".into()));
+    assert_eq!(e.msg, "nft add table inet t (no such table): No such file or directory (os error 2)");
+    assert!(crate::is_not_found(&e) && !crate::is_exists(&e), "{e:?}");
+}
+
 #[test]
 fn encoding_matches_nft_bytes() {
     // `nft --debug=mnl add table inet zz_probe`: the NEWTABLE message after the batch begin.
@@ -317,7 +338,7 @@ fn encoding_matches_nft_bytes() {
 
     // `add rule ... fib daddr type local jump xdnat`: the expressions nft sent, attribute by attribute.
     let mut a = Attrs::default();
-    for e in Rule::new(Family::Inet).fib_daddr_local().verdict(jump("xdnat")).build() {
+    for e in Rule::new(Family::Inet).fib_daddr_local().verdict(jump("xdnat")).exprs {
         e.put(&mut a);
     }
     let mut want: Vec<u8> = Vec::new();
@@ -373,7 +394,7 @@ fn registers_and_keys() {
     assert_eq!(key_bytes(&[KeyPart::Port(80)]), [0, 80]);
     assert_eq!(key_text(&key), "10.0.0.1 . tcp . 8080");
     // ip6 daddr . meta l4proto . th dport: registers 1, 2 and 13 (slots 0, 4, 5).
-    let exprs = Rule::new(Family::Ip6).vmap(&[Field::Ip6Daddr, Field::L4proto, Field::ThDport], "m").build();
+    let exprs = Rule::new(Family::Ip6).vmap(&[Field::Ip6Daddr, Field::L4proto, Field::ThDport], "m").exprs;
     let regs: Vec<Reg> = exprs
         .iter()
         .filter_map(|e| match e {

@@ -30,7 +30,7 @@
 //! the chain (a chain that elements jump to cannot be deleted).
 
 use super::super::nfnl::{self, Batch, Elem, ElemData, ElemInfo, Field, KeyPart, SetData, SetSpec, Verdict};
-use super::super::{check_failed, exec, sha512_hex, Masquerade, PortMap, Protocol};
+use super::super::{check_failed, exec, host_port_text, sha512_hex, Masquerade, PortMap, Protocol};
 use super::{Table, MACSPOOF, MASQ, PORTMAP};
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
@@ -78,11 +78,7 @@ fn fam(v6: bool) -> char {
 /// The netmask of a subnet length, as bytes.
 fn mask(v6: bool, len: u8) -> Vec<u8> {
     let zero = if v6 { IpAddr::V6(Ipv6Addr::UNSPECIFIED) } else { IpAddr::V4(Ipv4Addr::UNSPECIFIED) };
-    match IpNetwork::new(zero, len) {
-        Ok(IpNetwork::V4(n)) => n.mask().octets().to_vec(),
-        Ok(IpNetwork::V6(n)) => n.mask().octets().to_vec(),
-        Err(_) => vec![0; if v6 { 16 } else { 4 }],
-    }
+    IpNetwork::new(zero, len).map_or_else(|_| vec![0; if v6 { 16 } else { 4 }], |n| nfnl::ip_bytes(n.mask()))
 }
 
 /// `hp4-16` -> (false, 16) for a set named `<prefix><4|6>-<len>`.
@@ -143,13 +139,7 @@ impl Mapping {
 
     /// The host port it maps, as a conflict names it.
     fn describe(&self) -> String {
-        match self.host {
-            Some(ip) => format!("host port {}/{} on {ip}", self.hport, self.proto),
-            None => {
-                let family = if self.v6() { "IPv6" } else { "IPv4" };
-                format!("host port {}/{} (any {family} host address)", self.hport, self.proto)
-            }
-        }
+        host_port_text(self.host, self.proto.name(), self.hport, self.v6())
     }
 
     fn host_key(&self) -> Vec<KeyPart> {
@@ -248,7 +238,7 @@ impl Item for Mapping {
         create_plain_set(b, &PORTMAP, &any, &[addr, P, S]);
         create_plain_set(b, &PORTMAP, &bound, &[addr, addr, P, S]);
         let rule = |key: Vec<(Field, Option<Vec<u8>>)>, set: &str| {
-            nfnl::Rule::new(PORTMAP.fam).in_set(&key, set).mark_or(MARK).build()
+            nfnl::Rule::new(PORTMAP.fam).in_set(&key, set).mark_or(MARK)
         };
         let any_key = vec![(saddr, Some(m.clone())), (Field::L4proto, None), (Field::ThDport, None)];
         let bound_key = vec![(saddr, Some(m)), (daddr, None), (Field::L4proto, None), (Field::ThDport, None)];
@@ -303,7 +293,7 @@ impl Item for Address {
         let set = format!("local{}-{len}", fam(v6));
         create_plain_set(b, &MASQ, &set, &[addr, addr]);
         let key = vec![(saddr, None), (daddr, Some(mask(v6, len)))];
-        let rule = nfnl::Rule::new(MASQ.fam).in_set(&key, &set).verdict(Verdict::Accept).build();
+        let rule = nfnl::Rule::new(MASQ.fam).in_set(&key, &set).verdict(Verdict::Accept);
         b.add_rule_with_comment(MASQ.fam, MASQ.name, "local", rule, None);
     }
 }
@@ -329,8 +319,7 @@ impl Item for Port {
     const TABLE: &'static Table = &MACSPOOF;
 
     fn text(&self) -> String {
-        let mac: Vec<String> = self.mac.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{},{}", self.name, mac.join(":"))
+        format!("{},{}", self.name, crate::format_mac(&self.mac))
     }
 
     fn parse(s: &str) -> Option<Port> {
@@ -571,7 +560,7 @@ fn send<I: Item>(
         }
         if !changed {
             let e = first_error.unwrap_or_else(|| failures[0].error.clone());
-            return Err(Error::network(format!("{what}: {}", e.msg)));
+            return Err(e.context(what));
         }
     }
     Err(Error::network(format!("{what}: nf_tables kept refusing the batch for table {}", t.full_name())))
@@ -758,7 +747,7 @@ fn drop_chain(tag: Ipv6Addr, what: &str) -> Result<()> {
     b.flush_chain(PORTMAP.fam, PORTMAP.name, &chain);
     b.delete_chain(PORTMAP.fam, PORTMAP.name, &chain);
     match b.send() {
-        Err(e) if !crate::is_not_found(&e) => Err(Error::network(format!("{what}: {}", e.msg))),
+        Err(e) if !crate::is_not_found(&e) => Err(e.context(what)),
         _ => Ok(()),
     }
 }
@@ -932,15 +921,10 @@ pub(super) fn gc_masquerade(network: &str, keep: &[Attachment], what: &str) -> R
     gc::<Address>(network, keep, what)
 }
 
-/// Drops frames from `port` whose source MAC is not `mac`; the port is this attachment's from now on.
-pub(super) fn add_macspoof(
-    network: &str,
-    container_id: &str,
-    ifname: &str,
-    port: &str,
-    mac: &str,
-    what: &str,
-) -> Result<()> {
+/// Drops frames entering the bridge from `port` (the pod's host veth) unless their source MAC is
+/// `mac`; the port is this attachment's from now on.
+pub fn add_macspoof(network: &str, container_id: &str, ifname: &str, port: &str, mac: &str) -> Result<()> {
+    let what = &format!("add MAC spoof check for container {container_id}");
     let Some(item) = Port::new(port, mac) else {
         return Err(Error::config(format!(
             "{what}: bridge port {port:?} with MAC {mac:?}: not a usable interface name and MAC address"
@@ -949,16 +933,21 @@ pub(super) fn add_macspoof(
     put(network, tag(network, container_id, ifname), &[item], what, |_: &Port| Ok(())).map(|_| ())
 }
 
-pub(super) fn del_macspoof(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
-    del::<Port>(network, container_id, ifname, what).map(|_| ())
+/// Removes the spoof check of an attachment; absent is success.
+pub fn del_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
+    let what = format!("delete MAC spoof check of container {container_id}");
+    del::<Port>(network, container_id, ifname, &what).map(|_| ())
 }
 
-pub(super) fn gc_macspoof(network: &str, keep: &[Attachment], what: &str) -> Result<()> {
-    gc::<Port>(network, keep, what)
+/// Removes the spoof checks of every attachment of `network` that is not in `keep`.
+pub fn gc_macspoof(network: &str, keep: &[Attachment]) -> Result<()> {
+    gc::<Port>(network, keep, &format!("garbage-collect MAC spoof checks of network {network}"))
 }
 
-/// The attachment's record names its port and MAC (CHECK is given neither), and the elements are there.
-pub(super) fn check_macspoof(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
+/// The spoof check of an attachment is in place: its record names its port and MAC (CHECK is
+/// given neither), and the elements are there, its own.
+pub fn check_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
+    let what = &format!("MAC spoof check of container {container_id}");
     let items = read_record::<Port>(tag(network, container_id, ifname))?.map(|r| r.items).unwrap_or_default();
     if items.is_empty() {
         return Err(check_failed(format!("{what}: no record of it in table {}", MACSPOOF.full_name())));
