@@ -8,35 +8,16 @@
 //! bridge, so the pod's neighbour entry stays INCOMPLETE and the packets wait, then are dropped.
 //! Privileged: everything lives in namespaces of its own.
 
+use cni_tests::exec::exec_in;
 use cni_tests::{bin_dir, require_tools, unique, Netns, TempDir};
 use serde_json::{json, Value};
-use std::io::Write;
-use std::process::{Command, Stdio};
 
 /// Runs the bridge plugin inside `node` (its host side is the node) and returns the result.
 fn bridge_in(node: &Netns, command: &str, conf: &Value, container_id: &str, pod: &Netns) -> Value {
     let bin = bin_dir();
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &node.name])
-        .arg(bin.join("bridge"))
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container_id)
-        .env("CNI_NETNS", &pod.path)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", &bin)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "bridge {command}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
-    if stdout.trim().is_empty() {
-        return Value::Null;
-    }
-    serde_json::from_str(&stdout).unwrap()
+    let out = exec_in(&node.name, &bin.join("bridge"), command, conf, container_id, &pod.path, &bin);
+    assert_eq!(out.rc, 0, "bridge {command}: {}", out.stdout);
+    out.json
 }
 
 #[test]
