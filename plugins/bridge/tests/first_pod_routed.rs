@@ -35,7 +35,9 @@ fn the_first_pod_of_a_node_answers_routed_ipv6_right_after_add() {
     let data = TempDir::new("cnfn-ipam");
 
     // Each round is a node's first pod: the plugin makes the bridge, the peer pings at once. The
-    // answer must come within a second (the DAD window it must not wait out is 1-2 s).
+    // answer must come within a second (the DAD window it must not wait out is 1-2 s). In the first
+    // round more pods follow on the same bridge, each pinged once right after its ADD (the node has
+    // no neighbour entry for any of them).
     for round in 0..4 {
         let bridge = format!("cnfb{round}");
         let conf = json!({
@@ -44,23 +46,30 @@ fn the_first_pod_of_a_node_answers_routed_ipv6_right_after_add() {
             "ipam": { "type": "host-local", "ranges": [[{ "subnet": "fd00:10:244:1::/64" }]],
                       "dataDir": data.path() }
         });
-        let pod = Netns::new("cnfq");
-        let id = unique("ctr");
-        let result = bridge_in(&node, "ADD", &conf, &id, &pod);
-        let pod_ip = result["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
-        let answered = peer.exec("busybox", &["ping", "-c", "1", "-W", "1", &pod_ip]).status.success();
-        let link_local = node.ip(&["-6", "addr", "show", "dev", &bridge, "scope", "link"]);
-        let neigh = node.ip(&["-6", "neigh", "show", "dev", &bridge]);
-        assert!(
-            answered,
-            "round {round}: {pod_ip} did not answer a routed ping right after ADD; bridge link-local:\n{link_local}\
-             neighbours: {neigh}"
-        );
-        assert!(
-            link_local.contains("fe80::") && !link_local.contains("tentative"),
-            "round {round}: the bridge's link-local address is not usable:\n{link_local}"
-        );
-        bridge_in(&node, "DEL", &conf, &id, &pod);
+        let pods = if round == 0 { 6 } else { 1 };
+        let mut attached = Vec::new();
+        for k in 0..pods {
+            let pod = Netns::new("cnfq");
+            let id = unique("ctr");
+            let result = bridge_in(&node, "ADD", &conf, &id, &pod);
+            let pod_ip = result["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+            let answered = peer.exec("busybox", &["ping", "-c", "1", "-W", "1", &pod_ip]).status.success();
+            let link_local = node.ip(&["-6", "addr", "show", "dev", &bridge, "scope", "link"]);
+            let neigh = node.ip(&["-6", "neigh", "show", "dev", &bridge]);
+            assert!(
+                answered,
+                "round {round}, pod {k}: {pod_ip} did not answer a routed ping right after ADD; bridge \
+                 link-local:\n{link_local}neighbours: {neigh}"
+            );
+            assert!(
+                link_local.contains("fe80::") && !link_local.contains("tentative"),
+                "round {round}: the bridge's link-local address is not usable:\n{link_local}"
+            );
+            attached.push((id, pod));
+        }
+        for (id, pod) in &attached {
+            bridge_in(&node, "DEL", &conf, id, pod);
+        }
         node.ip(&["link", "del", &bridge]);
     }
 }
