@@ -2,6 +2,7 @@
 
 use serde_json::{json, Value};
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// Every CNI spec version, oldest first.
@@ -50,8 +51,22 @@ impl Out {
 
 /// One invocation of `bin` with a clean environment.
 pub fn exec(bin: &str, cmd: &str, conf: &Value, cid: &str, ifname: &str, cni_args: &str) -> Out {
+    exec_with_env(bin, cmd, conf, cid, ifname, cni_args, &[])
+}
+
+/// [`exec`] with `extra` variables in the otherwise clean environment.
+pub fn exec_with_env(
+    bin: &str,
+    cmd: &str,
+    conf: &Value,
+    cid: &str,
+    ifname: &str,
+    cni_args: &str,
+    extra: &[(&str, &str)],
+) -> Out {
     let mut c = Command::new(bin);
     c.env_clear()
+        .envs(extra.iter().copied())
         .env("CNI_COMMAND", cmd)
         .env("CNI_PATH", "/usr/lib/cni")
         .stdin(Stdio::piped())
@@ -63,6 +78,28 @@ pub fn exec(bin: &str, cmd: &str, conf: &Value, cid: &str, ifname: &str, cni_arg
     if !cni_args.is_empty() {
         c.env("CNI_ARGS", cni_args);
     }
+    feed(c, bin, conf)
+}
+
+/// `bin` run inside the network namespace `node` (`ip netns exec`), as the runtime of a node that is a
+/// namespace runs it: the pod's namespace `netns`, interface eth0, `CNI_PATH` = `cni_path`.
+pub fn exec_in(node: &str, bin: &Path, cmd: &str, conf: &Value, cid: &str, netns: &str, cni_path: &Path) -> Out {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", node])
+        .arg(bin)
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_CONTAINERID", cid)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", cni_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    feed(c, &bin.display().to_string(), conf)
+}
+
+/// Spawns `c` (which runs `bin`), writes `conf` to its stdin and collects what it answers.
+fn feed(mut c: Command, bin: &str, conf: &Value) -> Out {
     let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
     child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();

@@ -630,6 +630,19 @@ fn host_local_cases(f: &Fixture) -> Vec<Case> {
         case("args.cni a string", with(&b, "args", json!({ "cni": "x" })), CONFIG),
         env_case("CNI_ARGS IP not an IP", &b, vec![("CNI_ARGS", Some("IP=10.210.1.300".into()))], ENV),
         env_case("CNI_ARGS IP outside the range", &b, vec![("CNI_ARGS", Some("IP=10.219.0.5".into()))], CONFIG),
+        case(
+            "keepReservationsOnReboot a number",
+            ipam(json!({ "subnet": "10.210.1.0/24", "keepReservationsOnReboot": 1 })),
+            CONFIG,
+        ),
+        // The test hook that fakes the boot takes a UUID, never a path.
+        env_case("CNI_RS_TEST_BOOT a path", &b, vec![("CNI_RS_TEST_BOOT", Some("../../etc/passwd,1".into()))], ENV),
+        env_case(
+            "CNI_RS_TEST_BOOT without a start",
+            &b,
+            vec![("CNI_RS_TEST_BOOT", Some("0e8b1e4c-36b5-4c5a-9a55-2e0b8a6c1f00".into()))],
+            ENV,
+        ),
     ]
 }
 
@@ -915,7 +928,7 @@ fn host_local_never_follows_a_link_in_its_data_directory() {
     const NA: u32 = 50;
     type Want = [Option<u32>; 4];
     // (where, ADD, STATUS, GC, DEL); `<net>` is the network directory itself.
-    let rows: [(&str, Want); 6] = [
+    let rows: [(&str, Want); 7] = [
         ("lock", [Some(IO), Some(NA), Some(IO), Some(IO)]),
         (".cni-rs-index", [Some(IO), Some(NA), Some(IO), Some(IO)]),
         ("last_reserved_ip.0", [Some(IO), None, None, None]),
@@ -923,6 +936,8 @@ fn host_local_never_follows_a_link_in_its_data_directory() {
         ("10.210.1.2", [None, None, None, None]),
         // What a kill between writing and linking leaves, as a link: unlinked by the next lock.
         (".host-local-tmp.1.2.3", [None, None, None, None]),
+        // Another boot's record: removed as a name by the first ADD of this boot.
+        (".cni-rs-boot.00000000-0000-4000-8000-000000000000", [None, None, None, None]),
         ("<net>", [Some(IO), Some(NA), Some(IO), Some(IO)]),
     ];
     let mut failures = Vec::new();

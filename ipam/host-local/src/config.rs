@@ -5,7 +5,7 @@
 use crate::alloc::{Range, RangeSet};
 use ipnetwork::IpNetwork;
 use libcni::args::CniArgs;
-use libcni::conf::{kind, NetConf};
+use libcni::conf::{kind, lenient_bool_value, NetConf};
 use libcni::gojson::{self, array, invalid, non_null, object};
 use libcni::types::Route;
 use libcni::{version, Error, Result};
@@ -25,6 +25,9 @@ pub struct IpamConfig {
     pub routes: Vec<Route>,
     pub data_dir: PathBuf,
     pub resolv_conf: Option<PathBuf>,
+    /// `keepReservationsOnReboot`: when false (the default), the first ADD after a reboot releases the
+    /// reservations made in earlier boots.
+    pub keep_reservations_on_reboot: bool,
     /// Requested addresses, deduplicated, in the order given.
     pub requested: Vec<IpAddr>,
 }
@@ -43,6 +46,15 @@ fn opt_str<'a>(obj: &'a Map<String, Value>, key: &str, path: &str) -> Result<Opt
         Some((written, other)) => {
             Err(invalid(&format!("{path}.{written}"), format!("must be a string, got {}", kind(other))))
         }
+    }
+}
+
+/// A bool key (JSON or the strings "true"/"false", as libcni accepts them); absent or null is false.
+fn opt_bool(obj: &Map<String, Value>, key: &str, path: &str) -> Result<bool> {
+    match non_null(obj, key) {
+        None => Ok(false),
+        Some((written, v)) => lenient_bool_value(v)
+            .ok_or_else(|| invalid(&format!("{path}.{written}"), format!("must be true or false, got {}", kind(v)))),
     }
 }
 
@@ -225,6 +237,7 @@ impl IpamConfig {
 
         let data_dir = data_dir(ipam)?;
         let resolv_conf = opt_str(ipam, "resolvConf", "ipam")?.map(PathBuf::from);
+        let keep_reservations_on_reboot = opt_bool(ipam, "keepReservationsOnReboot", "ipam")?;
 
         let mut requested = Vec::new();
         if let Some(cni_args) = cni_args {
@@ -261,6 +274,7 @@ impl IpamConfig {
             routes,
             data_dir,
             resolv_conf,
+            keep_reservations_on_reboot,
             requested,
         })
     }

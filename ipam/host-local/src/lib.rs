@@ -17,7 +17,7 @@ use libcni::{code, CniResult, Command, Error, Errors, Plugin, Request, Result};
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::path::Path;
-use store::{Locked, Owner, Store};
+use store::{Boot, Locked, Owner, Store};
 
 pub struct HostLocal;
 
@@ -154,6 +154,11 @@ impl HostLocal {
         let requested = cfg.requested_per_set()?;
         let store = Store::create(&cfg.data_dir, &cfg.network)?;
         let mut locked = store.lock()?;
+        if !cfg.keep_reservations_on_reboot {
+            if let Some(boot) = Boot::current()? {
+                locked.release_earlier_boots(&boot)?;
+            }
+        }
         let held = locked.held_by(container_id, ifname);
         let mut alloc = Allocation { locked: &mut locked, held, container_id, ifname, newly_reserved: Vec::new() };
         let mut ips = Vec::with_capacity(cfg.range_sets.len());

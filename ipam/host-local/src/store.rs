@@ -21,9 +21,11 @@
 //! through a read-only descriptor, or not at all when the lock file does not exist (nothing can change the
 //! directory then), so DEL and GC succeed when there is nothing to release and name what they could not.
 
+mod boot;
 mod cache;
 mod reference;
 
+pub use boot::{Boot, TEST_BOOT_ENV};
 pub use cache::Reservations;
 pub use reference::{Owner, LINE_BREAK};
 
@@ -139,6 +141,21 @@ impl Store {
         Ok(File::from(fd))
     }
 
+    /// Whether the regular file `name` last changed (its inode: created, written, renamed) before `when`.
+    fn changed_before(&self, name: &str, when: std::time::SystemTime) -> bool {
+        let Ok(stat) = nix::sys::stat::fstatat(self.handle.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            return false;
+        };
+        if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+            return false;
+        }
+        let (Ok(secs), Ok(nanos)) = (u64::try_from(stat.st_ctime), u32::try_from(stat.st_ctime_nsec)) else {
+            // Before 1970: long before any boot of this kernel.
+            return true;
+        };
+        std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos) < when
+    }
+
     /// The type of a directory entry, without following a link.
     fn kind_of(&self, name: &str) -> Option<SFlag> {
         let stat = nix::sys::stat::fstatat(self.handle.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
@@ -216,25 +233,29 @@ impl Store {
                 })
             })
             .transpose()?;
-        let (reservations, index_stale, temp_files) = self.list()?;
+        let Listed { reservations, index_stale, temp_files, boot_markers } = self.list()?;
         let mut removed_any = false;
         for tmp in &temp_files {
             // A temporary name is never parsed as an address, so one that cannot be removed is harmless.
             removed_any |= self.unlink(tmp).is_ok();
         }
-        Ok(Locked { store: self, reservations, index_stale: (index_stale || removed_any) && !read_only, _flock: flock })
+        Ok(Locked {
+            store: self,
+            reservations,
+            boot_markers,
+            index_stale: (index_stale || removed_any) && !read_only,
+            _flock: flock,
+        })
     }
 
     /// Every reservation, without the lock (CHECK, STATUS): owners may come from the scan cache, which is
     /// never written here. Unreadable or vanished files are skipped, as the reference does.
     pub fn scan(&self) -> Result<Reservations> {
-        Ok(self.list()?.0)
+        Ok(self.list()?.reservations)
     }
 
-    /// One directory listing, merged with the scan cache (only files it does not know are read): the
-    /// reservations, whether the cache is stale, and the names of temporary files (ours, which outlive the
-    /// lock only when a plugin crashed).
-    fn list(&self) -> Result<(Reservations, bool, Vec<String>)> {
+    /// One directory listing, merged with the scan cache (only files it does not know are read).
+    fn list(&self) -> Result<Listed> {
         let stamp = self.handle.metadata().ok().map(|m| DirStamp::of(&m));
         let index_text = match stamp {
             Some(_) => self.read_index()?,
@@ -249,11 +270,15 @@ impl Store {
             Mode::empty(),
         )
         .map_err(|e| Error::io(format!("read {}", self.dir.display()), &io_error(e)))?;
-        let mut temp_files = Vec::new();
+        let (mut temp_files, mut boot_markers) = (Vec::new(), Vec::new());
         for entry in dir.iter().flatten() {
             let Ok(name) = entry.file_name().to_str() else { continue };
             if name.starts_with(TEMP_PREFIX) {
                 temp_files.push(name.to_string());
+                continue;
+            }
+            if name.starts_with(boot::MARKER_PREFIX) {
+                boot_markers.push(name.to_string());
                 continue;
             }
             let Some(ip) = reference::reserved_address(name) else { continue };
@@ -269,8 +294,8 @@ impl Store {
                 listing.read(ip, name, ino, owner);
             }
         }
-        let (reservations, stale) = listing.finish();
-        Ok((reservations, stale, temp_files))
+        let (reservations, index_stale) = listing.finish();
+        Ok(Listed { reservations, index_stale, temp_files, boot_markers })
     }
 
     /// The scan cache's text; empty if it is missing or unreadable (a cache: the scan then reads every file).
@@ -360,11 +385,24 @@ impl Store {
     }
 }
 
+/// What one listing of the network directory found.
+struct Listed {
+    reservations: Reservations,
+    /// The scan cache does not describe the directory.
+    index_stale: bool,
+    /// Ours, which outlive the lock only when a plugin crashed.
+    temp_files: Vec<String>,
+    /// The names of the files recording the boot of the last allocation ([`boot`]); one, normally.
+    boot_markers: Vec<String>,
+}
+
 /// The store with its lock held and its reservations read; only here can reservations change.
 pub struct Locked<'a> {
     store: &'a Store,
     /// The directory as this process has left it so far.
     reservations: Reservations,
+    /// As listed when the lock was taken.
+    boot_markers: Vec<String>,
     /// The scan cache does not describe the directory: rewrite it before the lock is released.
     index_stale: bool,
     /// Declared last: released after `drop` has rewritten the scan cache. `None` on a read-only store whose
@@ -445,6 +483,41 @@ impl Locked<'_> {
             nix::fcntl::renameat(fd, tmp, fd, target.as_str())
                 .map_err(|e| Error::io(format!("write {}", store.path(&target).display()), &io_error(e)))
         })
+    }
+
+    /// On the first allocation in a boot (the store records another boot, or none): release every
+    /// reservation whose file last changed before `boot` started, then record `boot`. Returns what was
+    /// released. Costs nothing on disk when the store already records `boot`.
+    pub fn release_earlier_boots(&mut self, boot: &Boot) -> Result<Vec<IpAddr>> {
+        let marker = boot.marker();
+        if self.boot_markers.contains(&marker) {
+            return Ok(Vec::new());
+        }
+        let store = self.store;
+        let earlier: Vec<IpAddr> = self
+            .reservations
+            .files
+            .keys()
+            .copied()
+            .filter(|ip| {
+                let name =
+                    self.reservations.file_name(*ip).map_or_else(|| reference::reservation_file(*ip), str::to_string);
+                store.changed_before(&name, boot.started)
+            })
+            .collect();
+        for ip in &earlier {
+            self.release(*ip)?;
+        }
+        // Recorded only once every earlier reservation is gone: a crash in between repeats the release.
+        store
+            .open_file(&marker, OFlag::O_WRONLY | OFlag::O_CREAT)
+            .map_err(|e| store.open_error("record the boot in", &marker, &e))?;
+        for old in self.boot_markers.drain(..) {
+            let _ = store.unlink(&old);
+        }
+        self.boot_markers.push(marker);
+        self.index_stale = true;
+        Ok(earlier)
     }
 
     /// Remove a reservation; one that is already gone is success.
@@ -542,6 +615,66 @@ pub(crate) mod tests {
         let l = store.lock().unwrap();
         assert!(l.reservations().is_empty());
         assert!(!tmp.exists());
+    }
+
+    fn boot(n: u8, started: std::time::SystemTime) -> Boot {
+        Boot { id: format!("00000000-0000-4000-8000-0000000000{n:02x}"), started }
+    }
+
+    #[test]
+    fn the_first_allocation_in_a_boot_releases_what_earlier_boots_reserved() {
+        let t = TempDir::new("boot");
+        let store = indexed_store(&t);
+        let dir = store.dir().to_path_buf();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let later = boot(1, std::time::SystemTime::now());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut l = store.lock().unwrap();
+        // Made in this boot, before its first allocation (the reference's, say): kept.
+        assert!(l.reserve(ip("10.0.0.9"), "new", "eth0").unwrap());
+        let mut released = l.release_earlier_boots(&later).unwrap();
+        released.sort();
+        assert_eq!(released, [ip("10.0.0.2"), ip("10.0.0.3"), ip("fd00::2")]);
+        assert_eq!(l.reservations().owners(), [(ip("10.0.0.9"), attachment("new", "eth0"))]);
+        // Recorded: the next allocation of this boot releases nothing, whatever the files' age.
+        assert!(l.reserve(ip("10.0.0.2"), "c", "eth0").unwrap());
+        assert!(l
+            .release_earlier_boots(&boot(1, std::time::SystemTime::now() + std::time::Duration::from_secs(9)))
+            .unwrap()
+            .is_empty());
+        drop(l);
+        let marker = later.marker();
+        assert_eq!(names_in(&dir), [marker.as_str(), INDEX_FILE, "10.0.0.2", "10.0.0.9", "lock"]);
+        // The scan cache agrees with the directory, and the marker is no reservation.
+        let scan = store.scan().unwrap();
+        assert!(scan.files.values().all(|r| r.is_from_index()));
+        assert_eq!(scan.len(), 2);
+        // Another boot: the marker is replaced, never doubled.
+        let next = boot(2, std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1));
+        let mut l = store.lock().unwrap();
+        assert!(l.release_earlier_boots(&next).unwrap().is_empty(), "nothing predates a boot that started in 1970");
+        drop(l);
+        assert_eq!(names_in(&dir), [next.marker().as_str(), INDEX_FILE, "10.0.0.2", "10.0.0.9", "lock"]);
+    }
+
+    #[test]
+    fn a_link_with_a_boot_marker_name_is_never_followed() {
+        for dangling in [false, true] {
+            let t = TempDir::new("boot-link");
+            let (file, nowhere) = outside(&t);
+            let target = if dangling { &nowhere } else { &file };
+            let store = Store::create(&t.0, "n").unwrap();
+            let now = std::time::SystemTime::now();
+            // Another boot's marker that is a link: removed as a name, its target untouched.
+            std::os::unix::fs::symlink(target, store.dir().join(boot(4, now).marker())).unwrap();
+            store.lock().unwrap().release_earlier_boots(&boot(5, now)).unwrap();
+            assert_eq!(names_in(store.dir()), [boot(5, now).marker().as_str(), INDEX_FILE, "lock"]);
+            assert!(fs::symlink_metadata(store.dir().join(boot(5, now).marker())).unwrap().is_file());
+            // This boot's marker name, planted as a link: the boot counts as recorded, nothing is opened.
+            std::os::unix::fs::symlink(target, store.dir().join(boot(6, now).marker())).unwrap();
+            store.lock().unwrap().release_earlier_boots(&boot(6, now)).unwrap();
+            assert_untouched(&file, &nowhere);
+        }
     }
 
     fn names_in(dir: &Path) -> Vec<String> {

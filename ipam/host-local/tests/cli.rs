@@ -244,7 +244,7 @@ fn thirty_parallel_adds_get_distinct_addresses_and_dels_leave_nothing() {
     let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("par"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.starts_with('.') && n != ".cni-rs-index")
+        .filter(|n| n.starts_with('.') && n != ".cni-rs-index" && !n.starts_with(".cni-rs-boot."))
         .collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 }
@@ -290,4 +290,57 @@ fn go_style_ip_ranges_as_containerd_sends_them() {
     let bad = exec(OURS, "ADD", &conf, "c", "eth0", "");
     assert_eq!(bad.err_code(), 7);
     assert!(bad.msg().contains("runtimeConfig.ipRanges[0][0].Subnet"), "{}", bad.msg());
+}
+
+/// `CNI_RS_TEST_BOOT` for a boot whose id ends in `n`, started `ago` before now.
+fn fake_boot(n: u8, ago: std::time::Duration) -> String {
+    let started = std::time::SystemTime::now() - ago;
+    let nanos = started.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("5a1d0c3e-0b7f-4e11-8d2a-6c4f00b7e9{n:02x},{nanos}")
+}
+
+/// The first ADD of a new boot releases reservations made before it started, unless
+/// `keepReservationsOnReboot` says to keep them (VMs whose addresses must persist).
+#[test]
+fn a_reboot_releases_earlier_reservations_unless_kept() {
+    for keep in [false, true] {
+        let dir = TempDir::new("reboot");
+        let mut ipam = dual_stack(&dir);
+        if keep {
+            ipam["keepReservationsOnReboot"] = json!(true);
+        }
+        let conf = netconf("1.1.0", "rebootnet", ipam);
+        let add = |cid: &str, boot: &str| {
+            exec_with_env(OURS, "ADD", &conf, cid, "eth0", "", &[(host_local::store::TEST_BOOT_ENV, boot)])
+        };
+        let earlier = fake_boot(1, std::time::Duration::from_secs(7200));
+        assert_eq!(add("before-reboot", &earlier).ips(), ["10.10.0.2/24", "fd10::2/64"]);
+        assert_eq!(add("also-before", &earlier).ips(), ["10.10.0.3/24", "fd10::3/64"]);
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let now = fake_boot(2, std::time::Duration::ZERO);
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert_eq!(add("after-reboot", &now).ips(), ["10.10.0.4/24", "fd10::4/64"]);
+        let owners: Vec<String> = reservations(dir.path(), "rebootnet").into_iter().map(|(_, o)| o).collect();
+        let after_only = ["after-reboot\r\neth0"; 2];
+        if keep {
+            assert_eq!(owners.len(), 6, "keepReservationsOnReboot kept nothing: {owners:?}");
+        } else {
+            assert_eq!(owners, after_only, "the reboot released nothing");
+        }
+        // The recorded boot is the new one only when reservations are released on reboot.
+        let markers: Vec<String> = std::fs::read_dir(dir.path().join("rebootnet"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with(".cni-rs-boot."))
+            .collect();
+        let boot_id = |b: &str| format!(".cni-rs-boot.{}", b.split(',').next().unwrap());
+        let want = if keep { vec![] } else { vec![boot_id(&now)] };
+        assert_eq!(markers, want);
+        // A wrong type for the key is code 7 naming it.
+        let mut bad = dual_stack(&dir);
+        bad["keepReservationsOnReboot"] = json!(1);
+        let out = exec(OURS, "ADD", &netconf("1.1.0", "rebootnet", bad), "x", "eth0", "");
+        assert_eq!(out.err_code(), 7);
+        assert!(out.stdout.contains("ipam.keepReservationsOnReboot"), "{}", out.stdout);
+    }
 }

@@ -4,6 +4,7 @@
 
 use cni_tests::exec::*;
 use cni_tests::{prerequisite, reservations, TempDir};
+use host_local::store::TEST_BOOT_ENV;
 use serde_json::json;
 use std::collections::HashSet;
 use std::path::Path;
@@ -123,4 +124,81 @@ fn reference_churn_behind_our_scan_cache() {
     exec(reference, "DEL", &conf, "pod-a", "eth0", "").ok();
     assert!(reservations(dir.path(), "churn").is_empty());
     assert!(index.is_file());
+}
+
+/// `CNI_RS_TEST_BOOT` for a boot whose id ends in `n` and that started at `started`.
+fn fake_boot(n: u8, started: std::time::SystemTime) -> String {
+    let nanos = started.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("0e8b1e4c-36b5-4c5a-9a55-2e0b8a6c1f{n:02x},{nanos}")
+}
+
+fn boot_markers(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with(".cni-rs-boot."))
+        .collect();
+    names.sort();
+    names
+}
+
+/// A reboot between two allocations: our first ADD of the new boot releases what both plugins reserved in
+/// the earlier boot, keeps what the reference reserved in this boot before it, and from then on each plugin
+/// sees the other's reservations as taken. The boot is faked through `CNI_RS_TEST_BOOT`.
+#[test]
+fn after_a_reboot_our_first_add_releases_earlier_boots_and_shares_this_one_with_the_reference() {
+    let Some(reference) = reference() else { return };
+    let dir = TempDir::new("compat-reboot");
+    let conf = netconf(
+        "1.0.0",
+        "bootnet",
+        json!({"type": "host-local", "dataDir": dir.path(), "ranges": [[{"subnet": "10.61.0.0/29"}]]}),
+    );
+    let net_dir = dir.path().join("bootnet");
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let boot_a = fake_boot(0xa, hour_ago);
+    let ours = |cid: &str, boot: &str| exec_with_env(OURS, "ADD", &conf, cid, "eth0", "", &[(TEST_BOOT_ENV, boot)]);
+
+    // Boot A: one reservation each.
+    assert_eq!(ours("pod-a1", &boot_a).ips(), ["10.61.0.2/29"]);
+    assert_eq!(exec(reference, "ADD", &conf, "pod-a2", "eth0", "").ips(), ["10.61.0.3/29"]);
+    assert_eq!(boot_markers(&net_dir), [".cni-rs-boot.0e8b1e4c-36b5-4c5a-9a55-2e0b8a6c1f0a"]);
+
+    // The node reboots (file times are coarse: keep the boot's start clear of both sides).
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let boot_b = fake_boot(0xb, std::time::SystemTime::now());
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    // The reference allocates first in boot B and skips boot A's reservations, as it always did.
+    assert_eq!(exec(reference, "ADD", &conf, "pod-b1", "eth0", "").ips(), ["10.61.0.4/29"]);
+    // Our first ADD releases .2 and .3 (boot A) and keeps the reference's .4.
+    assert_eq!(ours("pod-b2", &boot_b).ips(), ["10.61.0.5/29"]);
+    let owners = |dir: &TempDir| -> Vec<(String, String)> { reservations(dir.path(), "bootnet") };
+    let expected = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs.iter().map(|(ip, cid)| (ip.to_string(), format!("{cid}\r\neth0"))).collect()
+    };
+    assert_eq!(owners(&dir), expected(&[("10.61.0.4", "pod-b1"), ("10.61.0.5", "pod-b2")]));
+    assert_eq!(boot_markers(&net_dir), [".cni-rs-boot.0e8b1e4c-36b5-4c5a-9a55-2e0b8a6c1f0b"]);
+
+    // Within boot B both take turns and each skips the other's addresses; nothing more is released.
+    assert_eq!(exec(reference, "ADD", &conf, "pod-b3", "eth0", "").ips(), ["10.61.0.6/29"]);
+    assert_eq!(ours("pod-b4", &boot_b).ips(), ["10.61.0.2/29"]);
+    assert_eq!(exec(reference, "ADD", &conf, "pod-b5", "eth0", "").ips(), ["10.61.0.3/29"]);
+    assert_eq!(
+        owners(&dir),
+        expected(&[
+            ("10.61.0.2", "pod-b4"),
+            ("10.61.0.3", "pod-b5"),
+            ("10.61.0.4", "pod-b1"),
+            ("10.61.0.5", "pod-b2"),
+            ("10.61.0.6", "pod-b3"),
+        ])
+    );
+    // Full: each refuses, and each plugin's DEL releases the other's reservation (the marker is no owner).
+    assert_eq!(ours("pod-b6", &boot_b).err_code(), 101);
+    assert_ne!(exec(reference, "ADD", &conf, "pod-b6", "eth0", "").rc, 0);
+    exec(reference, "DEL", &conf, "pod-b2", "eth0", "").ok();
+    exec_with_env(OURS, "DEL", &conf, "pod-b1", "eth0", "", &[(TEST_BOOT_ENV, &boot_b)]).ok();
+    let left: Vec<String> = owners(&dir).into_iter().map(|(ip, _)| ip).collect();
+    assert_eq!(left, ["10.61.0.2", "10.61.0.3", "10.61.0.6"]);
+    assert_eq!(boot_markers(&net_dir).len(), 1);
 }

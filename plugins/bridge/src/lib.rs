@@ -235,7 +235,9 @@ fn add<'a>(
 ) -> Result<CniResult> {
     let cont = Netlink::open_in(ns)?;
     iface::ensure_absent(&cont, ns, &req.ifname)?;
-    let br = host.ensure_bridge(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc)?;
+    let br = host.ensure_bridge_with(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc, &|br| {
+        skip_link_local_dad(&br.name)
+    })?;
     libcni::fault_point("bridge-ensured")?;
 
     let (host_name, host_link) = iface::create_veth(host, &req.container_id, &req.ifname, ns, conf.mtu, conf.mac)?;
@@ -319,6 +321,20 @@ fn add<'a>(
         result.dns = dns.clone();
     }
     Ok(result)
+}
+
+/// Called while the interface the pods' gateway lives on (the bridge, or a VLAN's gateway) is down,
+/// just created: it gets its IPv6 link-local address when it comes up, and by default that address
+/// then spends 1-2 s in DAD (a random delay up to `router_solicitation_delay`, then one probe and
+/// `retrans_time`). While it is tentative the kernel sends no neighbour solicitation for packets it
+/// forwards out of that interface (their source is not the interface's, and a solicitation must then
+/// come from a usable link-local address; an optimistic one does not count), so the pod's entry stays
+/// INCOMPLETE and traffic routed to a node's first pod from another node waits and is then dropped.
+/// The address is the interface's own, on a segment only our pods share, as unique as the gateway
+/// address added with nodad: no DAD for it. Best effort: without IPv6 in the kernel there is nothing
+/// to skip, and a failure only brings the delay back.
+pub(crate) fn skip_link_local_dad(ifname: &str) {
+    let _ = sysctl::set_if(ifname, Family::V6, "accept_dad", "0");
 }
 
 /// The masquerade rules of this attachment for `addresses`.

@@ -87,6 +87,7 @@ pub(crate) fn ensure_vlan_gateway(host: &Netlink, conf: &BridgeConf, br: u32) ->
     if !gw.up {
         // The host routes to the VLAN's subnet through here: no router advertisements wanted.
         let _ = sysctl::set_if(&name, Family::V6, "accept_ra", "0");
+        crate::skip_link_local_dad(&name);
         host.set_up(gw.index)?;
     }
     Ok(gw)

@@ -38,6 +38,13 @@ vids() {
 }
 # One echo; a reply comes within milliseconds when the path exists, so a miss is called after 1 s.
 pings() { pod "$1" ping -c 1 -W 1 "$2" > /dev/null 2>&1; }
+# An interface's IPv6 link-local address exists and is past DAD (the kernel solicits from it for
+# forwarded packets, and not while it is tentative).
+usable_link_local() {
+    a=$(ip -6 -o addr show dev "$1" scope link)
+    case "$a" in *fe80::*) case "$a" in *tentative*) ;; *) return 0 ;; esac ;; esac
+    echo "$a"; return 1
+}
 is() { # actual expected
     [ "$1" = "$2" ] || { echo "got '$1', want '$2'"; return 1; }
 }
@@ -47,6 +54,8 @@ is() { # actual expected
 net v10 1.1.0 '"vlan":10' '"isGateway":true' "$(ipam 10.10.0.0/24)"
 net v20 1.1.0 '"vlan":20' "$(ipam 10.10.0.0/24 10.10.0.200)"
 add v10 a
+check "the new bridge's link-local is usable at once" usable_link_local br0
+check "the new vlan gateway's link-local is usable at once" usable_link_local br0.10
 add v10 b
 add v20 c
 A=$(ip_of a) B=$(ip_of b) C=$(ip_of c)
@@ -183,6 +192,8 @@ fn bridge_vlans_in_a_vm() {
     eprintln!("VM run: {:.1} s", run.elapsed.as_secs_f64());
     let mut cases: Vec<String> = [
         "bridge has vlan filtering",
+        "the new bridge's link-local is usable at once",
+        "the new vlan gateway's link-local is usable at once",
         "vlan 10 pods reach each other",
         "vlan 10 pods reach each other back",
         "vlan 10 pod reaches its gateway on br0.10",

@@ -203,13 +203,26 @@ impl Netlink {
     /// turned on (never off: other networks may share the bridge). Safe against another process
     /// creating the same bridge at the same time.
     pub fn ensure_bridge(&self, name: &str, mtu: Option<u32>, vlan_filtering: bool, promisc: bool) -> Result<Link> {
+        self.ensure_bridge_with(name, mtu, vlan_filtering, promisc, &|_| {})
+    }
+
+    /// [`Netlink::ensure_bridge`], calling `before_up` with the bridge while it is down: after
+    /// creating it (created down for this), or when it is found down. What the kernel sets up when
+    /// the bridge comes up (its IPv6 link-local address, and that address's DAD) then follows
+    /// settings `before_up` made.
+    pub fn ensure_bridge_with(
+        &self,
+        name: &str,
+        mtu: Option<u32>,
+        vlan_filtering: bool,
+        promisc: bool,
+        before_up: &dyn Fn(&Link),
+    ) -> Result<Link> {
         check_ifname("bridge", name)?;
         let existing = match self.link(name)? {
             Some(l) => l,
             None => {
                 let mut msg = LinkMessage::default();
-                msg.header.flags |= LinkFlags::Up;
-                msg.header.change_mask |= LinkFlags::Up;
                 msg.attributes.push(LinkAttribute::IfName(name.to_string()));
                 if let Some(mtu) = mtu {
                     msg.attributes.push(LinkAttribute::Mtu(mtu));
@@ -248,6 +261,7 @@ impl Netlink {
             changed = true;
         }
         if !existing.up {
+            before_up(&existing);
             self.set_up(existing.index)?;
             changed = true;
         }
