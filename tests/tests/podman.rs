@@ -18,7 +18,7 @@
 
 mod e2e;
 
-use cni_tests::{bin_dir, bridge_ports, prerequisite, require_root, run, unique, TempDir};
+use cni_tests::{bin_dir, prerequisite, require_root, run, unique, TempDir};
 use e2e::*;
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr};
@@ -214,12 +214,7 @@ fn podman_runs_httpd_on_the_shipped_conflist_and_rm_leaves_nothing() {
     assert_eq!(ctr["State"]["Running"], true, "container not running: {}", ctr["State"]);
 
     // host-local's reservation, owned by the container.
-    let res_dir = data_dir.join(&network);
-    let res = reservation_owners(&data_dir, &network);
-    assert_eq!(res, vec![(ip.to_string(), id.clone())], "reservations in {}", res_dir.display());
-    assert!(!bridge_ports(&bridge).is_empty(), "no port on {bridge}");
-    let rules = firewall_dump();
-    assert!(mentions(&rules, &ip.to_string()), "no rule names {ip} while the container runs:\n{rules}");
+    assert_attached(&data_dir, &network, &bridge, &ip.to_string(), &id, "container");
 
     // The page, from the host: loopback and the bridge's gateway address.
     let logs = || String::from_utf8_lossy(&pm.cmd(&["logs", &id]).stderr).into_owned();
@@ -231,17 +226,7 @@ fn podman_runs_httpd_on_the_shipped_conflist_and_rm_leaves_nothing() {
     // rm: nothing of the container may be left.
     pm.ok(&["rm", "-f", "-t", "0", &id]);
     assert!(pm.ok(&["ps", "-aq"]).trim().is_empty(), "containers left after rm");
-    assert!(
-        reservation_owners(&data_dir, &network).is_empty(),
-        "reservations left: {:?}",
-        reservation_owners(&data_dir, &network)
-    );
-    let ports = bridge_ports(&bridge);
-    assert!(ports.is_empty(), "ports left on {bridge}: {ports:?}");
-    let rules = firewall_dump();
-    for needle in [ip.to_string(), id.clone()] {
-        assert!(!mentions(&rules, &needle), "rules still name {needle}:\n{}", lines_mentioning(&rules, &needle));
-    }
+    assert_detached(&data_dir, &network, &bridge, &ip.to_string(), &id);
     for addr in [IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(gateway)] {
         assert_eq!(http_get(addr, port), None, "http://{addr}:{port}/ still answers after rm");
     }
