@@ -1,9 +1,10 @@
 //! Running a plugin binary (ours or the reference) as a runtime would: env and stdin in, JSON out.
 
 use serde_json::{json, Value};
+use std::ffi::OsStr;
 use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 
 /// Every CNI spec version, oldest first.
 pub const VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -64,49 +65,98 @@ pub fn exec_with_env(
     cni_args: &str,
     extra: &[(&str, &str)],
 ) -> Out {
+    let (netns, ifname) = if cid.is_empty() { ("", "") } else { ("/var/run/netns/host-local-test", ifname) };
     let mut c = Command::new(bin);
-    c.env_clear()
-        .envs(extra.iter().copied())
-        .env("CNI_COMMAND", cmd)
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    if !cid.is_empty() {
-        c.env("CNI_CONTAINERID", cid).env("CNI_IFNAME", ifname).env("CNI_NETNS", "/var/run/netns/host-local-test");
-    }
-    if !cni_args.is_empty() {
-        c.env("CNI_ARGS", cni_args);
-    }
-    feed(c, bin, conf)
+    c.env_clear().envs(extra.iter().copied());
+    out_of(Call::new(cmd, cid, netns).ifname(ifname).args(cni_args).run(c, conf))
 }
 
 /// `bin` run inside the network namespace `node` (`ip netns exec`), as the runtime of a node that is a
 /// namespace runs it: the pod's namespace `netns`, interface eth0, `CNI_PATH` = `cni_path`.
 pub fn exec_in(node: &str, bin: &Path, cmd: &str, conf: &Value, cid: &str, netns: &str, cni_path: &Path) -> Out {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", node])
-        .arg(bin)
-        .env("CNI_COMMAND", cmd)
-        .env("CNI_CONTAINERID", cid)
-        .env("CNI_NETNS", netns)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", cni_path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    feed(c, &bin.display().to_string(), conf)
+    out_of(Call::new(cmd, cid, netns).path(cni_path).run(netns_exec(node, bin), conf))
 }
 
-/// Spawns `c` (which runs `bin`), writes `conf` to its stdin and collects what it answers.
-fn feed(mut c: Command, bin: &str, conf: &Value) -> Out {
-    let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+/// What a test reads of a finished call; the plugin's stderr goes to the test's own.
+fn out_of(out: Output) -> Out {
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let json =
-        if stdout.trim().is_empty() { Value::Null } else { serde_json::from_str(&stdout).unwrap_or(Value::Null) };
-    Out { rc: out.status.code().unwrap_or(-1), stdout, json }
+    Out { rc: out.status.code().unwrap_or(-1), json: json_of(&out.stdout), stdout }
+}
+
+/// The variables a runtime sets for one plugin call. An empty value leaves its variable unset (a
+/// plugin reads unset and empty alike): GC and STATUS have no container, DEL may have no netns.
+#[derive(Debug, Clone)]
+pub struct Call<'a> {
+    /// CNI_COMMAND.
+    pub command: &'a str,
+    /// CNI_CONTAINERID.
+    pub container: &'a str,
+    /// CNI_NETNS.
+    pub netns: &'a str,
+    /// CNI_IFNAME.
+    pub ifname: &'a str,
+    /// CNI_PATH.
+    pub path: PathBuf,
+    /// CNI_ARGS.
+    pub args: &'a str,
+}
+
+impl<'a> Call<'a> {
+    /// A call for `eth0`, with CNI_PATH the reference plugins' directory (/usr/lib/cni) and no
+    /// CNI_ARGS.
+    pub fn new(command: &'a str, container: &'a str, netns: &'a str) -> Call<'a> {
+        Call { command, container, netns, ifname: "eth0", path: PathBuf::from("/usr/lib/cni"), args: "" }
+    }
+    pub fn ifname(mut self, ifname: &'a str) -> Self {
+        self.ifname = ifname;
+        self
+    }
+    pub fn path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.path = path.into();
+        self
+    }
+    pub fn args(mut self, args: &'a str) -> Self {
+        self.args = args;
+        self
+    }
+
+    /// Runs `plugin` (the binary, or a wrapper such as [`netns_exec`] that runs it; with whatever
+    /// else of the environment the test sets) with these variables and `conf` on stdin; stdout and
+    /// stderr are captured.
+    pub fn run(&self, mut plugin: Command, conf: &Value) -> Output {
+        plugin.env("CNI_COMMAND", self.command).env("CNI_PATH", &self.path);
+        for (key, value) in [
+            ("CNI_CONTAINERID", self.container),
+            ("CNI_NETNS", self.netns),
+            ("CNI_IFNAME", self.ifname),
+            ("CNI_ARGS", self.args),
+        ] {
+            if !value.is_empty() {
+                plugin.env(key, value);
+            }
+        }
+        let mut child = plugin
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {:?}: {e}", plugin.get_program()));
+        child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+/// `ip netns exec <ns> <bin>`: a plugin run inside a namespace, as a runtime on that node would.
+pub fn netns_exec(ns: &str, bin: impl AsRef<OsStr>) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(bin);
+    c
+}
+
+/// A plugin's stdout as JSON; Null when it is empty or not JSON.
+pub fn json_of(stdout: &[u8]) -> Value {
+    serde_json::from_slice(stdout).unwrap_or(Value::Null)
 }
 
 pub fn netconf(version: &str, name: &str, ipam: Value) -> Value {

@@ -73,6 +73,29 @@ pub fn prerequisite(ok: bool, what: &str) -> bool {
     false
 }
 
+/// Checks a Kubernetes manifest with `kubernetes-validate --strict` (every document against the
+/// API schemas, unknown fields refused): every document must pass. The tool is a [`prerequisite`]
+/// (`pip install kubernetes-validate`).
+pub fn kubernetes_validates(manifest: &Path) {
+    assert!(manifest.is_file(), "{} is missing", manifest.display());
+    let out = match Command::new("kubernetes-validate").arg("--strict").arg(manifest).output() {
+        Ok(out) => out,
+        Err(err) => {
+            let why =
+                format!("cannot run kubernetes-validate ({err}); install it with `pip install kubernetes-validate`");
+            prerequisite(false, &why);
+            return;
+        }
+    };
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{report}");
+    assert!(out.status.success(), "kubernetes-validate --strict failed:\n{report}");
+    // It exits 0 with a warning for kinds it has no schema for; every document must really pass.
+    for line in report.lines().filter(|line| !line.trim().is_empty()) {
+        assert!(line.starts_with("INFO") && line.contains("passed"), "unexpected kubernetes-validate output: {line}");
+    }
+}
+
 fn nix_is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

@@ -30,7 +30,7 @@
 
 mod e2e;
 
-use cni_tests::{bin_dir, bridge_ports, prerequisite, require_root, run, unique, TempDir};
+use cni_tests::{bin_dir, prerequisite, require_root, run, unique, TempDir};
 use e2e::*;
 use serde_json::{json, Value};
 use std::io::Write;
@@ -524,16 +524,7 @@ fn cri_pod_with_hostports_serves_every_mapping_and_leaves_nothing() {
     assert!(addrs.contains(&format!("inet {ip}/24")), "eth0 in {netns} does not hold {ip}/24: {addrs}");
 
     // host-local's reservation, owned by the sandbox; a veth on the bridge; rules naming the pod.
-    let res_dir = data_dir.join(&network);
-    assert_eq!(
-        reservation_owners(&data_dir, &network),
-        vec![(ip.to_string(), id.clone())],
-        "reservations in {}",
-        res_dir.display()
-    );
-    assert!(!bridge_ports(&bridge).is_empty(), "no port on {bridge}");
-    let rules = firewall_dump();
-    assert!(mentions(&rules, &ip.to_string()), "no rule names {ip} while the pod runs:\n{rules}");
+    assert_attached(&data_dir, &network, &bridge, &ip.to_string(), &id, "pod");
 
     // Servers inside the pod's netns, reached from the host through every mapping.
     let www = cri.path("www").to_string_lossy().into_owned();
@@ -566,17 +557,7 @@ fn cri_pod_with_hostports_serves_every_mapping_and_leaves_nothing() {
     // Nothing of the pod is left.
     let list = cri.ok("ListPodSandbox", &json!({}));
     assert!(list["items"].as_array().is_none_or(|v| v.is_empty()), "sandboxes left: {list}");
-    assert!(
-        reservation_owners(&data_dir, &network).is_empty(),
-        "reservations left: {:?}",
-        reservation_owners(&data_dir, &network)
-    );
-    let ports = bridge_ports(&bridge);
-    assert!(ports.is_empty(), "ports left on {bridge}: {ports:?}");
-    let rules = firewall_dump();
-    for needle in [ip.to_string(), id.clone()] {
-        assert!(!mentions(&rules, &needle), "rules still name {needle}:\n{}", lines_mentioning(&rules, &needle));
-    }
+    assert_detached(&data_dir, &network, &bridge, &ip.to_string(), &id);
     for port in [tcp_port, bound_port] {
         for addr in [IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(gateway)] {
             assert_eq!(http_get(addr, port), None, "http://{addr}:{port}/ still answers after RemovePodSandbox");

@@ -25,7 +25,7 @@
 
 mod e2e;
 
-use cni_tests::{bin_dir, bridge_ports, prerequisite, require_root, run, unique, Netns, TempDir};
+use cni_tests::{bin_dir, prerequisite, require_root, run, unique, Netns, TempDir};
 use e2e::*;
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr};
@@ -286,9 +286,7 @@ fn podman_runs_httpd_on_the_shipped_conflist_and_rm_leaves_nothing() {
     let s = pm.start(&conf);
     let (id, ip, port, gateway) = (s.id.clone(), s.ip, s.port, s.gateway);
 
-    assert!(!bridge_ports(&bridge).is_empty(), "no port on {bridge}");
-    let rules = firewall_dump();
-    assert!(mentions(&rules, &ip.to_string()), "no rule names {ip} while the container runs:\n{rules}");
+    assert_attached(&s.data_dir, &pm.network, &bridge, &ip.to_string(), &id, "container");
 
     // The page, from the host: loopback and the bridge's gateway address.
     let logs = || String::from_utf8_lossy(&pm.cmd(&["logs", &id]).stderr).into_owned();
@@ -300,12 +298,7 @@ fn podman_runs_httpd_on_the_shipped_conflist_and_rm_leaves_nothing() {
     // rm: nothing of the container may be left.
     pm.ok(&["rm", "-f", "-t", "0", &id]);
     pm.assert_removed(&s);
-    let ports = bridge_ports(&bridge);
-    assert!(ports.is_empty(), "ports left on {bridge}: {ports:?}");
-    let rules = firewall_dump();
-    for needle in [ip.to_string(), id.clone()] {
-        assert!(!mentions(&rules, &needle), "rules still name {needle}:\n{}", lines_mentioning(&rules, &needle));
-    }
+    assert_detached(&s.data_dir, &pm.network, &bridge, &ip.to_string(), &id);
     for addr in [IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(gateway)] {
         assert_eq!(http_get(addr, port), None, "http://{addr}:{port}/ still answers after rm");
     }

@@ -5,6 +5,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod cidr;
+mod cli;
 mod install;
 mod render;
 
@@ -195,16 +196,9 @@ fn install(options: &Options) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let options = match Options::parse(std::env::args().skip(1)) {
-        Ok(Some(options)) => options,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(err) => {
-            eprintln!("error: {err}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let options = match cli::options_or_exit(Options::parse(std::env::args().skip(1)), USAGE) {
+        Ok(options) => options,
+        Err(code) => return code,
     };
 
     // As PID 1 in a container, SIGTERM has no default action, so it must be waited for explicitly.

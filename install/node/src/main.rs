@@ -25,16 +25,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 fn main() -> ExitCode {
-    let options = match Options::parse(std::env::args().skip(1), std::env::var("NODE_NAME").ok()) {
-        Ok(Some(options)) => options,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(err) => {
-            eprintln!("error: {err}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let parsed = Options::parse(std::env::args().skip(1), std::env::var("NODE_NAME").ok());
+    let options = match cni_installer::cli::options_or_exit(parsed, USAGE) {
+        Ok(options) => options,
+        Err(code) => return code,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,

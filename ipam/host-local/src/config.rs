@@ -219,21 +219,9 @@ impl IpamConfig {
             }
         }
         let v4 = range_sets.iter().filter(|s| s.is_ipv4()).count();
-        if (v4 > 1 || range_sets.len() - v4 > 1) && !version::at_least(&conf.cni_version, "0.3.0") {
-            return Err(Error::config(format!(
-                "CNI version {} does not support more than 1 address per family",
-                conf.cni_version
-            )));
-        }
+        version::check_addresses_per_family(&conf.cni_version, v4, range_sets.len() - v4)?;
 
-        let mut routes = Vec::new();
-        if let Some((k, v)) = non_null(ipam, "routes") {
-            let path = format!("ipam.{k}");
-            for (i, item) in array(v, &path)?.iter().enumerate() {
-                let route: Route = gojson::from_value(item).map_err(|e| invalid(&format!("{path}[{i}]"), e))?;
-                routes.push(route);
-            }
-        }
+        let routes = gojson::routes(ipam, "ipam")?;
 
         let data_dir = data_dir(ipam)?;
         let resolv_conf = opt_str(ipam, "resolvConf", "ipam")?.map(PathBuf::from);

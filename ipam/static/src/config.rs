@@ -204,21 +204,9 @@ impl StaticConfig {
             }
         }
         let v4 = addresses.iter().filter(|a| a.address.is_ipv4()).count();
-        if (v4 > 1 || addresses.len() - v4 > 1) && !version::at_least(&conf.cni_version, "0.3.0") {
-            return Err(Error::config(format!(
-                "CNI version {} does not support more than 1 address per family",
-                conf.cni_version
-            )));
-        }
+        version::check_addresses_per_family(&conf.cni_version, v4, addresses.len() - v4)?;
 
-        let mut routes = Vec::new();
-        if let Some((k, v)) = non_null(ipam, "routes") {
-            let path = format!("ipam.{k}");
-            for (i, item) in array(v, &path)?.iter().enumerate() {
-                let route: Route = gojson::from_value(item).map_err(|e| invalid(&format!("{path}[{i}]"), e))?;
-                routes.push(route);
-            }
-        }
+        let routes = gojson::routes(ipam, "ipam")?;
         let dns = match non_null(ipam, "dns") {
             None => Dns::default(),
             Some((k, v)) => gojson::from_value(v).map_err(|e| invalid(&format!("ipam.{k}"), e))?,

@@ -4,30 +4,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use cni_tests::bin_dir;
+use cni_tests::exec::{json_of, Call};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 const REFERENCE: &str = "/usr/lib/cni/static";
 
 fn add(bin: &Path, conf: &Value, cni_args: &str) -> (bool, Value) {
-    let mut child = Command::new(bin)
-        .env_clear()
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", "ctr-compat")
-        .env("CNI_NETNS", "/proc/self/ns/net")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", bin_dir())
-        .env("CNI_ARGS", cni_args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    (out.status.success(), serde_json::from_slice(&out.stdout).unwrap_or(Value::Null))
+    let mut cmd = Command::new(bin);
+    cmd.env_clear();
+    let out = Call::new("ADD", "ctr-compat", "/proc/self/ns/net").path(bin_dir()).args(cni_args).run(cmd, conf);
+    (out.status.success(), json_of(&out.stdout))
 }
 
 /// The versions the reference binary speaks (1.1.1 stops before 1.1.0).

@@ -4,12 +4,12 @@
 //! subnets 10.247.x.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use cni_tests::exec::{json_of, Call};
 use cni_tests::{bin_dir, pings, require_root, unique, LinkGuard, Netns, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use serde_json::{json, Map, Value};
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
@@ -187,22 +187,9 @@ struct Ran {
 
 fn exec(command: &str, conf: &Value, netns: &str, cni_args: &str) -> Ran {
     let mut cmd = Command::new(bin_dir().join("static"));
-    cmd.env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", "ctr-static")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", bin_dir())
-        .env("CNI_ARGS", cni_args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    if !netns.is_empty() {
-        cmd.env("CNI_NETNS", netns);
-    }
-    let mut child = cmd.spawn().unwrap();
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    Ran { code: out.status.code(), stdout }
+    cmd.env_clear();
+    let out = Call::new(command, "ctr-static", netns).path(bin_dir()).args(cni_args).run(cmd, conf);
+    Ran { code: out.status.code(), stdout: json_of(&out.stdout) }
 }
 
 /// The result of each version has that version's shape: `ip4`/`ip6` blocks with their routes for

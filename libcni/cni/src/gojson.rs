@@ -62,6 +62,18 @@ pub fn non_null<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<(&'a str, 
     get(obj, key).filter(|(_, v)| !v.is_null())
 }
 
+/// The `routes` list of the config object `parent` (named `what` in messages, like `ipam`), each
+/// decoded as Go does; none when the key is absent or null, code 7 naming the entry otherwise.
+pub fn routes(parent: &Map<String, Value>, what: &str) -> Result<Vec<crate::types::Route>, crate::Error> {
+    let Some((k, v)) = non_null(parent, "routes") else { return Ok(Vec::new()) };
+    let path = format!("{what}.{k}");
+    array(v, &path)?
+        .iter()
+        .enumerate()
+        .map(|(i, item)| from_value(item).map_err(|e| invalid(&format!("{path}[{i}]"), e)))
+        .collect()
+}
+
 /// True if `a` and `b` are equal under Unicode simple case folding, as Go's `bytes.EqualFold`.
 pub fn fold_eq(a: &str, b: &str) -> bool {
     a.chars().map(fold).eq(b.chars().map(fold))

@@ -48,6 +48,15 @@ pub fn check_supported(v: &str) -> Result<()> {
     }
 }
 
+/// Ok when a result of version `v` can hold `v4` IPv4 and `v6` IPv6 addresses: before 0.3.0 a
+/// result has one `ip4` and one `ip6` block, so at most one per family (code 7 otherwise).
+pub fn check_addresses_per_family(v: &str, v4: usize, v6: usize) -> Result<()> {
+    if (v4 > 1 || v6 > 1) && !at_least(v, "0.3.0") {
+        return Err(Error::config(format!("CNI version {v} does not support more than 1 address per family")));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {

@@ -10,7 +10,10 @@
 //! docs/bench/README.md quotes its output.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use netkit::firewall::{self, BackendKind, Firewall, Masquerade, PortMap, PortMapping, Protocol};
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use netkit::firewall::{self, BackendKind, Firewall, Masquerade, PortMap};
 use std::time::{Duration, Instant};
 
 fn masq(i: usize) -> Masquerade {
@@ -24,25 +27,7 @@ fn masq(i: usize) -> Masquerade {
 
 fn portmap(i: usize) -> PortMap {
     let m = masq(i);
-    PortMap {
-        network: "grow".into(),
-        container_id: m.container_id,
-        ifname: "eth0".into(),
-        mappings: vec![PortMapping {
-            host_port: 1024 + (i % 60000) as u16,
-            container_port: 80,
-            protocol: Protocol::Tcp,
-            host_ip: None,
-        }],
-        ipv4: Some(m.addresses[0]),
-        ipv6: None,
-        snat: true,
-        masq_all: false,
-        mark_masq_bit: 13,
-        external_set_mark_chain: None,
-        conditions_v4: vec![],
-        conditions_v6: vec![],
-    }
+    common::portmap("grow", &m.container_id, &m.addresses[0].to_string(), vec![common::tcp(1024 + (i % 60000) as u16)])
 }
 
 fn timed(f: impl FnOnce()) -> f64 {

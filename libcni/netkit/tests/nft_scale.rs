@@ -5,9 +5,12 @@
 //! elements before the namespace goes, even when an assertion fails. Needs root and nft.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use cni_tests::{require_root, unique, Netns};
+use common::{portmap, tcp};
 use libcni::conf::Attachment;
-use netkit::firewall::{self, BackendKind, Firewall, Masquerade, PortMap, PortMapping, Protocol};
+use netkit::firewall::{self, BackendKind, Firewall, Masquerade, PortMap};
 use netkit::NetNs;
 use serde_json::Value;
 use std::process::Command;
@@ -30,30 +33,9 @@ fn masq(network: &str, i: usize) -> Masquerade {
     }
 }
 
-fn portmap(network: &str, id: &str, ip: &str, mappings: Vec<PortMapping>) -> PortMap {
-    PortMap {
-        network: network.into(),
-        container_id: id.into(),
-        ifname: "eth0".into(),
-        mappings,
-        ipv4: Some(format!("{ip}/16").parse().unwrap()),
-        ipv6: None,
-        snat: true,
-        masq_all: false,
-        mark_masq_bit: 13,
-        external_set_mark_chain: None,
-        conditions_v4: vec![],
-        conditions_v6: vec![],
-    }
-}
-
-fn tcp(port: u16) -> PortMapping {
-    PortMapping { host_port: port, container_port: 80, protocol: Protocol::Tcp, host_ip: None }
-}
-
 fn scale_portmap(network: &str, i: usize) -> PortMap {
     let m = masq(network, i);
-    portmap(network, &m.container_id, &m.addresses[0].ip().to_string(), vec![tcp(20000 + i as u16)])
+    portmap(network, &m.container_id, &m.addresses[0].to_string(), vec![tcp(20000 + i as u16)])
 }
 
 /// `nft -j <args>` inside the namespace, parsed; Null when nft fails (an absent object).
@@ -211,12 +193,12 @@ fn port_conflicts_repeated_add_and_parallel_del() {
     let netns = NetNs::open(&ns.path).unwrap();
     let inside = |f: &dyn Fn() -> libcni::Result<()>| netns.run(f).unwrap();
 
-    let a = portmap(&network, "a", "10.231.0.2", vec![tcp(8080)]);
+    let a = portmap(&network, "a", "10.231.0.2/16", vec![tcp(8080)]);
     inside(&|| fw().add_portmap(&a)).unwrap();
     inside(&|| fw().check_portmap(&a)).unwrap();
 
     // A second container on the same port fails, names the port, and adds nothing.
-    let b = portmap(&network, "b", "10.231.0.3", vec![tcp(9000), tcp(8080)]);
+    let b = portmap(&network, "b", "10.231.0.3/16", vec![tcp(9000), tcp(8080)]);
     let err = inside(&|| fw().add_portmap(&b)).unwrap_err();
     assert_eq!(err.code, 100, "{err}");
     assert!(err.msg.contains("8080/tcp") && !err.msg.contains("9000"), "{err}");
@@ -227,12 +209,12 @@ fn port_conflicts_repeated_add_and_parallel_del() {
     // The same port bound to one host address is more specific, and allowed.
     let mut bound = tcp(8080);
     bound.host_ip = Some("198.51.100.7".parse().unwrap());
-    let c = portmap(&network, "c", "10.231.0.4", vec![bound]);
+    let c = portmap(&network, "c", "10.231.0.4/16", vec![bound]);
     inside(&|| fw().add_portmap(&c)).unwrap();
     inside(&|| fw().check_portmap(&c)).unwrap();
 
     // ADD again with other mappings replaces the old ones: 8080 is free for b afterwards.
-    let a2 = portmap(&network, "a", "10.231.0.2", vec![tcp(8081), tcp(8082)]);
+    let a2 = portmap(&network, "a", "10.231.0.2/16", vec![tcp(8081), tcp(8082)]);
     inside(&|| fw().add_portmap(&a2)).unwrap();
     inside(&|| fw().check_portmap(&a2)).unwrap();
     assert_eq!(inside(&|| fw().check_portmap(&a)).unwrap_err().code, 103);
@@ -250,7 +232,7 @@ fn port_conflicts_repeated_add_and_parallel_del() {
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "dnat4"), 2);
     assert_eq!(elements(&ns, "inet", "cni_rs_portmap", "owners"), 2);
     // Its ports are free again at once (a new ADD waits out the expiry if it must).
-    let e = portmap(&network, "e", "10.231.0.9", vec![tcp(8081)]);
+    let e = portmap(&network, "e", "10.231.0.9/16", vec![tcp(8081)]);
     inside(&|| fw().add_portmap(&e)).unwrap();
     inside(&|| fw().check_portmap(&e)).unwrap();
     inside(&|| fw().del_portmap(&network, "e", "eth0")).unwrap();
@@ -313,7 +295,7 @@ fn conditions_have_a_chain_of_their_own() {
     let netns = NetNs::open(&ns.path).unwrap();
     let inside = |f: &dyn Fn() -> libcni::Result<()>| netns.run(f).unwrap();
 
-    let mut a = portmap(&network, "a", "10.233.0.2", vec![tcp(8080), tcp(8081)]);
+    let mut a = portmap(&network, "a", "10.233.0.2/16", vec![tcp(8080), tcp(8081)]);
     a.conditions_v4 = vec!["ip saddr != 10.0.0.0/8".into(), "meta mark != 0x10".into()];
     // The first ADD on the node: the shared setup is added too.
     inside(&|| fw().add_portmap(&a)).unwrap();
@@ -330,13 +312,13 @@ fn conditions_have_a_chain_of_their_own() {
     assert!(dnat.iter().all(|r| r.contains("10.0.0.0") && r.contains("mark")), "{dnat:?}");
 
     // A pod without conditions on a port the one with conditions holds: the same conflict.
-    let b = portmap(&network, "b", "10.233.0.3", vec![tcp(8081)]);
+    let b = portmap(&network, "b", "10.233.0.3/16", vec![tcp(8081)]);
     let err = inside(&|| fw().add_portmap(&b)).unwrap_err();
     assert!(err.msg.contains("8081/tcp"), "{err}");
     // And the other way round.
-    let c = portmap(&network, "c", "10.233.0.4", vec![tcp(9090)]);
+    let c = portmap(&network, "c", "10.233.0.4/16", vec![tcp(9090)]);
     inside(&|| fw().add_portmap(&c)).unwrap();
-    let mut d = portmap(&network, "d", "10.233.0.5", vec![tcp(9090)]);
+    let mut d = portmap(&network, "d", "10.233.0.5/16", vec![tcp(9090)]);
     d.conditions_v4 = a.conditions_v4.clone();
     let err = inside(&|| fw().add_portmap(&d)).unwrap_err();
     assert_eq!(err.code, 100, "{err}");

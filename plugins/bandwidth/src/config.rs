@@ -10,6 +10,7 @@ use libcni::{Error, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
+/// The four limit keys, in the plugin configuration and in `runtimeConfig.bandwidth`.
 #[derive(Debug, Clone, Deserialize, Default)]
 struct RawEntry {
     #[serde(rename = "ingressRate")]
@@ -31,16 +32,9 @@ impl RawEntry {
     }
 }
 
+/// The keys of the plugin configuration besides the four of [`RawEntry`] (parsed from it apart).
 #[derive(Debug, Clone, Deserialize, Default)]
 struct Raw {
-    #[serde(rename = "ingressRate")]
-    ingress_rate: Option<Spelled<u64>>,
-    #[serde(rename = "ingressBurst")]
-    ingress_burst: Option<Spelled<u64>>,
-    #[serde(rename = "egressRate")]
-    egress_rate: Option<Spelled<u64>>,
-    #[serde(rename = "egressBurst")]
-    egress_burst: Option<Spelled<u64>>,
     #[serde(rename = "unshapedSubnets")]
     unshaped_subnets: Option<Spelled<Vec<String>>>,
     #[serde(rename = "shapedSubnets")]
@@ -69,13 +63,14 @@ pub struct Config {
 impl Config {
     pub fn parse(req: &Request) -> Result<Config> {
         let raw: Raw = req.plugin_conf()?;
+        let own: RawEntry = req.plugin_conf()?;
         let runtime = match gojson::get(&req.conf.runtime_config, "bandwidth") {
             None | Some((_, Value::Null)) => None,
             Some((key, v)) => Some(gojson::from_value::<RawEntry>(v).map_err(|e| {
                 Error::config(format!("invalid bandwidth runtimeConfig.{key} (from the bandwidth capability): {e}"))
             })?),
         };
-        parse(raw, runtime)
+        parse(raw, own, runtime)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -83,7 +78,7 @@ impl Config {
     }
 }
 
-fn parse(raw: Raw, runtime: Option<RawEntry>) -> Result<Config> {
+fn parse(raw: Raw, own: RawEntry, runtime: Option<RawEntry>) -> Result<Config> {
     for (list, name) in [(&raw.shaped_subnets, "shapedSubnets"), (&raw.unshaped_subnets, "unshapedSubnets")] {
         if let Some(l) = list.as_ref().filter(|l| !l.value.is_empty()) {
             return Err(Error::config(format!(
@@ -94,12 +89,6 @@ fn parse(raw: Raw, runtime: Option<RawEntry>) -> Result<Config> {
             )));
         }
     }
-    let own = RawEntry {
-        ingress_rate: raw.ingress_rate,
-        ingress_burst: raw.ingress_burst,
-        egress_rate: raw.egress_rate,
-        egress_burst: raw.egress_burst,
-    };
     let (entry, source) = match (own.any(), runtime) {
         (false, Some(rt)) => (rt, "runtimeConfig.bandwidth"),
         (_, _) => (own, "the plugin configuration"),
@@ -152,8 +141,9 @@ mod tests {
 
     fn run(conf: Value, runtime: Option<Value>) -> Result<Config> {
         let raw: Raw = gojson::from_value(&conf).map_err(|e| Error::config(e.to_string()))?;
+        let own: RawEntry = gojson::from_value(&conf).map_err(|e| Error::config(e.to_string()))?;
         let rt = runtime.map(|v| gojson::from_value::<RawEntry>(&v).unwrap());
-        parse(raw, rt)
+        parse(raw, own, rt)
     }
 
     #[test]

@@ -5,10 +5,10 @@
 
 mod common;
 
-use cni_tests::{bin_dir, run, unique, Netns, TempDir};
-use common::{in_netns, receive, send, within};
+use cni_tests::{bin_dir, run, Netns, TempDir};
+use common::{add, del_twice, in_netns, read_rate, receive, send, within, write_bytes};
 use libcni::conflist::NetworkConfigList;
-use libcni::runtime::{CniConfig, RuntimeConf};
+use libcni::runtime::CniConfig;
 use serde_json::{json, Map};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -64,17 +64,7 @@ fn seed_chain_conflist_maps_a_port_and_limits_both_directions() {
         "bandwidth".into(),
         json!({"ingressRate": ingress as u64, "ingressBurst": 800_000, "egressRate": egress as u64, "egressBurst": 800_000}),
     );
-    let rt = RuntimeConf {
-        container_id: unique("bwchain"),
-        netns: pod.path.clone(),
-        ifname: "eth0".into(),
-        capability_args: caps,
-        ..Default::default()
-    };
-    let result = cni.add_network_list(&list, &rt).expect("ADD");
-    let ifb = result.interfaces.last().unwrap().name.clone();
-    assert!(ifb.starts_with("bwp"), "{result:?}");
-    cni.check_network_list(&list, &rt).expect("CHECK");
+    let (rt, _, ifb) = add(&cni, &list, &pod, caps);
 
     // Two servers in the pod: 5001 receives (pod ingress), 5002 sends (pod egress).
     let up = in_netns(&pod.path, || TcpListener::bind("0.0.0.0:5001").unwrap()).join().unwrap();
@@ -86,13 +76,7 @@ fn seed_chain_conflist_maps_a_port_and_limits_both_directions() {
         let mut hello = [0u8; 5];
         s.read_exact(&mut hello).unwrap();
         assert_eq!(&hello, b"hello");
-        let chunk = vec![0xa5u8; 65536];
-        let mut left = bytes;
-        while left > 0 {
-            let n = left.min(chunk.len());
-            s.write_all(&chunk[..n]).unwrap();
-            left -= n;
-        }
+        write_bytes(s, bytes);
     });
 
     // Pod ingress through the mapped port on the node's localhost (DNAT + snat).
@@ -102,29 +86,11 @@ fn seed_chain_conflist_maps_a_port_and_limits_both_directions() {
     // Pod egress: the node reads from the pod's server through the other mapped port.
     let mut s = TcpStream::connect(format!("127.0.0.1:{down_port}")).unwrap();
     s.write_all(b"hello").unwrap();
-    let listener_side = std::thread::spawn(move || {
-        let mut buf = vec![0u8; 65536];
-        let (mut first, mut last, mut total) = (None, std::time::Instant::now(), 0usize);
-        loop {
-            let n = s.read(&mut buf).unwrap();
-            if n == 0 {
-                break;
-            }
-            if first.is_none() {
-                first = Some(std::time::Instant::now());
-            } else {
-                total += n;
-            }
-            last = std::time::Instant::now();
-        }
-        total as f64 * 8.0 / (last - first.unwrap()).as_secs_f64()
-    });
+    let listener_side = std::thread::spawn(move || read_rate(s));
     tx.join().unwrap();
     within(listener_side.join().unwrap(), egress, "pod egress via 127.0.0.1:hostPort");
 
-    cni.del_network_list(&list, &rt).expect("DEL");
-    cni.del_network_list(&list, &rt).expect("DEL again");
-    assert!(!run("ip", &["link", "show", &ifb]).status.success(), "ifb {ifb} left after DEL");
+    del_twice(&cni, &list, &rt, &ifb);
     let ports = String::from_utf8_lossy(&run("ip", &["-o", "link", "show", "master", BRIDGE]).stdout).into_owned();
     assert!(ports.trim().is_empty(), "ports left on {BRIDGE}: {ports}");
     // The pod is gone, so a mapping left behind would make this connect time out, not be refused.

@@ -9,15 +9,14 @@
 
 mod common;
 
-use cni_tests::{bin_dir, run, sh, unique, LinkGuard, Netns, TempDir};
-use common::{in_netns, receive, send, within};
+use cni_tests::exec::{json_of, netns_exec, Call};
+use cni_tests::{bin_dir, sh, unique, LinkGuard, Netns, TempDir};
+use common::{add, del_twice, in_netns, receive, send, within};
 use libcni::conf::Attachment;
 use libcni::conflist::NetworkConfigList;
-use libcni::runtime::{CniConfig, RuntimeConf};
+use libcni::runtime::CniConfig;
 use serde_json::{json, Map, Value};
-use std::io::Write;
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
 
 const REFERENCE: &str = "/usr/lib/cni/bandwidth";
 
@@ -64,22 +63,8 @@ impl Pair {
 
     /// Runs `plugin` with `cmd` inside the node namespace: (exit ok, stdout as JSON or Null).
     fn exec(&self, plugin: &str, cmd: &str, cid: &str, conf: &Value) -> (bool, Value) {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.node.name, plugin])
-            .env("CNI_COMMAND", cmd)
-            .env("CNI_CONTAINERID", cid)
-            .env("CNI_NETNS", &self.pod.path)
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", "/usr/lib/cni")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        (out.status.success(), v)
+        let out = Call::new(cmd, cid, &self.pod.path).run(netns_exec(&self.node.name, plugin), conf);
+        (out.status.success(), json_of(&out.stdout))
     }
 
     fn ours(&self, cmd: &str, cid: &str, conf: &Value) -> (bool, Value) {
@@ -288,18 +273,8 @@ fn chain_through_libcni_limits_real_traffic_both_directions() {
         "bandwidth".into(),
         json!({"IngressRate": ingress as u64, "IngressBurst": 800_000, "EgressRate": egress as u64, "EgressBurst": 800_000}),
     );
-    let rt = RuntimeConf {
-        container_id: unique("bwc"),
-        netns: pod.path.clone(),
-        ifname: "eth0".into(),
-        capability_args: caps,
-        ..Default::default()
-    };
-    let result = cni.add_network_list(&list, &rt).expect("ADD");
-    let ifb = result.interfaces.last().unwrap().name.clone();
-    assert!(ifb.starts_with("bwp"), "the ifb is the last interface of the result: {result:?}");
+    let (rt, result, ifb) = add(&cni, &list, &pod, caps);
     let pod_ip = result.ips[0].address.ip().to_string();
-    cni.check_network_list(&list, &rt).expect("CHECK");
 
     // Pod ingress: the host sends to the pod.
     let listener = in_netns(&pod.path, || TcpListener::bind("0.0.0.0:5201").unwrap()).join().unwrap();
@@ -315,9 +290,7 @@ fn chain_through_libcni_limits_real_traffic_both_directions() {
     in_netns(&pod.path, move || send(to, (egress as usize / 8) * 3)).join().unwrap();
     within(rx.join().unwrap(), egress, "pod egress");
 
-    cni.del_network_list(&list, &rt).expect("DEL");
-    cni.del_network_list(&list, &rt).expect("DEL again");
-    assert!(!run("ip", &["link", "show", &ifb]).status.success(), "ifb {ifb} left after DEL");
+    del_twice(&cni, &list, &rt, &ifb);
     let gc_valid: Vec<Attachment> = Vec::new();
     cni.gc_network_list(&list, Some(&gc_valid)).expect("GC");
 }

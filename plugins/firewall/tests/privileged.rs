@@ -9,10 +9,10 @@
 //! (`cargo build --workspace --bins`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use cni_tests::exec::{netns_exec, Call};
 use cni_tests::{bin_dir, pings, require_root, Netns, TempDir};
 use serde_json::{json, Value};
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 const NODE_UP: &str = "192.168.77.1";
 const REMOTE: &str = "192.168.77.2";
@@ -249,20 +249,7 @@ fn isolated_stops_pods_of_one_bridge_too() {
 
 /// Runs a firewall binary inside the node namespace.
 fn direct(node: &Node, bin: &str, command: &str, container: &str, conf: &Value) -> Output {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &node.ns.name, bin])
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container)
-        .env("CNI_NETNS", &node.remote.path)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
+    Call::new(command, container, &node.remote.path).run(netns_exec(&node.ns.name, bin), conf)
 }
 
 fn direct_ok(node: &Node, bin: &str, command: &str, container: &str, conf: &Value) {
@@ -437,21 +424,9 @@ fn add_that_fails_for_one_family_leaves_no_rule_of_the_other() {
         .unwrap();
     must(&format!("chmod 755 {}", tool.display()));
     let conf = ref_conf(&["10.78.0.2/24", "fd78::2/64"], json!({}));
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &node.ns.name, &ours()])
-        .env("PATH", format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", fake.path().display()))
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", "c1")
-        .env("CNI_NETNS", &node.remote.path)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut cmd = netns_exec(&node.ns.name, ours());
+    cmd.env("PATH", format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", fake.path().display()));
+    let out = Call::new("ADD", "c1", &node.remote.path).run(cmd, &conf);
     assert!(!out.status.success(), "ADD succeeded with a broken ip6tables-restore");
     let err: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(err["code"], 100, "{err}");

@@ -12,11 +12,11 @@
 //! (tests/setup.sh installs the tools).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use cni_tests::exec::{self, json_of, netns_exec};
 use cni_tests::{prerequisite, require_root, require_tools, unique};
 use netkit::firewall::{self, BackendKind, Masquerade};
 use netkit::NetNs;
 use serde_json::{json, Value};
-use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -103,18 +103,26 @@ impl World {
         let root = self.dir.join(ns);
         std::fs::create_dir_all(&root).unwrap();
         std::fs::write(root.join("index.html"), format!("{name}\n")).unwrap();
+        let argv = ["busybox", "httpd", "-f", "-p", "80", "-h", root.to_str().unwrap()];
+        let ready = || http(ns, "127.0.0.1", 80).as_deref() == Some(name);
+        self.start_server(ns, &argv, Duration::from_millis(50), ready, &format!("http server in {ns}"));
+    }
+
+    /// Runs `argv` in `ns` (output discarded) until the world is dropped; returns once `ready`,
+    /// polled every `poll`, and fails the test when `what` is not ready after 5 s.
+    fn start_server(&mut self, ns: &str, argv: &[&str], poll: Duration, ready: impl Fn() -> bool, what: &str) {
         let child = Command::new("ip")
-            .args(["netns", "exec", ns, "busybox", "httpd", "-f", "-p", "80", "-h"])
-            .arg(&root)
+            .args(["netns", "exec", ns])
+            .args(argv)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
         self.servers.push(child);
         let deadline = Instant::now() + Duration::from_secs(5);
-        while http(ns, "127.0.0.1", 80).as_deref() != Some(name) {
-            assert!(Instant::now() < deadline, "http server in {ns} did not start");
-            std::thread::sleep(Duration::from_millis(50));
+        while !ready() {
+            assert!(Instant::now() < deadline, "{what} did not start");
+            std::thread::sleep(poll);
         }
     }
 
@@ -126,19 +134,15 @@ impl World {
 
     /// `socat <listen> <reply>` in `ns`; returns once `ss -l<kind>` (`t`, `u`) lists the port.
     fn socat_server(&mut self, ns: &str, listen: &str, reply: &str, kind: &str, port: u16) {
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns, "socat", listen, reply])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.servers.push(child);
-        let deadline = Instant::now() + Duration::from_secs(5);
         let listening = format!("ip netns exec {ns} ss -Hl{kind}n 'sport = :{port}'");
-        while must(&listening).trim().is_empty() {
-            assert!(Instant::now() < deadline, "{listen} in {ns} did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let ready = || !must(&listening).trim().is_empty();
+        self.start_server(
+            ns,
+            &["socat", listen, reply],
+            Duration::from_millis(20),
+            ready,
+            &format!("{listen} in {ns}"),
+        );
     }
 
     /// A UDP echo server on `port` in `ns` (IPv4).
@@ -182,7 +186,8 @@ fn udp(ns: &str, ip: &str, port: u16, msg: &str) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
-struct Call<'a> {
+/// A plugin call (see [`exec::Call`]) made inside the node namespace `node`.
+struct InNode<'a> {
     node: &'a str,
     command: &'a str,
     container: &'a str,
@@ -190,27 +195,18 @@ struct Call<'a> {
 }
 
 /// Runs a plugin binary inside the node namespace; (exit ok, stdout JSON or Null).
-fn plugin(bin: &str, call: &Call, conf: &Value) -> (bool, Value) {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", call.node, bin])
-        .env("CNI_COMMAND", call.command)
-        .env("CNI_CONTAINERID", call.container)
-        .env("CNI_NETNS", call.netns)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let v = if stdout.trim().is_empty() { Value::Null } else { serde_json::from_str(&stdout).unwrap_or(Value::Null) };
+fn plugin(bin: &str, call: &InNode, conf: &Value) -> (bool, Value) {
+    let out = exec::Call::new(call.command, call.container, call.netns).run(netns_exec(call.node, bin), conf);
     if !out.status.success() {
-        eprintln!("{} {} failed: {stdout} {}", bin, call.command, String::from_utf8_lossy(&out.stderr));
+        eprintln!(
+            "{} {} failed: {} {}",
+            bin,
+            call.command,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    (out.status.success(), v)
+    (out.status.success(), json_of(&out.stdout))
 }
 
 fn ours() -> &'static str {
@@ -285,16 +281,25 @@ fn assert_gone(w: &World, container: &str) {
     assert_eq!(http(&w.remote, NODE_UP, 8080), None, "port still answers after DEL");
 }
 
-fn end_to_end(backend: &str) {
+/// A world whose pod1 serves HTTP ("pod1") on 80 and echoes UDP on 5300, with its [`names`].
+fn serving(prefix: &str) -> (World, String, String, String) {
     require_privileges();
     let mut w = World::new();
     w.http_server(&w.pod1.clone(), "pod1");
     w.udp_echo(&w.pod1.clone(), 5300);
-    let network = format!("pmnet-{}", unique(""));
-    let cid = format!("ctr-{}", unique(""));
-    let pod_ns = format!("/run/netns/{}", w.pod1);
+    let (network, cid, pod_ns) = names(&w, prefix);
+    (w, network, cid, pod_ns)
+}
+
+/// A fresh network name (`<prefix>-…`) and container id, and pod1's netns path.
+fn names(w: &World, prefix: &str) -> (String, String, String) {
+    (format!("{prefix}-{}", unique("")), format!("ctr-{}", unique("")), format!("/run/netns/{}", w.pod1))
+}
+
+fn end_to_end(backend: &str) {
+    let (w, network, cid, pod_ns) = serving("pmnet");
     let prev = prev_result(&w.pod1, POD1, Some(POD1_V6));
-    let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
+    let call = |command| InNode { node: &w.node, command, container: &cid, netns: &pod_ns };
     let add_conf = netconf("1.1.0", &network, Some(backend), &prev, Some(mappings()));
     let bare_conf = netconf("1.1.0", &network, Some(backend), &prev, None);
 
@@ -324,14 +329,14 @@ fn end_to_end(backend: &str) {
 
     // DEL after the netns is gone, and parallel DELs.
     assert!(plugin(ours(), &call("ADD"), &add_conf).0);
-    let gone = Call { node: &w.node, command: "DEL", container: &cid, netns: "/run/netns/does-not-exist" };
+    let gone = InNode { node: &w.node, command: "DEL", container: &cid, netns: "/run/netns/does-not-exist" };
     let dels: Vec<_> = (0..3)
         .map(|_| {
             let bare = bare_conf.clone();
             let node = w.node.clone();
             let cid = cid.clone();
             std::thread::spawn(move || {
-                plugin(ours(), &Call { node: &node, command: "DEL", container: &cid, netns: "" }, &bare).0
+                plugin(ours(), &InNode { node: &node, command: "DEL", container: &cid, netns: "" }, &bare).0
             })
         })
         .collect();
@@ -348,19 +353,19 @@ fn end_to_end(backend: &str) {
     let conf2 =
         netconf("1.1.0", &network, Some(backend), &prev2, Some(json!([{"hostPort": 9090, "containerPort": 80}])));
     let pod2_ns = format!("/run/netns/{}", w.pod2);
-    assert!(plugin(ours(), &Call { node: &w.node, command: "ADD", container: &other, netns: &pod2_ns }, &conf2).0);
+    assert!(plugin(ours(), &InNode { node: &w.node, command: "ADD", container: &other, netns: &pod2_ns }, &conf2).0);
     let mut gc = netconf("1.1.0", &network, Some(backend), &prev, None);
     gc.as_object_mut().unwrap().remove("prevResult");
     gc["cni.dev/valid-attachments"] = json!([{"containerID": other, "ifname": "eth0"}]);
-    assert!(plugin(ours(), &Call { node: &w.node, command: "GC", container: "", netns: "" }, &gc).0, "GC");
+    assert!(plugin(ours(), &InNode { node: &w.node, command: "GC", container: "", netns: "" }, &gc).0, "GC");
     assert_gone(&w, &cid);
     assert!(
-        plugin(ours(), &Call { node: &w.node, command: "CHECK", container: &other, netns: &pod2_ns }, &conf2).0,
+        plugin(ours(), &InNode { node: &w.node, command: "CHECK", container: &other, netns: &pod2_ns }, &conf2).0,
         "GC kept the valid attachment"
     );
     let mut status = gc.clone();
     status.as_object_mut().unwrap().remove("cni.dev/valid-attachments");
-    assert!(plugin(ours(), &Call { node: &w.node, command: "STATUS", container: "", netns: "" }, &status).0);
+    assert!(plugin(ours(), &InNode { node: &w.node, command: "STATUS", container: "", netns: "" }, &status).0);
 }
 
 /// Which connections are masqueraded: the source address the pod sees, from a remote host, from
@@ -370,11 +375,9 @@ fn sources(backend: &str) {
     require_privileges();
     let mut w = World::new();
     w.udp_peer(&w.pod1.clone(), 5300);
-    let network = format!("pmsrc-{}", unique(""));
-    let cid = format!("ctr-{}", unique(""));
-    let pod_ns = format!("/run/netns/{}", w.pod1);
+    let (network, cid, pod_ns) = names(&w, "pmsrc");
     let prev = prev_result(&w.pod1, POD1, Some(POD1_V6));
-    let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
+    let call = |command| InNode { node: &w.node, command, container: &cid, netns: &pod_ns };
     let conf = netconf("1.1.0", &network, Some(backend), &prev, Some(mappings()));
     let seen = |from: &str, to: &str| udp(from, to, 5300, "who");
 
@@ -440,7 +443,7 @@ fn localnet(bin: &str, backend: Option<&str>, guarded: bool) {
     let cid = format!("ctr-{}", unique(""));
     let pod_ns = format!("/run/netns/{}", w.pod1);
     let prev = prev_result(&w.pod1, POD1, Some(POD1_V6));
-    let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
+    let call = |command| InNode { node: &w.node, command, container: &cid, netns: &pod_ns };
     let conf = netconf("1.0.0", &network, backend, &prev, Some(mappings()));
     assert!(plugin(bin, &call("ADD"), &conf).0, "ADD");
     assert_eq!(must(&format!("ip netns exec {} sysctl -n net.ipv4.conf.br0.route_localnet", w.node)).trim(), "1");
@@ -485,7 +488,7 @@ fn port_conflict(backend: &str) {
     let network = format!("pmcf-{}", unique(""));
     let (cid1, cid2) = (format!("ctr-{}", unique("")), format!("ctr-{}", unique("")));
     let (ns1, ns2) = (format!("/run/netns/{}", w.pod1), format!("/run/netns/{}", w.pod2));
-    let call = |command, container, netns| Call { node: &w.node, command, container, netns };
+    let call = |command, container, netns| InNode { node: &w.node, command, container, netns };
     let conf = |pod: &str, addr: &str, mappings: Value| {
         netconf("1.1.0", &network, Some(backend), &prev_result(pod, addr, None), Some(mappings))
     };
@@ -575,14 +578,8 @@ fn iptables_end_to_end() {
 /// runtime may do the same with prevResult: ADD must map the ports and DEL remove them, with the
 /// other capabilities it sends (bandwidth, dns) alongside.
 fn go_style_keys(backend: &str) {
-    require_privileges();
-    let mut w = World::new();
-    w.http_server(&w.pod1.clone(), "pod1");
-    w.udp_echo(&w.pod1.clone(), 5300);
-    let network = format!("pmgo-{}", unique(""));
-    let cid = format!("ctr-{}", unique(""));
-    let pod_ns = format!("/run/netns/{}", w.pod1);
-    let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
+    let (w, network, cid, pod_ns) = serving("pmgo");
+    let call = |command| InNode { node: &w.node, command, container: &cid, netns: &pod_ns };
     let prev = json!({
         "CNIVersion": "1.0.0",
         "Interfaces": [{"Name": "br0"}, {"Name": "vp"}, {"Name": "eth0", "Sandbox": pod_ns}],
@@ -627,16 +624,16 @@ fn no_mappings_does_nothing() {
     let prev = prev_result(&w.pod1, POD1, None);
     let conf = netconf("1.0.0", "pmnet-none", Some("nftables"), &prev, None);
     let before = rulesets(&w.node);
-    let (ok, out) = plugin(ours(), &Call { node: &w.node, command: "ADD", container: "c", netns: "/x" }, &conf);
+    let (ok, out) = plugin(ours(), &InNode { node: &w.node, command: "ADD", container: "c", netns: "/x" }, &conf);
     assert!(ok);
     assert_eq!(out["ips"], prev["ips"]);
     assert_eq!(rulesets(&w.node), before);
     let mut chained = conf.clone();
     chained.as_object_mut().unwrap().remove("prevResult");
-    let (ok, err) = plugin(ours(), &Call { node: &w.node, command: "ADD", container: "c", netns: "/x" }, &chained);
+    let (ok, err) = plugin(ours(), &InNode { node: &w.node, command: "ADD", container: "c", netns: "/x" }, &chained);
     assert!(!ok && err["code"] == 7, "{err}");
     let bad = netconf("1.0.0", "pmnet-none", None, &prev, Some(json!([{"hostPort": 0, "containerPort": 80}])));
-    let (ok, err) = plugin(ours(), &Call { node: &w.node, command: "ADD", container: "c", netns: "/x" }, &bad);
+    let (ok, err) = plugin(ours(), &InNode { node: &w.node, command: "ADD", container: "c", netns: "/x" }, &bad);
     assert!(!ok && err["code"] == 7 && err["msg"].as_str().unwrap().contains("portMappings[0]"), "{err}");
 }
 
@@ -662,7 +659,7 @@ fn reference_rules_are_removed_by_our_del() {
         &prev,
         Some(json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}])),
     );
-    let call = |command| Call { node: &w.node, command, container: &cid, netns: &pod_ns };
+    let call = |command| InNode { node: &w.node, command, container: &cid, netns: &pod_ns };
     assert!(plugin(reference, &call("ADD"), &conf).0, "reference ADD");
     assert_eq!(http(&w.remote, NODE_UP, 8080).as_deref(), Some("pod1"));
     assert!(rulesets(&w.node).contains(&cid));

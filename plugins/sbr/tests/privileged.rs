@@ -5,11 +5,11 @@
 //! Debian reference sbr's for the same input. Privileged; subnets 10.248.x, fd48::/16.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use cni_tests::exec::Call;
 use cni_tests::{bin_dir, require_root, sh, Netns};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const REFERENCE: &str = "/usr/lib/cni/sbr";
 const VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -136,21 +136,8 @@ struct Ran {
 
 fn exec(bin: &Path, command: &str, netns: &str, ifname: &str, conf: &Value) -> Ran {
     let mut cmd = Command::new(bin);
-    cmd.env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", "ctr-sbr")
-        .env("CNI_IFNAME", ifname)
-        .env("CNI_PATH", bin_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if !netns.is_empty() {
-        cmd.env("CNI_NETNS", netns);
-    }
-    let mut child = cmd.spawn().unwrap();
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    cmd.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    let out = Call::new(command, "ctr-sbr", netns).ifname(ifname).path(bin_dir()).run(cmd, conf);
     Ran {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

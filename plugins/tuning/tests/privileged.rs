@@ -4,14 +4,14 @@
 //! path inside a private mount namespace. Needs root, iproute2 and util-linux `unshare`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use cni_tests::exec::{json_of, Call};
 use cni_tests::{bin_dir, sh, unique, LinkGuard, Netns, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use libcni::version::{at_least, SUPPORTED};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const REFERENCE: &str = "/usr/lib/cni/tuning";
 
@@ -31,23 +31,10 @@ fn run_with(
 ) -> (i32, Value) {
     let mut argv: Vec<String> = wrapper.iter().map(|s| s.to_string()).collect();
     argv.push(bin.display().to_string());
-    let mut child = Command::new(&argv[0])
-        .args(&argv[1..])
-        .env("CNI_COMMAND", cmd)
-        .env("CNI_CONTAINERID", cid)
-        .env("CNI_NETNS", ns)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", bin_dir())
-        .env("CNI_ARGS", cni_args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    (out.status.code().unwrap_or(-1), v)
+    let mut command = Command::new(&argv[0]);
+    command.args(&argv[1..]);
+    let out = Call::new(cmd, cid, ns).path(bin_dir()).args(cni_args).run(command, conf);
+    (out.status.code().unwrap_or(-1), json_of(&out.stdout))
 }
 
 fn run(bin: &Path, cmd: &str, ns: &Netns, cid: &str, conf: &Value) -> (i32, Value) {
@@ -265,6 +252,22 @@ fn saved_file_is_shared_with_the_reference() {
     assert_eq!(files[0], files[1], "the reference's file and ours differ");
 }
 
+/// ADD with `keys` on a fresh pod, which fails: the pod's somaxconn sysctl and link are as they
+/// were and nothing is in dataDir (no saved file). (exit code, stdout JSON) for the error's checks.
+fn failed_add(keys: Value, what: &str) -> (i32, Value) {
+    let ns = pod();
+    let data = TempDir::new("tun-data");
+    let cid = unique("ctr");
+    let before = sysctl(Some(&ns), "net/core/somaxconn");
+    let c = conf("1.0.0", &ns, data.path(), keys);
+    let (rc, out) = run(&ours(), "ADD", &ns, &cid, &c);
+    assert_eq!(sysctl(Some(&ns), "net/core/somaxconn"), before, "{what}: a sysctl was written");
+    assert_eq!(attrs(&ns), original(), "{what}: the link was changed");
+    assert!(!saved_file(data.path(), &cid).exists(), "{what}: the saved file was written");
+    assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0, "{what}: something written in dataDir");
+    (rc, out)
+}
+
 #[test]
 fn hostile_sysctl_keys_are_refused_and_nothing_is_written() {
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
@@ -278,22 +281,10 @@ fn hostile_sysctl_keys_are_refused_and_nothing_is_written() {
         "/proc/sys/kernel/hostname",
         "vm.swappiness",
     ] {
-        let ns = pod();
-        let data = TempDir::new("tun-data");
-        let cid = unique("ctr");
-        let before = sysctl(Some(&ns), "net/core/somaxconn");
-        let c = conf(
-            "1.0.0",
-            &ns,
-            data.path(),
-            json!({ "sysctl": { key: "pwned", "net.core.somaxconn": somaxconn_not_host() }, "mtu": 1300 }),
-        );
-        let (rc, out) = run(&ours(), "ADD", &ns, &cid, &c);
+        let keys = json!({ "sysctl": { key: "pwned", "net.core.somaxconn": somaxconn_not_host() }, "mtu": 1300 });
+        let (rc, out) = failed_add(keys, key);
         assert_eq!((rc, out["code"].as_u64()), (1, Some(7)), "{key}: {out}");
         assert!(out["msg"].as_str().unwrap().contains(key), "{key}: {out}");
-        assert_eq!(sysctl(Some(&ns), "net/core/somaxconn"), before, "{key}: a sysctl was written");
-        assert_eq!(attrs(&ns), original(), "{key}: the link was changed");
-        assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0, "{key}: something written in dataDir");
     }
     assert_eq!(std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap(), hostname);
 }
@@ -379,23 +370,12 @@ fn del_with_the_netns_gone_removes_the_saved_file() {
 
 #[test]
 fn failed_add_undoes_sysctls_and_link_changes() {
-    let ns = pod();
-    let data = TempDir::new("tun-data");
-    let cid = unique("ctr");
-    let before = sysctl(Some(&ns), "net/core/somaxconn");
     // 65536 passes our range check, but a veth takes no MTU above 65535: the kernel refuses it
     // after the sysctl and the MAC are set.
-    let c = conf(
-        "1.0.0",
-        &ns,
-        data.path(),
-        json!({ "sysctl": { "net.core.somaxconn": somaxconn_not_host() }, "mac": "0a:58:0a:f4:01:02", "mtu": 65536 }),
-    );
-    let (rc, out) = run(&ours(), "ADD", &ns, &cid, &c);
+    let keys =
+        json!({ "sysctl": { "net.core.somaxconn": somaxconn_not_host() }, "mac": "0a:58:0a:f4:01:02", "mtu": 65536 });
+    let (rc, out) = failed_add(keys, "mtu 65536");
     assert_eq!(rc, 1, "{out}");
-    assert_eq!(sysctl(Some(&ns), "net/core/somaxconn"), before);
-    assert_eq!(attrs(&ns), original());
-    assert!(!saved_file(data.path(), &cid).exists());
 }
 
 /// bridge + host-local + tuning through libcni, as a runtime runs the chain.

@@ -1,5 +1,5 @@
-//! Helpers shared by the end-to-end tests that drive the shipped configurations (podman.rs,
-//! conf.rs): plain HTTP from the host, free ports, firewall dumps, the repository's conf/ dir.
+//! Helpers shared by the end-to-end tests that drive the shipped configurations and runtimes
+//! (podman.rs, cri.rs, conf.rs): plain HTTP from the host, free ports, firewall dumps, the repository's conf/ dir.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use cni_tests::run;
@@ -97,6 +97,34 @@ pub fn reservation_owners(data_dir: &Path, network: &str) -> Vec<(String, String
         .into_iter()
         .map(|(addr, content)| (addr, content.lines().next().unwrap_or_default().trim().to_string()))
         .collect()
+}
+
+/// While the pod `id` holding `ip` runs (`what` names it in messages: "pod", "container"):
+/// host-local's only reservation of `network` is `ip` for `id`, `bridge` has a port and a rule names
+/// `ip`.
+pub fn assert_attached(data_dir: &Path, network: &str, bridge: &str, ip: &str, id: &str, what: &str) {
+    let res_dir = data_dir.join(network);
+    let res = reservation_owners(data_dir, network);
+    assert_eq!(res, vec![(ip.to_string(), id.to_string())], "reservations in {}", res_dir.display());
+    assert!(!cni_tests::bridge_ports(bridge).is_empty(), "no port on {bridge}");
+    let rules = firewall_dump();
+    assert!(mentions(&rules, ip), "no rule names {ip} while the {what} runs:\n{rules}");
+}
+
+/// After the pod `id` that held `ip` is gone: no reservation of `network`, no port on `bridge`, no
+/// rule naming `ip` or `id`.
+pub fn assert_detached(data_dir: &Path, network: &str, bridge: &str, ip: &str, id: &str) {
+    assert!(
+        reservation_owners(data_dir, network).is_empty(),
+        "reservations left: {:?}",
+        reservation_owners(data_dir, network)
+    );
+    let ports = cni_tests::bridge_ports(bridge);
+    assert!(ports.is_empty(), "ports left on {bridge}: {ports:?}");
+    let rules = firewall_dump();
+    for needle in [ip, id] {
+        assert!(!mentions(&rules, needle), "rules still name {needle}:\n{}", lines_mentioning(&rules, needle));
+    }
 }
 
 /// Mount points at or under `dir` (from /proc/self/mountinfo), deepest first.

@@ -39,6 +39,12 @@ fn suffix() -> String {
     format!("{:08x}", h.finish() as u32)
 }
 
+/// A fresh inet table name for one test, and the guard that deletes the table.
+fn inet_table() -> (Family, String, Cleanup) {
+    let t = format!("cnirs_nl_{}", suffix());
+    (Family::Inet, t.clone(), Cleanup(vec![(Family::Inet, t)]))
+}
+
 fn nft(args: &[&str], stdin: Option<&str>) -> String {
     let out = exec::run("nft", args, stdin).unwrap();
     assert!(out.success, "nft {args:?} failed: {}\n{}", out.stderr, stdin.unwrap_or_default());
@@ -186,8 +192,7 @@ fn flush_and_delete_match_nft() {
 fn a_failed_batch_applies_nothing() {
     require_root_and_nft();
     in_netns(|| {
-        let t = format!("cnirs_nl_{}", suffix());
-        let _cleanup = Cleanup(vec![(Family::Inet, t.clone())]);
+        let (_, t, _cleanup) = inet_table();
         let mut b = Batch::new();
         build_flat(&mut b, &t);
         add_rule(&mut b, Family::Inet, &t, "no-such-chain", Rule::new(Family::Inet).masquerade());
@@ -220,9 +225,7 @@ fn a_failed_batch_applies_nothing() {
 fn errors_name_the_object_and_keep_the_errno() {
     require_root_and_nft();
     in_netns(|| {
-        let f = Family::Inet;
-        let t = format!("cnirs_nl_{}", suffix());
-        let _cleanup = Cleanup(vec![(f, t.clone())]);
+        let (f, t, _cleanup) = inet_table();
         let mut b = Batch::new();
         b.add_table(f, &t);
         b.add_chain(f, &t, "c", None, None);
@@ -271,9 +274,7 @@ fn errors_name_the_object_and_keep_the_errno() {
 fn a_large_batch_loses_no_acks() {
     require_root_and_nft();
     in_netns(|| {
-        let f = Family::Inet;
-        let t = format!("cnirs_nl_{}", suffix());
-        let _cleanup = Cleanup(vec![(f, t.clone())]);
+        let (f, t, _cleanup) = inet_table();
         let mut b = Batch::new();
         b.add_table(f, &t);
         add_map(&mut b, f, &t, "m", &[KeyType::Ipv4Addr]);
@@ -416,9 +417,7 @@ fn an_empty_batch_sends_nothing() {
 fn list_chain_reads_rule_comments() {
     require_root_and_nft();
     in_netns(|| {
-        let f = Family::Inet;
-        let t = format!("cnirs_nl_{}", suffix());
-        let _cleanup = Cleanup(vec![(f, t.clone())]);
+        let (f, t, _cleanup) = inet_table();
         assert_eq!(list_chain(f, &t, "c").unwrap(), None);
         let text = r#"
 add table inet {T}
@@ -654,9 +653,7 @@ fn get_elements_reads_data_comments_and_expiry() {
     require_root_and_nft();
     in_netns(|| {
         use KeyPart::{Addr, Port, Proto};
-        let f = Family::Inet;
-        let t = format!("cnirs_nl_{}", suffix());
-        let _cleanup = Cleanup(vec![(f, t.clone())]);
+        let (f, t, _cleanup) = inet_table();
         let key = vec![Proto(TCP), Port(8080)];
         assert_eq!(get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
         let mut b = Batch::new();
