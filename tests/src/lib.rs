@@ -47,14 +47,20 @@ pub fn require_root() {
 
 /// Fails the test unless every tool is on PATH (tests/setup.sh installs them).
 pub fn require_tools(tools: &[&str]) {
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| {
-            !Command::new("sh").arg("-c").arg(format!("command -v {t}")).output().is_ok_and(|o| o.status.success())
-        })
-        .collect();
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !on_path(t)).collect();
     assert!(missing.is_empty(), "this test needs {} on PATH; tests/setup.sh installs them", missing.join(", "));
+}
+
+/// As [`require_tools`], for `(tool, how to install it)` pairs: the failure names, for each
+/// missing tool, what installs it (`apt-get install etcd-server`).
+pub fn require_tools_from(tools: &[(&str, &str)]) {
+    let missing: Vec<String> =
+        tools.iter().filter(|(t, _)| !on_path(t)).map(|(t, install)| format!("{t} ({install})")).collect();
+    assert!(missing.is_empty(), "this test needs {} on PATH; tests/setup.sh installs them", missing.join(", "));
+}
+
+fn on_path(tool: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().is_ok_and(|o| o.status.success())
 }
 
 /// True when running in CI (`CI` set to anything but "", "0" or "false").
