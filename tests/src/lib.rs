@@ -47,14 +47,20 @@ pub fn require_root() {
 
 /// Fails the test unless every tool is on PATH (tests/setup.sh installs them).
 pub fn require_tools(tools: &[&str]) {
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| {
-            !Command::new("sh").arg("-c").arg(format!("command -v {t}")).output().is_ok_and(|o| o.status.success())
-        })
-        .collect();
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !on_path(t)).collect();
     assert!(missing.is_empty(), "this test needs {} on PATH; tests/setup.sh installs them", missing.join(", "));
+}
+
+/// As [`require_tools`], for `(tool, how to install it)` pairs: the failure names, for each
+/// missing tool, what installs it (`apt-get install etcd-server`).
+pub fn require_tools_from(tools: &[(&str, &str)]) {
+    let missing: Vec<String> =
+        tools.iter().filter(|(t, _)| !on_path(t)).map(|(t, install)| format!("{t} ({install})")).collect();
+    assert!(missing.is_empty(), "this test needs {} on PATH; tests/setup.sh installs them", missing.join(", "));
+}
+
+fn on_path(tool: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().is_ok_and(|o| o.status.success())
 }
 
 /// True when running in CI (`CI` set to anything but "", "0" or "false").
@@ -74,26 +80,21 @@ pub fn prerequisite(ok: bool, what: &str) -> bool {
 }
 
 /// Checks a Kubernetes manifest with `kubernetes-validate --strict` (every document against the
-/// API schemas, unknown fields refused): every document must pass. The tool is a [`prerequisite`]
-/// (`pip install kubernetes-validate`).
-pub fn kubernetes_validates(manifest: &Path) {
+/// API schemas, unknown fields refused): every document must pass; returns how many did. A missing
+/// tool fails the test ([`require_tools_from`]).
+pub fn kubernetes_validates(manifest: &Path) -> usize {
     assert!(manifest.is_file(), "{} is missing", manifest.display());
-    let out = match Command::new("kubernetes-validate").arg("--strict").arg(manifest).output() {
-        Ok(out) => out,
-        Err(err) => {
-            let why =
-                format!("cannot run kubernetes-validate ({err}); install it with `pip install kubernetes-validate`");
-            prerequisite(false, &why);
-            return;
-        }
-    };
+    require_tools_from(&[("kubernetes-validate", "pip install kubernetes-validate")]);
+    let out = Command::new("kubernetes-validate").arg("--strict").arg(manifest).output().unwrap();
     let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{report}");
     assert!(out.status.success(), "kubernetes-validate --strict failed:\n{report}");
     // It exits 0 with a warning for kinds it has no schema for; every document must really pass.
-    for line in report.lines().filter(|line| !line.trim().is_empty()) {
+    let passed: Vec<&str> = report.lines().filter(|line| !line.trim().is_empty()).collect();
+    for line in &passed {
         assert!(line.starts_with("INFO") && line.contains("passed"), "unexpected kubernetes-validate output: {line}");
     }
+    passed.len()
 }
 
 fn nix_is_root() -> bool {

@@ -1,5 +1,6 @@
-//! cni-installer: the DaemonSet entrypoint that puts the cni-rs plugins and the node's conflist on
-//! the host, then stays running so the pod stays Ready.
+//! cni-installer: puts the cni-rs plugins and a conflist for given pod CIDRs on a host, then stays
+//! running until SIGTERM (or exits with `--once`). In a cluster the node agent (cni-rs-node) does
+//! this job with the pod CIDRs of the Node object; the installer serves hosts whose CIDRs are known.
 
 // Tests may unwrap: a panic there is a failed assertion. The shipped binary is still checked.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -27,8 +28,9 @@ usage: cni-installer [options]
   --pod-cidr LIST      pod CIDRs, comma-separated; overrides $CNI_RS_POD_CIDR
   --pod-cidr-dir DIR   if no CIDR is given, read DIR/$NODE_NAME  (default /etc/cni-rs/pod-cidrs)
   --once               install and exit instead of waiting for SIGTERM
-Pod CIDRs come from --pod-cidr, else $CNI_RS_POD_CIDR, else the file DIR/$NODE_NAME
-(a ConfigMap mounted there with one key per node).";
+Pod CIDRs come from --pod-cidr, else $CNI_RS_POD_CIDR, else the file DIR/$NODE_NAME.
+In a Kubernetes cluster run the node agent instead (cni-rs-node, install/daemonset.yaml):
+it reads each Node's spec.podCIDRs itself.";
 
 #[derive(Debug, PartialEq)]
 struct Options {
@@ -120,7 +122,7 @@ fn pod_cidrs(
             path.display().to_string(),
         )),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            Err(format!("{missing}, or add key {node:?} to the pod CIDR ConfigMap ({} not found)", path.display()))
+            Err(format!("{missing}, or write the file for node {node:?} ({} not found)", path.display()))
         }
         Err(err) => Err(format!("read {}: {err}", path.display())),
     }
@@ -300,7 +302,7 @@ mod tests {
         assert_eq!(cidrs[0].to_string(), "10.244.7.0/24");
 
         let err = pod_cidrs(&options, None, Some("node-b".into())).unwrap_err();
-        assert!(err.contains("add key \"node-b\""), "{err}");
+        assert!(err.contains("file for node \"node-b\""), "{err}");
         let err = pod_cidrs(&options, None, None).unwrap_err();
         assert!(err.contains("no pod CIDR"), "{err}");
         let err = pod_cidrs(&options, None, Some("../etc".into())).unwrap_err();

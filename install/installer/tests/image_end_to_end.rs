@@ -158,7 +158,7 @@ fn image_end_to_end() {
     let built = fs::read(context.join("bin/cni-rs")).unwrap();
     eprintln!("cni-rs in the image: {} bytes, linked as {PLUGINS:?}", built.len());
 
-    // The node agent (install/node-agent.yaml runs /cni-rs-node) is in the image and runs there.
+    // The node agent (install/daemonset.yaml runs /cni-rs-node) is in the image and runs there.
     let mut args = vec!["run", "--rm", "--network", "none"];
     args.extend_from_slice(ULIMITS);
     args.extend_from_slice(&["--entrypoint", "/cni-rs-node", &image, "--help"]);

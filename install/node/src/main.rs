@@ -340,6 +340,12 @@ async fn reconcile_loop(
     let cluster: Vec<IpNetwork> = options.cluster.iter().map(|(net, _)| *net).collect();
     let mut known: BTreeMap<String, NodeRecord> = BTreeMap::new();
     let mut nft_applied = String::new();
+    // The routes and VXLAN entries the last sync left in the kernel. A datastore change then
+    // applies only the difference: a node joining or leaving costs a few messages, not a
+    // listing of every route. The full reconcile (which lists what is there and repairs it)
+    // runs at the first sync, every RESYNC and after any netlink error.
+    let mut programmed: Option<(Vec<Route>, Vec<Vtep>)> = None;
+    let mut last_full: Option<std::time::Instant> = None;
     loop {
         let snapshot = peers.borrow_and_update().clone();
         let own = held.borrow_and_update().clone();
@@ -374,10 +380,34 @@ async fn reconcile_loop(
         // not read yet would drop routes to live nodes.
         if snapshot.synced {
             let started = std::time::Instant::now();
-            let changes = net::reconcile_routes(&local.handle, &plan.routes).await;
+            let full_due = last_full.is_none_or(|at| at.elapsed() >= RESYNC);
+            let previous = if full_due { None } else { programmed.take() };
+            if previous.is_none() {
+                last_full = Some(started);
+            }
+            // The VXLAN entries go first: a route to a VTEP is only used once its neighbour and
+            // FDB entries are there.
+            let (how, vtep_changes, changes) = match &previous {
+                Some((routes, vteps)) => (
+                    "delta",
+                    match local.vxlan {
+                        Some((index, _)) => net::apply_vtep_delta(&local.handle, index, vteps, &plan.vteps).await,
+                        None => net::Changes::default(),
+                    },
+                    net::apply_route_delta(&local.handle, routes, &plan.routes).await,
+                ),
+                None => (
+                    "full",
+                    match local.vxlan {
+                        Some((index, _)) => net::reconcile_vteps(&local.handle, index, &plan.vteps).await,
+                        None => net::Changes::default(),
+                    },
+                    net::reconcile_routes(&local.handle, &plan.routes).await,
+                ),
+            };
             if changes.added + changes.removed + changes.errors > 0 {
                 eprintln!(
-                    "routes synced in {:.1} ms: {} wanted, {} added, {} removed, {} errors",
+                    "routes synced in {:.1} ms: {} wanted, {} added, {} removed, {} errors ({how})",
                     started.elapsed().as_secs_f64() * 1000.0,
                     plan.routes.len(),
                     changes.added,
@@ -385,10 +415,8 @@ async fn reconcile_loop(
                     changes.errors
                 );
             }
-            errors += changes.errors;
-            if let Some((index, _)) = local.vxlan {
-                errors += net::reconcile_vteps(&local.handle, index, &plan.vteps).await.errors;
-            }
+            errors += changes.errors + vtep_changes.errors;
+            programmed = (changes.errors + vtep_changes.errors == 0).then(|| (plan.routes.clone(), plan.vteps.clone()));
 
             let base = local.v4.or(local.v6).map(|u| u.mtu).unwrap_or(1500);
             let vxlan_mtu = options.backend == Backend::Vxlan || !plan.vxlan_peers.is_empty();
@@ -435,7 +463,7 @@ async fn reconcile_loop(
 
         let wait = if errors > 0 { Duration::from_secs(2) } else { RESYNC };
         tokio::select! {
-            r = peers.changed() => r.map_err(|_| "the etcd watch stopped".to_string())?,
+            r = peers.changed() => r.map_err(|_| "the datastore watch stopped".to_string())?,
             r = held.changed() => r.map_err(|_| "the lease keeper stopped".to_string())?,
             _ = tokio::time::sleep(wait) => {}
         }

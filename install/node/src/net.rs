@@ -335,28 +335,83 @@ fn satisfies(have: &Route, want: &Route) -> bool {
         && (want.oif.is_none() || have.oif == want.oif)
 }
 
-/// Makes the agent's routes exactly `want`.
+/// The message that adds `route` to the main table with the agent's protocol; as a delete it
+/// removes exactly that route (the kernel matches destination, gateway, device and protocol).
+fn route_message(route: &Route) -> Result<RouteMessage, String> {
+    let mut builder = RouteMessageBuilder::<IpAddr>::new()
+        .destination_prefix(route.dst.network(), route.dst.prefix())
+        .and_then(|b| b.gateway(route.gw))
+        .map_err(|e| format!("route {route}: {e}"))?
+        .protocol(RouteProtocol::from(RTPROT_CNI_RS));
+    if let Some(oif) = route.oif {
+        builder = builder.output_interface(oif);
+    }
+    if route.onlink {
+        builder = builder.onlink();
+    }
+    Ok(builder.build())
+}
+
+/// Makes the agent's routes exactly `want`: lists them (one dump per family), then removes the
+/// stale and adds the missing ones.
 pub async fn reconcile_routes(handle: &Handle, want: &[Route]) -> Changes {
-    let mut changes = Changes::default();
     let have = match own_routes(handle).await {
         Ok(have) => have,
         Err(e) => {
             eprintln!("error: {e}");
-            changes.errors += 1;
-            return changes;
+            return Changes { errors: 1, ..Changes::default() };
         }
     };
-    // The requests go out together on the one socket (up to IN_FLIGHT unanswered), so a first
-    // sync of a thousand routes does not wait for a thousand round trips.
     let stale = have.iter().filter(|(route, _)| !want.iter().any(|w| satisfies(route, w)));
-    let removals = futures::stream::iter(stale.map(|(route, msg)| {
-        let request = handle.route().del(msg.clone()).execute();
+    let removals = stale.map(|(route, msg)| (route.clone(), Ok(msg.clone()))).collect();
+    let missing = want.iter().filter(|route| !have.iter().any(|(h, _)| satisfies(h, route)));
+    apply_routes(handle, removals, missing.cloned().collect()).await
+}
+
+/// Takes the agent's routes from `before` (what it last programmed) to `after` without listing
+/// them: a route that went is deleted, a new or changed one is added (replacing the old one of
+/// that destination). One request per route that differs, whatever the number of routes.
+pub async fn apply_route_delta(handle: &Handle, before: &[Route], after: &[Route]) -> Changes {
+    let (gone, new) = route_delta(before, after);
+    let removals = gone.into_iter().map(|route| (route.clone(), route_message(route))).collect();
+    apply_routes(handle, removals, new.into_iter().cloned().collect()).await
+}
+
+/// (routes to delete, routes to add) from `before` to `after`. A destination that stays with
+/// another gateway is only added: the add replaces the old route, so it is never without one.
+fn route_delta<'a>(before: &'a [Route], after: &'a [Route]) -> (Vec<&'a Route>, Vec<&'a Route>) {
+    let gone = before.iter().filter(|b| !after.iter().any(|a| a.dst == b.dst)).collect();
+    let new = after.iter().filter(|a| !before.contains(a)).collect();
+    (gone, new)
+}
+
+/// Sends the removals, then the additions, each set together on the one socket (up to
+/// IN_FLIGHT unanswered), so a first sync of a thousand routes does not wait for a thousand
+/// round trips. A route already gone counts as removed by someone else, not as an error.
+async fn apply_routes(
+    handle: &Handle,
+    removals: Vec<(Route, Result<RouteMessage, String>)>,
+    additions: Vec<Route>,
+) -> Changes {
+    let mut changes = Changes::default();
+    let mut deletes = Vec::new();
+    for (route, msg) in removals {
+        match msg {
+            Ok(msg) => deletes.push((route, msg)),
+            Err(e) => {
+                eprintln!("error: remove {e}");
+                changes.errors += 1;
+            }
+        }
+    }
+    let removed = futures::stream::iter(deletes.into_iter().map(|(route, msg)| {
+        let request = handle.route().del(msg).execute();
         async move { (route, request.await) }
     }))
     .buffer_unordered(IN_FLIGHT)
     .collect::<Vec<_>>()
     .await;
-    for (route, result) in removals {
+    for (route, result) in removed {
         match result {
             Ok(()) => {
                 eprintln!("removed route {route}");
@@ -370,34 +425,23 @@ pub async fn reconcile_routes(handle: &Handle, want: &[Route]) -> Changes {
         }
     }
     let mut messages = Vec::new();
-    for route in want.iter().filter(|route| !have.iter().any(|(h, _)| satisfies(h, route))) {
-        let built = RouteMessageBuilder::<IpAddr>::new()
-            .destination_prefix(route.dst.network(), route.dst.prefix())
-            .and_then(|b| b.gateway(route.gw));
-        let mut builder = match built {
-            Ok(b) => b.protocol(RouteProtocol::from(RTPROT_CNI_RS)),
+    for route in additions {
+        match route_message(&route) {
+            Ok(msg) => messages.push((route, msg)),
             Err(e) => {
-                eprintln!("error: route {route}: {e}");
+                eprintln!("error: {e}");
                 changes.errors += 1;
-                continue;
             }
-        };
-        if let Some(oif) = route.oif {
-            builder = builder.output_interface(oif);
         }
-        if route.onlink {
-            builder = builder.onlink();
-        }
-        messages.push((route, builder.build()));
     }
-    let additions = futures::stream::iter(messages.into_iter().map(|(route, msg)| {
+    let added = futures::stream::iter(messages.into_iter().map(|(route, msg)| {
         let request = handle.route().add(msg).replace().execute();
         async move { (route, request.await) }
     }))
     .buffer_unordered(IN_FLIGHT)
     .collect::<Vec<_>>()
     .await;
-    for (route, result) in additions {
+    for (route, result) in added {
         match result {
             Ok(()) => {
                 eprintln!("added route {route}");
@@ -410,6 +454,122 @@ pub async fn reconcile_routes(handle: &Handle, want: &[Route]) -> Changes {
         }
     }
     changes
+}
+
+/// The request that adds the permanent neighbour entry `vtep -> mac` on link `index`.
+fn neighbour_request(handle: &Handle, index: u32, vtep: &Vtep) -> rtnetlink::NeighbourAddRequest {
+    handle.neighbours().add(index, vtep.vtep).link_layer_address(&vtep.mac).state(NeighbourState::Permanent)
+}
+
+/// The request that adds the permanent FDB entry `mac -> dst` on VXLAN link `index`.
+fn fdb_request(handle: &Handle, index: u32, mac: &[u8; 6], dst: Ipv4Addr) -> rtnetlink::NeighbourAddRequest {
+    handle
+        .neighbours()
+        .add_bridge(index, mac)
+        .destination(IpAddr::V4(dst))
+        .flags(NeighbourFlags::Own)
+        .state(NeighbourState::Permanent)
+}
+
+/// One FDB entry per remote node (its MAC), whichever of its families' VTEPs comes first.
+fn fdb_entries(vteps: &[Vtep]) -> BTreeMap<[u8; 6], Ipv4Addr> {
+    let mut fdb = BTreeMap::new();
+    for v in vteps {
+        fdb.entry(v.mac).or_insert(v.dst);
+    }
+    fdb
+}
+
+/// As [`apply_route_delta`], for the neighbour and FDB entries on VXLAN link `index`.
+pub async fn apply_vtep_delta(handle: &Handle, index: u32, before: &[Vtep], after: &[Vtep]) -> Changes {
+    let mut changes = Changes::default();
+    let delta = vtep_delta(before, after);
+    let gone_or_absent = |e: &rtnetlink::Error| matches!(errno(e), Some(libc::ENOENT) | Some(libc::ESRCH));
+    for old in delta.neighbours_gone {
+        let mut request = neighbour_request(handle, index, old);
+        match handle.neighbours().del(request.message_mut().clone()).execute().await {
+            Ok(()) => {
+                eprintln!("removed neighbour {} on link {index}", old.vtep);
+                changes.removed += 1;
+            }
+            Err(e) if gone_or_absent(&e) => {}
+            Err(e) => {
+                eprintln!("error: remove neighbour {} on link {index}: {e}", old.vtep);
+                changes.errors += 1;
+            }
+        }
+    }
+    for (mac, dst) in &delta.fdb_gone {
+        let mut request = fdb_request(handle, index, mac, *dst);
+        match handle.neighbours().del(request.message_mut().clone()).execute().await {
+            Ok(()) => {
+                eprintln!("removed FDB entry {} on link {index}", format_mac(mac));
+                changes.removed += 1;
+            }
+            Err(e) if gone_or_absent(&e) => {}
+            Err(e) => {
+                eprintln!("error: remove FDB entry {} on link {index}: {e}", format_mac(mac));
+                changes.errors += 1;
+            }
+        }
+    }
+    for new in delta.neighbours_new {
+        add_neighbour(handle, index, new, &mut changes).await;
+    }
+    for (mac, dst) in &delta.fdb_new {
+        add_fdb(handle, index, mac, *dst, &mut changes).await;
+    }
+    changes
+}
+
+/// What [`apply_vtep_delta`] sends: neighbour entries whose address went, FDB entries whose MAC
+/// went, and the new or changed ones of each (added with replace).
+#[derive(Debug, PartialEq)]
+struct VtepDelta<'a> {
+    neighbours_gone: Vec<&'a Vtep>,
+    fdb_gone: Vec<([u8; 6], Ipv4Addr)>,
+    neighbours_new: Vec<&'a Vtep>,
+    fdb_new: Vec<([u8; 6], Ipv4Addr)>,
+}
+
+fn vtep_delta<'a>(before: &'a [Vtep], after: &'a [Vtep]) -> VtepDelta<'a> {
+    let (fdb_before, fdb_after) = (fdb_entries(before), fdb_entries(after));
+    VtepDelta {
+        neighbours_gone: before.iter().filter(|b| !after.iter().any(|a| a.vtep == b.vtep)).collect(),
+        fdb_gone: fdb_before.iter().filter(|(mac, _)| !fdb_after.contains_key(*mac)).map(|(m, d)| (*m, *d)).collect(),
+        neighbours_new: after.iter().filter(|a| !before.iter().any(|b| b.vtep == a.vtep && b.mac == a.mac)).collect(),
+        fdb_new: fdb_after
+            .iter()
+            .filter(|(mac, dst)| fdb_before.get(*mac) != Some(*dst))
+            .map(|(m, d)| (*m, *d))
+            .collect(),
+    }
+}
+
+async fn add_neighbour(handle: &Handle, index: u32, vtep: &Vtep, changes: &mut Changes) {
+    match neighbour_request(handle, index, vtep).replace().execute().await {
+        Ok(()) => {
+            eprintln!("added neighbour {} lladdr {} on link {index}", vtep.vtep, format_mac(&vtep.mac));
+            changes.added += 1;
+        }
+        Err(e) => {
+            eprintln!("error: add neighbour {}: {e}", vtep.vtep);
+            changes.errors += 1;
+        }
+    }
+}
+
+async fn add_fdb(handle: &Handle, index: u32, mac: &[u8; 6], dst: Ipv4Addr, changes: &mut Changes) {
+    match fdb_request(handle, index, mac, dst).replace().execute().await {
+        Ok(()) => {
+            eprintln!("added FDB entry {} dst {dst} on link {index}", format_mac(mac));
+            changes.added += 1;
+        }
+        Err(e) => {
+            eprintln!("error: add FDB entry {} dst {dst}: {e}", format_mac(mac));
+            changes.errors += 1;
+        }
+    }
 }
 
 /// Makes the permanent neighbour (IPv4, IPv6) and FDB (bridge) entries on VXLAN device `index`
@@ -482,49 +642,18 @@ pub async fn reconcile_vteps(handle: &Handle, index: u32, want: &[Vtep]) -> Chan
             changes.removed += 1;
         }
     }
-    let mut fdb_done = std::collections::BTreeSet::new();
     for w in want {
         let good =
             neigh.get(&w.vtep).is_some_and(|(mac, msg)| *mac == w.mac && msg.header.state == NeighbourState::Permanent);
         if !good {
-            let req = handle
-                .neighbours()
-                .add(index, w.vtep)
-                .link_layer_address(&w.mac)
-                .state(NeighbourState::Permanent)
-                .replace();
-            match req.execute().await {
-                Ok(()) => {
-                    eprintln!("added neighbour {} lladdr {} on link {index}", w.vtep, format_mac(&w.mac));
-                    changes.added += 1;
-                }
-                Err(e) => {
-                    eprintln!("error: add neighbour {}: {e}", w.vtep);
-                    changes.errors += 1;
-                }
-            }
+            add_neighbour(handle, index, w, &mut changes).await;
         }
-        // One FDB entry per node, whichever of its families' VTEPs asks first.
-        if fdb.get(&w.mac).is_some_and(|(dst, _)| *dst == Some(w.dst)) || !fdb_done.insert(w.mac) {
+    }
+    for (mac, dst) in fdb_entries(want) {
+        if fdb.get(&mac).is_some_and(|(have, _)| *have == Some(dst)) {
             continue;
         }
-        let req = handle
-            .neighbours()
-            .add_bridge(index, &w.mac)
-            .destination(IpAddr::V4(w.dst))
-            .flags(NeighbourFlags::Own)
-            .state(NeighbourState::Permanent)
-            .replace();
-        match req.execute().await {
-            Ok(()) => {
-                eprintln!("added FDB entry {} dst {} on link {index}", format_mac(&w.mac), w.dst);
-                changes.added += 1;
-            }
-            Err(e) => {
-                eprintln!("error: add FDB entry {} dst {}: {e}", format_mac(&w.mac), w.dst);
-                changes.errors += 1;
-            }
-        }
+        add_fdb(handle, index, &mac, dst, &mut changes).await;
     }
     changes
 }
@@ -532,6 +661,57 @@ pub async fn reconcile_vteps(handle: &Handle, index: u32, want: &[Vtep]) -> Chan
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn route(dst: &str, gw: &str) -> Route {
+        Route { dst: dst.parse().unwrap(), gw: gw.parse().unwrap(), oif: None, onlink: false }
+    }
+
+    #[test]
+    fn a_route_delta_touches_only_what_changed() {
+        let before = [route("10.244.1.0/24", "10.95.0.11"), route("10.244.2.0/24", "10.95.0.12")];
+        // Node 2 moved, node 3 joined, node 1 is unchanged.
+        let after = [
+            route("10.244.1.0/24", "10.95.0.11"),
+            route("10.244.2.0/24", "10.95.0.22"),
+            route("10.244.3.0/24", "10.95.0.13"),
+        ];
+        let (gone, new) = route_delta(&before, &after);
+        assert!(gone.is_empty(), "a moved node's route is replaced, not deleted: {gone:?}");
+        assert_eq!(new, [&after[1], &after[2]]);
+        // Node 1 left.
+        let (gone, new) = route_delta(&after, &after[1..]);
+        assert_eq!((gone, new), (vec![&after[0]], vec![]));
+        assert_eq!(route_delta(&after, &after), (vec![], vec![]));
+    }
+
+    #[test]
+    fn a_vtep_delta_keeps_one_fdb_entry_per_node() {
+        let mac1 = [2, 0, 0, 0, 0, 1];
+        let mac2 = [2, 0, 0, 0, 0, 2];
+        let dst1: Ipv4Addr = "10.97.0.11".parse().unwrap();
+        let dst2: Ipv4Addr = "10.97.0.12".parse().unwrap();
+        let v = |vtep: &str, mac, dst| Vtep { vtep: vtep.parse().unwrap(), mac, dst };
+        let node1 = [v("10.244.1.0", mac1, dst1), v("fd00:10:244:1::", mac1, dst1)];
+        let both = [node1[0].clone(), node1[1].clone(), v("10.244.2.0", mac2, dst2)];
+
+        // Node 2 joins: its neighbour and its FDB entry, nothing of node 1's.
+        let join = vtep_delta(&node1, &both);
+        assert_eq!(join.neighbours_new, [&both[2]]);
+        assert_eq!(join.fdb_new, [(mac2, dst2)]);
+        assert!(join.neighbours_gone.is_empty() && join.fdb_gone.is_empty(), "{join:?}");
+
+        // Node 1 leaves: both its neighbours, its one FDB entry.
+        let leave = vtep_delta(&both, &both[2..]);
+        assert_eq!(leave.neighbours_gone, [&both[0], &both[1]]);
+        assert_eq!(leave.fdb_gone, [(mac1, dst1)]);
+        assert!(leave.neighbours_new.is_empty() && leave.fdb_new.is_empty(), "{leave:?}");
+
+        // Node 2 moves to another underlay address: only its FDB entry is rewritten.
+        let moved = [both[0].clone(), both[1].clone(), v("10.244.2.0", mac2, dst1)];
+        let change = vtep_delta(&both, &moved);
+        assert_eq!(change.fdb_new, [(mac2, dst1)]);
+        assert!(change.neighbours_new.is_empty() && change.neighbours_gone.is_empty() && change.fdb_gone.is_empty());
+    }
 
     #[test]
     fn macs_round_trip() {

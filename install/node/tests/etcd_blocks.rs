@@ -89,9 +89,7 @@ impl Fixture {
 
 #[test]
 fn twenty_agents_starting_at_once_get_twenty_distinct_blocks() {
-    if skip_unless_root("twenty_agents_starting_at_once_get_twenty_distinct_blocks") {
-        return;
-    }
+    require(&["etcd", "etcdctl"]);
     let mut f = fixture(20);
     for i in 0..20 {
         f.start(i, 60);
@@ -136,9 +134,7 @@ fn twenty_agents_starting_at_once_get_twenty_distinct_blocks() {
 
 #[test]
 fn a_block_survives_a_restart_and_is_never_shared_with_a_live_holder() {
-    if skip_unless_root("a_block_survives_a_restart_and_is_never_shared_with_a_live_holder") {
-        return;
-    }
+    require(&["etcd", "etcdctl"]);
     let mut f = fixture(2);
     // Block 0 is held by a live lease of a node that is not running an agent here.
     let lease = f.etcd.etcdctl(&["lease", "grant", "120"]);
@@ -174,9 +170,7 @@ fn a_block_survives_a_restart_and_is_never_shared_with_a_live_holder() {
 
 #[test]
 fn an_expired_lease_frees_the_block_and_the_node_takes_it_back() {
-    if skip_unless_root("an_expired_lease_frees_the_block_and_the_node_takes_it_back") {
-        return;
-    }
+    require(&["etcd", "etcdctl"]);
     let mut f = fixture(3);
     for i in 0..3 {
         f.start(i, 5);
@@ -206,9 +200,7 @@ fn an_expired_lease_frees_the_block_and_the_node_takes_it_back() {
 
 #[test]
 fn hostile_records_route_nothing_and_break_nothing() {
-    if skip_unless_root("hostile_records_route_nothing_and_break_nothing") {
-        return;
-    }
+    require(&["etcd", "etcdctl"]);
     let mut f = fixture(1);
     let put = |key: &str, value: &str| {
         f.etcd.etcdctl(&["put", &format!("/cni-rs/subnets/{key}"), value]);
@@ -255,9 +247,7 @@ fn hostile_records_route_nothing_and_break_nothing() {
 
 #[test]
 fn node_ip_defaults_to_the_default_route_interface() {
-    if skip_unless_root("node_ip_defaults_to_the_default_route_interface") {
-        return;
-    }
+    require(&["etcd", "etcdctl"]);
     let mut f = fixture(1);
     let ns = f.nodes[0].0.clone();
     // A second interface with an address that sorts first, and the default route via eth0.

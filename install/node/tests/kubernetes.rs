@@ -106,9 +106,7 @@ fn control(ns: &str, path: &str, body: &str) {
 
 #[test]
 fn kubernetes_nodes_list_watch_gone_and_annotation() {
-    if skip_unless_root("kubernetes_nodes_list_watch_gone_and_annotation") || !which("openssl") || !which("python3") {
-        return;
-    }
+    require(&["openssl", "python3"]);
     let t = tag();
     let dir = TempDir::new("k8s");
     let seg = Segment::new(format!("cnseg{t}"), "10.95.0.1/24");

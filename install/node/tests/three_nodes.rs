@@ -239,9 +239,7 @@ fn assert_full_mesh(c: &mut Cluster, pods: &[Pod]) {
 
 #[test]
 fn three_nodes_route_pods_across_host_gw_and_vxlan() {
-    if skip_unless_root("three_nodes_route_pods_across_host_gw_and_vxlan") || !which("socat") || !which("busybox") {
-        return;
-    }
+    require(&["etcd", "etcdctl", "socat", "busybox"]);
     let mut c = cluster("auto");
     for i in 0..3 {
         wait_for("every node's conflist and two routes", Duration::from_secs(30), || {
@@ -373,9 +371,7 @@ fn three_nodes_route_pods_across_host_gw_and_vxlan() {
 
 #[test]
 fn three_nodes_all_over_vxlan() {
-    if skip_unless_root("three_nodes_all_over_vxlan") || !which("socat") || !which("busybox") {
-        return;
-    }
+    require(&["etcd", "etcdctl", "socat", "busybox"]);
     let mut c = cluster("vxlan");
     for i in 0..3 {
         wait_for("every node's conflist and two routes", Duration::from_secs(30), || {

@@ -18,26 +18,32 @@ pub fn tag() -> String {
     format!("{}{}", std::process::id() % 100000, SEQ.fetch_add(1, Ordering::SeqCst))
 }
 
-pub fn skip_unless_root(test: &str) -> bool {
-    if nix_is_root() && which("etcd") && which("ip") {
-        return false;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{test}: needs root, etcd (etcd-server) and iproute2");
-    }
-    eprintln!("skipping {test}: needs root, etcd (apt-get install etcd-server) and iproute2");
-    true
-}
+/// What installs each tool these tests run (Debian packages, and pip for kubernetes-validate).
+const INSTALL: &[(&str, &str)] = &[
+    ("ip", "apt-get install iproute2"),
+    ("etcd", "apt-get install etcd-server"),
+    ("etcdctl", "apt-get install etcd-client"),
+    ("curl", "apt-get install curl"),
+    ("socat", "apt-get install socat"),
+    ("busybox", "apt-get install busybox-static"),
+    ("openssl", "apt-get install openssl"),
+    ("python3", "apt-get install python3"),
+    ("strace", "apt-get install strace"),
+    ("kubernetes-validate", "pip install kubernetes-validate"),
+];
 
-fn nix_is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-pub fn which(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
-        .unwrap_or(false)
+/// The privileged-test policy of the cni-tests crate: fails the test unless it runs as root and
+/// `tools` (plus iproute2) are on PATH, naming what installs each missing one. Never a skip.
+pub fn require(tools: &[&str]) {
+    cni_tests::require_root();
+    let wanted: Vec<(&str, &str)> = std::iter::once("ip")
+        .chain(tools.iter().copied())
+        .map(|tool| {
+            let install = INSTALL.iter().find(|(t, _)| *t == tool).map_or("see tests/setup.sh", |(_, how)| *how);
+            (tool, install)
+        })
+        .collect();
+    cni_tests::require_tools_from(&wanted);
 }
 
 /// Runs a command and panics with its output if it fails.

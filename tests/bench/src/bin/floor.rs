@@ -51,7 +51,7 @@ impl NlRequest {
     }
     fn raw(&mut self, data: &[u8]) -> &mut Self {
         self.0.extend_from_slice(data);
-        while !self.0.len().is_multiple_of(4) {
+        while self.0.len() % 4 != 0 {
             self.0.push(0);
         }
         self
