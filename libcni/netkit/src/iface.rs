@@ -342,6 +342,20 @@ pub fn chained(prev: Option<&CniResult>, own: CniResult) -> CniResult {
     out
 }
 
+/// An `mtu` key as the interface plugins take it: absent or 0 is the kernel's default, else
+/// 68-65535 (code 7 naming the key as written).
+pub fn parse_mtu(mtu: Option<&libcni::gojson::Spelled<i64>>) -> Result<Option<u32>> {
+    match mtu {
+        None | Some(libcni::gojson::Spelled { value: 0, .. }) => Ok(None),
+        Some(libcni::gojson::Spelled { value: m @ 68..=65535, .. }) => Ok(Some(*m as u32)),
+        Some(m) => Err(Error::config(format!(
+            "invalid {} {}: use 68-65535, or 0 for the kernel default",
+            m.key_or("mtu"),
+            m.value
+        ))),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
