@@ -126,10 +126,7 @@ fn mac_from(req: &Request) -> Result<Option<[u8; 6]>> {
     mac.filter(|m| !m.is_empty()).map(|m| parse_mac(&m)).transpose()
 }
 
-/// A plugin type that names a file in CNI_PATH, never a path.
-pub fn valid_plugin_type(t: &str) -> bool {
-    !(t.contains('/') || t == "." || t == "..")
-}
+pub use libcni::invoke::valid_plugin_type;
 
 pub fn parse(req: &Request) -> Result<BridgeConf> {
     let raw: Raw = req.plugin_conf()?;

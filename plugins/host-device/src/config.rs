@@ -128,11 +128,11 @@ pub fn parse(req: &Request) -> Result<HostDeviceConf> {
             r#"specify either "device", "hwaddr", "kernelpath" or "pciBusID" (or a runtimeConfig deviceID): the host device to move"#,
         ));
     };
-    Ok(HostDeviceConf {
-        selector,
-        ipam_type: req.conf.ipam_type().filter(|t| !t.is_empty()).map(str::to_string),
-        dns: req.conf.dns.clone().filter(|d| *d != Dns::default()),
-    })
+    let ipam_type = req.conf.ipam_type().filter(|t| !t.is_empty()).map(str::to_string);
+    if let Some(t) = ipam_type.as_deref().filter(|t| !libcni::invoke::valid_plugin_type(t)) {
+        return Err(Error::config(format!("invalid ipam type {t:?}: a plugin name cannot contain '/'")));
+    }
+    Ok(HostDeviceConf { selector, ipam_type, dns: req.conf.dns.clone().filter(|d| *d != Dns::default()) })
 }
 
 #[cfg(test)]
