@@ -37,14 +37,7 @@ impl Plugin for Ptp {
         let ns = netkit::container_netns(req)?;
         let host = Netlink::open()?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
-        let mut undo = Undo::default();
-        match add(req, &conf, &ns, &host, fw.as_deref(), &mut undo) {
-            Ok(r) => Ok(iface::chained(req.conf.prev_result.as_ref(), r)),
-            Err(e) => {
-                undo.run();
-                Err(e)
-            }
-        }
+        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &host, fw.as_deref(), undo))
     }
 
     /// Releases the addresses, removes the masquerade rules and the veth (which takes the host
@@ -77,11 +70,7 @@ impl Plugin for Ptp {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let prev = req
-            .conf
-            .prev_result
-            .as_ref()
-            .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))?;
+        let prev = iface::prev_result_for_check(req)?;
         let ns = netkit::container_netns(req)?;
         invoke::delegate_check(&conf.ipam_type, req)?;
         check(req, &conf, prev, &ns)

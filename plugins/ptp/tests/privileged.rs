@@ -5,7 +5,7 @@
 //! switches between the reference ptp (/usr/lib/cni) and ours. Privileged: makes its own
 //! namespaces and removes them even when an assertion fails.
 
-use cni_tests::{bin_dir, pings, reservations, run, sh, unique, LinkGuard, Netns, TempDir};
+use cni_tests::{bin_dir, pings, reservations, run, sh, unique, Netns, RemoteHost, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use libcni::version::{at_least, SUPPORTED};
@@ -228,24 +228,15 @@ fn failed_add_leaves_nothing() {
 /// to the pod subnet, so only a masqueraded packet is answered; DEL removes the rules.
 #[test]
 fn mtu_and_masquerade() {
-    let host_routes = sh("ip", &["route"]);
-    assert!(!host_routes.contains("203.0.113."), "this host already routes 203.0.113.0/24; the test needs it free");
     for (i, backend) in ["nftables", "iptables"].into_iter().enumerate() {
         let net = network("1.0.0", 50 + i as u8, 24, json!({ "ipMasq": true, "ipMasqBackend": backend, "mtu": 1400 }));
         let pod = Netns::new("cnpm");
-        let remote = Netns::new("cnpr");
-        let (host_end, remote_end) = (unique("cnph"), unique("cnpx"));
-        let _guard = LinkGuard(host_end.clone());
-        sh("ip", &["link", "add", &host_end, "type", "veth", "peer", "name", &remote_end, "netns", &remote.name]);
-        sh("ip", &["addr", "add", "203.0.113.1/24", "dev", &host_end]);
-        sh("ip", &["link", "set", &host_end, "up"]);
-        remote.sh("ip", &["addr", "add", "203.0.113.2/24", "dev", &remote_end]);
-        remote.sh("ip", &["link", "set", &remote_end, "up"]);
+        let _remote = RemoteHost::up();
         let r = rt(&pod);
         let res = net.cni.add_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: ADD: {e}"));
         assert!(pod.sh("ip", &["link", "show", "eth0"]).contains("mtu 1400"), "{backend}: pod mtu");
         assert!(sh("ip", &["link", "show", &host_veth(&res, &r)]).contains("mtu 1400"), "{backend}: host end mtu");
-        assert!(pings(&pod, "203.0.113.2"), "{backend}: the pod cannot reach the remote host through masquerade");
+        assert!(pings(&pod, RemoteHost::ADDR), "{backend}: the pod cannot reach the remote host through masquerade");
         net.cni.check_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: CHECK: {e}"));
         net.cni.del_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: DEL: {e}"));
         let subnet = format!("10.202.{}.", 50 + i);
