@@ -229,6 +229,32 @@ impl Drop for TempDir {
     }
 }
 
+/// A "remote host" in a namespace of its own, linked to this host by a veth on 203.0.113.0/24
+/// (this host .1, the remote [`RemoteHost::ADDR`]) and with no route back to any pod subnet, so
+/// only a pod's masqueraded packets are answered. Panics when this host already routes that subnet.
+pub struct RemoteHost {
+    pub ns: Netns,
+    _host_end: LinkGuard,
+}
+
+impl RemoteHost {
+    pub const ADDR: &'static str = "203.0.113.2";
+
+    pub fn up() -> RemoteHost {
+        let routes = sh("ip", &["route"]);
+        assert!(!routes.contains("203.0.113."), "this host already routes 203.0.113.0/24; the test needs it free");
+        let ns = Netns::new("cnrm");
+        let (host_end, remote_end) = (unique("cnrh"), unique("cnrx"));
+        let guard = LinkGuard(host_end.clone());
+        sh("ip", &["link", "add", &host_end, "type", "veth", "peer", "name", &remote_end, "netns", &ns.name]);
+        sh("ip", &["addr", "add", "203.0.113.1/24", "dev", &host_end]);
+        sh("ip", &["link", "set", &host_end, "up"]);
+        ns.sh("ip", &["addr", "add", &format!("{}/24", Self::ADDR), "dev", &remote_end]);
+        ns.sh("ip", &["link", "set", &remote_end, "up"]);
+        RemoteHost { ns, _host_end: guard }
+    }
+}
+
 /// True if `ping` from inside `ns` reaches `addr` (one packet, short timeout).
 pub fn pings(ns: &Netns, addr: &str) -> bool {
     ns.exec("busybox", &["ping", "-c", "1", "-W", "2", addr]).status.success()

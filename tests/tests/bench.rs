@@ -44,6 +44,8 @@ fn cni_bench_measures_both_plugin_sets_and_the_floor() {
         key("latency", "reference", "add_median", ""),
         key("latency", "reference", "del_median", ""),
         key("latency", "floor", "add_median", ""),
+        key("latency", "ours", "ptp_add_median", ""),
+        key("latency", "reference", "ptp_del_median", ""),
         key("latency", "floor+nft", "add_median", ""),
         key("churn", "ours", "pods_per_second", "1"),
         key("churn", "reference", "pods_per_second", "1"),

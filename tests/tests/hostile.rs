@@ -132,6 +132,13 @@ impl Fixture {
             "firewall" => json!({
                 "cniVersion": "1.0.0", "name": self.network, "type": "firewall", "prevResult": self.prev_result()
             }),
+            "ptp" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "ptp", "ipMasq": true, "ipam": self.ipam()
+            }),
+            "host-device" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "host-device", "device": "cnhdnone0",
+                "ipam": self.ipam()
+            }),
             other => panic!("no base config for {other}"),
         }
     }
@@ -360,7 +367,7 @@ const BAD_CNI_ARGS: [(&str, &str); 5] = [
 ];
 
 fn reads_cni_args(plugin: &str) -> bool {
-    matches!(plugin, "bridge" | "host-local" | "tuning" | "static")
+    matches!(plugin, "bridge" | "host-local" | "tuning" | "static" | "ptp" | "host-device")
 }
 
 /// Rows for plugins that open CNI_NETNS on ADD.
@@ -1218,7 +1225,7 @@ fn del_succeeds_where_add_refuses() {
     std::fs::write(f.scratch.path().join("data").join("netns-empty"), "").expect("write");
     let empty_netns = f.scratch.path().join("data").join("netns-empty").display().to_string();
     let mut failures = Vec::new();
-    for plugin in ["bridge", "host-local", "loopback", "portmap", "tuning", "bandwidth"] {
+    for plugin in ["bridge", "host-local", "loopback", "portmap", "tuning", "bandwidth", "ptp", "host-device"] {
         let base = f.base(plugin);
         let mut rows: Vec<Case> = BAD_CNI_ARGS
             .iter()
@@ -1274,6 +1281,15 @@ fn del_succeeds_where_add_refuses() {
                 case("ingressRate without ingressBurst", with(&base, "ingressBurst", json!(0)), 0),
                 case("egressRate a string", with(&base, "egressRate", json!("8Mbit")), 0),
                 case("unshapedSubnets", with(&base, "unshapedSubnets", json!(["10.0.0.0/8"])), 0),
+            ]),
+            "ptp" => rows.extend([
+                case("mtu 67", with(&base, "mtu", json!(67)), 0),
+                case("ipMasqBackend unknown", with(&base, "ipMasqBackend", json!("pf")), 0),
+                case("no ipam type", with(&base, "ipam", json!({})), 0),
+            ]),
+            "host-device" => rows.extend([
+                case("no device key", without(&base, "device"), 0),
+                case("hwaddr not a MAC", with(&without_keys(&base, &["device"]), "hwaddr", json!("zz")), 0),
             ]),
             _ => {}
         }
@@ -1420,4 +1436,64 @@ fn cnitool_refuses_hostile_input() {
     f.assert_nothing_left("cnitool");
     assert!(list_tree(&cache.path().join("results")).is_empty(), "cnitool cached a failed ADD");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn ptp_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("ptp");
+    vec![
+        case("mtu 40", with(&b, "mtu", json!(40)), CONFIG),
+        case("mtu 70000", with(&b, "mtu", json!(70000)), CONFIG),
+        case("mtu negative", with(&b, "mtu", json!(-1)), CONFIG),
+        case("mtu a string", with(&b, "mtu", json!("1500")), CONFIG),
+        case("ipMasq a number", with(&b, "ipMasq", json!(1)), CONFIG),
+        case("ipMasqBackend unknown", with(&b, "ipMasqBackend", json!("pf")), CONFIG),
+        case("ipMasqBackend a number", with(&b, "ipMasqBackend", json!(1)), CONFIG),
+        case("no ipam", without(&b, "ipam"), CONFIG),
+        case("ipam without a type", with(&b, "ipam", json!({ "dataDir": f.data_dir() })), CONFIG),
+        case("ipam.type a path", with(&b, "ipam", json!({ "type": "../../bin/sh" })), CONFIG),
+        case("ipam.type a main plugin", with(&b, "ipam", json!({ "type": "ptp" })), CONFIG),
+        case("ipam.type not in CNI_PATH", with(&b, "ipam", json!({ "type": "no-such-ipam" })), CONFIG),
+    ]
+}
+
+#[test]
+fn ptp_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "ptp");
+    cases.extend(netns_cases(&f, "ptp"));
+    cases.extend(ptp_cases(&f));
+    run_table(&f, "ptp", &cases);
+}
+
+fn host_device_cases(f: &Fixture) -> Vec<Case> {
+    let b = without_keys(&f.base("host-device"), &["device"]);
+    let set = |k: &str, v: Value| with(&b, k, v);
+    vec![
+        case("no device key of any kind", b.to_string(), CONFIG),
+        case("device a number", set("device", json!(5)), CONFIG),
+        case("device with /", set("device", json!("a/b")), CONFIG),
+        case("device ..", set("device", json!("..")), CONFIG),
+        case("device 16 bytes", set("device", json!("eth0123456789abc")), CONFIG),
+        case("hwaddr malformed", set("hwaddr", json!("zz:zz")), CONFIG),
+        case("hwaddr a number", set("hwaddr", json!(5)), CONFIG),
+        case("kernelpath outside /sys/devices", set("kernelpath", json!("/etc")), CONFIG),
+        case("kernelpath escaping with ..", set("kernelpath", json!("/sys/devices/../../etc")), CONFIG),
+        case("kernelpath relative", set("kernelpath", json!("sys/devices/pci0000:00")), CONFIG),
+        case("pciBusID a path", set("pciBusID", json!("../../../../etc")), CONFIG),
+        case("pciBusID function 8", set("pciBusID", json!("0000:03:00.8")), CONFIG),
+        case("runtimeConfig.deviceID a path", set("runtimeConfig", json!({ "deviceID": "../x/y" })), CONFIG),
+        case("runtimeConfig.deviceID a number", set("runtimeConfig", json!({ "deviceID": 7 })), CONFIG),
+        case("ipam.type a path", with(&f.base("host-device"), "ipam", json!({ "type": "/bin/sh" })), CONFIG),
+        // A device the host does not have: nothing moved, no address taken.
+        case("device not on the host", f.base("host-device").to_string(), 100),
+    ]
+}
+
+#[test]
+fn host_device_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "host-device");
+    cases.extend(netns_cases(&f, "host-device"));
+    cases.extend(host_device_cases(&f));
+    run_table(&f, "host-device", &cases);
 }

@@ -63,6 +63,11 @@ impl CniEnv {
     }
 }
 
+/// Whether `plugin_type` can only name a file in CNI_PATH: no path separator, not `.` or `..`.
+pub fn valid_plugin_type(plugin_type: &str) -> bool {
+    !(plugin_type.contains('/') || plugin_type.contains('\\') || plugin_type == "." || plugin_type == "..")
+}
+
 /// The first regular file `dir/<plugin_type>` in path order. A type that could name another
 /// directory (a path separator, `..`) is refused with code 7; not found is code 7 too (it is the
 /// configuration that names a plugin we do not have).
@@ -70,7 +75,7 @@ pub fn find_plugin(plugin_type: &str, path: &[PathBuf]) -> Result<PathBuf> {
     if plugin_type.is_empty() {
         return Err(Error::config("plugin type is empty: every plugin in a configuration needs a \"type\""));
     }
-    if plugin_type.contains('/') || plugin_type.contains('\\') || plugin_type == "." || plugin_type == ".." {
+    if !valid_plugin_type(plugin_type) {
         return Err(Error::config(format!(
             "invalid plugin type {plugin_type:?}: a type names a binary in CNI_PATH, not a path"
         )));

@@ -342,6 +342,41 @@ pub fn chained(prev: Option<&CniResult>, own: CniResult) -> CniResult {
     out
 }
 
+/// An interface plugin's ADD: runs `steps` with an [`Undo`] that runs when they fail; on success
+/// their result, chained after prevResult ([`chained`]).
+pub fn add_or_undo<'a>(req: &Request, steps: impl FnOnce(&mut Undo<'a>) -> Result<CniResult>) -> Result<CniResult> {
+    let mut undo = Undo::default();
+    match steps(&mut undo) {
+        Ok(r) => Ok(chained(req.conf.prev_result.as_ref(), r)),
+        Err(e) => {
+            undo.run();
+            Err(e)
+        }
+    }
+}
+
+/// The prevResult CHECK compares with (code 7 without one).
+pub fn prev_result_for_check(req: &Request) -> Result<&CniResult> {
+    req.conf
+        .prev_result
+        .as_ref()
+        .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))
+}
+
+/// An `mtu` key as the interface plugins take it: absent or 0 is the kernel's default, else
+/// 68-65535 (code 7 naming the key as written).
+pub fn parse_mtu(mtu: Option<&libcni::gojson::Spelled<i64>>) -> Result<Option<u32>> {
+    match mtu {
+        None | Some(libcni::gojson::Spelled { value: 0, .. }) => Ok(None),
+        Some(libcni::gojson::Spelled { value: m @ 68..=65535, .. }) => Ok(Some(*m as u32)),
+        Some(m) => Err(Error::config(format!(
+            "invalid {} {}: use 68-65535, or 0 for the kernel default",
+            m.key_or("mtu"),
+            m.value
+        ))),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -5,7 +5,7 @@ use libcni::gojson::{self, Spelled};
 use libcni::skel::{validate_ifname, Request};
 use libcni::types::Dns;
 use libcni::{Error, Result};
-use netkit::firewall::{self, BackendKind};
+use netkit::firewall;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -78,14 +78,7 @@ pub struct BridgeConf {
     pub mac: Option<[u8; 6]>,
 }
 
-/// The masquerade backend, chosen once while parsing: `ipMasqBackend`, or detected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IpMasq {
-    pub backend: BackendKind,
-    /// No `ipMasqBackend` was set: DEL then also removes what the reference plugin left in
-    /// iptables, on a node that switched from it to our nftables.
-    pub detected: bool,
-}
+pub use netkit::firewall::IpMasq;
 
 impl BridgeConf {
     pub fn vlan_filtering(&self) -> bool {
@@ -133,10 +126,7 @@ fn mac_from(req: &Request) -> Result<Option<[u8; 6]>> {
     mac.filter(|m| !m.is_empty()).map(|m| parse_mac(&m)).transpose()
 }
 
-/// A plugin type that names a file in CNI_PATH, never a path.
-pub fn valid_plugin_type(t: &str) -> bool {
-    !(t.contains('/') || t == "." || t == "..")
-}
+pub use libcni::invoke::valid_plugin_type;
 
 pub fn parse(req: &Request) -> Result<BridgeConf> {
     let raw: Raw = req.plugin_conf()?;
@@ -145,14 +135,7 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
         _ => ("bridge".to_string(), "cni0".to_string()),
     };
     validate_ifname(&bridge).map_err(|e| Error::config(format!("{bridge_key} name: {}", e.msg)))?;
-    let mtu = match &raw.mtu {
-        None | Some(Spelled { value: 0, .. }) => None,
-        Some(Spelled { value: m @ 68..=65535, .. }) => Some(*m as u32),
-        Some(m) => {
-            let key = m.key_or("mtu");
-            return Err(Error::config(format!("invalid {key} {}: use 68-65535, or 0 for the kernel default", m.value)));
-        }
-    };
+    let mtu = netkit::iface::parse_mtu(raw.mtu.as_ref())?;
     let vlan = match &raw.vlan {
         None | Some(Spelled { value: 0, .. }) => 0,
         Some(v) => vlan_id(v.value, v.key_or("vlan"))?,
@@ -201,20 +184,7 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
     if raw.is_default_gateway && ipam_type.is_none() {
         return Err(Error::config("isDefaultGateway needs an ipam plugin to learn the gateway address"));
     }
-    let ip_masq_backend = raw.ip_masq_backend.filter(|b| !b.value.is_empty());
-    let backend = match &ip_masq_backend {
-        Some(b) => Some(BackendKind::parse(&b.value).map_err(|_| {
-            let key = b.key_or("ipMasqBackend");
-            Error::config(format!("invalid {key} {:?}: use \"nftables\" or \"iptables\"", b.value))
-        })?),
-        None => None,
-    };
-    // Detecting the backend probes the kernel: only when masquerade is on.
-    let ip_masq = match (raw.ip_masq, backend) {
-        (false, _) => None,
-        (true, Some(backend)) => Some(IpMasq { backend, detected: false }),
-        (true, None) => Some(IpMasq { backend: firewall::choose(None)?, detected: true }),
-    };
+    let ip_masq = firewall::ip_masq(raw.ip_masq, raw.ip_masq_backend.as_ref())?;
     Ok(BridgeConf {
         network: req.conf.name.clone(),
         bridge,
@@ -242,6 +212,7 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+    use netkit::firewall::BackendKind;
     use serde_json::json;
 
     fn parse_conf(raw: Value) -> Result<BridgeConf> {

@@ -33,14 +33,7 @@ impl Plugin for Bridge {
         let ns = netkit::container_netns(req)?;
         let host = Netlink::open()?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
-        let mut undo = Undo::default();
-        match add(req, &conf, &ns, &host, fw.as_deref(), &mut undo) {
-            Ok(r) => Ok(iface::chained(req.conf.prev_result.as_ref(), r)),
-            Err(e) => {
-                undo.run();
-                Err(e)
-            }
-        }
+        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &host, fw.as_deref(), undo))
     }
 
     fn del(&self, req: &Request) -> Result<()> {
@@ -90,11 +83,7 @@ impl Plugin for Bridge {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let prev = req
-            .conf
-            .prev_result
-            .as_ref()
-            .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))?;
+        let prev = iface::prev_result_for_check(req)?;
         let ns = netkit::container_netns(req)?;
         if let Some(ipam) = &conf.ipam_type {
             invoke::delegate_check(ipam, req)?;

@@ -2,7 +2,7 @@
 //! bridge keys with real effects: MAC, MTU, hairpin, port isolation, promisc, no gateway, L2 only,
 //! forceAddress, masquerade to a host with no route back, and undo of a failed ADD.
 
-use cni_tests::{bin_dir, bridge_ports, pings, run, sh, unique, LinkGuard, Netns, TempDir};
+use cni_tests::{bin_dir, bridge_ports, pings, run, sh, unique, LinkGuard, Netns, RemoteHost, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use serde_json::{json, Map, Value};
@@ -146,27 +146,16 @@ fn failed_ipam_undoes_the_veth() {
 
 #[test]
 fn masquerade_reaches_a_host_with_no_route_back() {
-    let host_routes = sh("ip", &["route"]);
-    assert!(!host_routes.contains("203.0.113."), "this host already routes 203.0.113.0/24; the test needs it free");
     for backend in ["nftables", "iptables"] {
         let net = network(
             json!({ "isGateway": true, "isDefaultGateway": true, "ipMasq": true, "ipMasqBackend": backend }),
             Some("10.201.7.0/24"),
         );
         let pod = Netns::new("cnbm");
-        // A "remote host" in its own namespace, linked to the host by a veth on 203.0.113.0/24; it has no
-        // route to the pod subnet, so only masqueraded packets can be answered.
-        let remote = Netns::new("cnbr");
-        let (host_end, remote_end) = (unique("cnbh"), unique("cnbx"));
-        let _guard = LinkGuard(host_end.clone());
-        sh("ip", &["link", "add", &host_end, "type", "veth", "peer", "name", &remote_end, "netns", &remote.name]);
-        sh("ip", &["addr", "add", "203.0.113.1/24", "dev", &host_end]);
-        sh("ip", &["link", "set", &host_end, "up"]);
-        remote.sh("ip", &["addr", "add", "203.0.113.2/24", "dev", &remote_end]);
-        remote.sh("ip", &["link", "set", &remote_end, "up"]);
+        let _remote = RemoteHost::up();
         let r = rt(&pod);
         net.cni.add_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: ADD: {e}"));
-        assert!(pings(&pod, "203.0.113.2"), "{backend}: the pod cannot reach the remote host through masquerade");
+        assert!(pings(&pod, RemoteHost::ADDR), "{backend}: the pod cannot reach the remote host through masquerade");
         net.cni.check_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: CHECK: {e}"));
         net.cni.del_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: DEL: {e}"));
         let nft = String::from_utf8_lossy(&run("nft", &["list", "ruleset"]).stdout).into_owned();

@@ -27,6 +27,26 @@ const IFNAME: &str = "eth0";
 /// The plugins of the conflist, in ADD order.
 pub const PLUGINS: [&str; 4] = ["bridge", "host-local", "portmap", "loopback"];
 
+/// Another chain measured for per-pod latency: `main` with host-local, the same conflist on both
+/// sides (ours on 10.<octet>.0.0/16, the reference on the next /16).
+pub struct Chain {
+    pub name: &'static str,
+    /// The sides' keys (network and state directory names), ours first.
+    keys: [&'static str; 2],
+    /// The sides' pod name tags.
+    tags: [char; 2],
+    main: fn() -> Value,
+    octet: u8,
+}
+
+pub const CHAINS: [Chain; 1] = [Chain {
+    name: "ptp",
+    keys: ["ptp-ours", "ptp-reference"],
+    tags: ['p', 'q'],
+    main: || json!({"type": "ptp", "ipMasq": true}),
+    octet: 232,
+}];
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -151,19 +171,35 @@ pub struct Side {
 
 impl Side {
     fn new(key: &'static str, label: &'static str, tag: char, bin: &Path, octet: u8, port_base: u16) -> Res<Side> {
+        let bridge = format!("{PREFIX}{tag}0");
+        let main = json!({"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": true});
+        let rest = [
+            json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}),
+            json!({"type": "loopback"}),
+        ];
+        Side::with_chain(key, label, tag, bin, octet, port_base, main, &rest)
+    }
+
+    /// A side whose conflist is `main` with host-local on 10.<octet>.0.0/16 and a default route,
+    /// then `rest`.
+    #[allow(clippy::too_many_arguments)]
+    fn with_chain(
+        key: &'static str,
+        label: &'static str,
+        tag: char,
+        bin: &Path,
+        octet: u8,
+        port_base: u16,
+        mut main: Value,
+        rest: &[Value],
+    ) -> Res<Side> {
         let dir = PathBuf::from(STATE).join(key);
         let bridge = format!("{PREFIX}{tag}0");
-        let conf = json!({
-            "cniVersion": "1.0.0",
-            "name": format!("{PREFIX}{key}"),
-            "plugins": [
-                {"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": true,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("10.{octet}.0.0/16")}]],
-                          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": dir.join("ipam")}},
-                {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true},
-                {"type": "loopback"}
-            ]
-        });
+        main["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": format!("10.{octet}.0.0/16")}]],
+                              "routes": [{"dst": "0.0.0.0/0"}], "dataDir": dir.join("ipam")});
+        let mut plugins = vec![main];
+        plugins.extend_from_slice(rest);
+        let conf = json!({"cniVersion": "1.0.0", "name": format!("{PREFIX}{key}"), "plugins": plugins});
         let list = NetworkConfigList::from_bytes(conf.to_string().as_bytes()).map_err(|e| e.to_string())?;
         Ok(Side {
             key,
@@ -839,7 +875,7 @@ fn installed_shape(ours: &Path) -> Res<PathBuf> {
     let first = dir.join("cni-rs");
     // A copy (the target dir may be on another filesystem), then links to it.
     std::fs::copy(&multi, &first).map_err(|e| format!("copy {}: {e}", multi.display()))?;
-    for p in PLUGINS {
+    for p in PLUGINS.into_iter().chain(CHAINS.iter().map(|c| c.name)) {
         std::fs::hard_link(&first, dir.join(p)).map_err(|e| format!("link {p}: {e}"))?;
     }
     Ok(dir)
@@ -866,6 +902,8 @@ pub struct Run {
     pub ours: SideResults,
     pub reference: SideResults,
     pub floor: Floor,
+    /// Per-pod latency of the other chains: (name, ours, reference).
+    pub chains: Vec<(&'static str, Latency, Latency)>,
     pub elapsed: f64,
 }
 
@@ -883,7 +921,7 @@ fn main() {
         std::process::exit(2);
     }
     for (dir, what) in [(&opts.ours, "ours"), (&opts.reference, "reference")] {
-        for p in PLUGINS {
+        for p in PLUGINS.into_iter().chain(CHAINS.iter().map(|c| c.name)) {
             if !dir.join(p).is_file() {
                 eprintln!("cni-bench: {} has no {p} ({what}); build with cargo build --release / install containernetworking-plugins", dir.display());
                 std::process::exit(2);
@@ -921,8 +959,8 @@ fn main() {
         }
         return;
     }
-    match run_all(&opts, &ours, &reference, &floor_bin) {
-        Ok((o, r, f)) => {
+    match run_all(&opts, &ours, &reference, &floor_bin).and_then(|res| Ok((res, chains(&opts, &ours_bin)?))) {
+        Ok(((o, r, f), chains)) => {
             drop(guard);
             let run = Run {
                 machine: machine(&opts.ours),
@@ -930,6 +968,7 @@ fn main() {
                 ours: o,
                 reference: r,
                 floor: f,
+                chains,
                 elapsed: started.elapsed().as_secs_f64(),
             };
             match report::write(&run) {
@@ -991,6 +1030,36 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
         }
     }
     Ok((o, r, fl))
+}
+
+/// Per-pod latency of each of [`CHAINS`], ours and the reference interleaved as for bridge.
+fn chains(opts: &Opts, ours_bin: &Path) -> Res<Vec<(&'static str, Latency, Latency)>> {
+    /// Removes a side's pods, also on error, panic and Ctrl-C.
+    struct Removed<'a>(&'a Side);
+    impl Drop for Removed<'_> {
+        fn drop(&mut self) {
+            self.0.cleanup();
+        }
+    }
+    let mut out = Vec::new();
+    for c in &CHAINS {
+        let (name, [ko, kr], [to, tr]) = (c.name, c.keys, c.tags);
+        let ours = Side::with_chain(ko, "cni-rs", to, ours_bin, c.octet, 0, (c.main)(), &[])?;
+        let reference = Side::with_chain(kr, "reference (Go)", tr, &opts.reference, c.octet + 1, 0, (c.main)(), &[])?;
+        let sides = [&ours, &reference];
+        let _removed = (Removed(&ours), Removed(&reference));
+        for s in sides {
+            s.cleanup();
+        }
+        eprintln!("cni-bench: per-pod latency of {name} + host-local ({} samples per side, interleaved)", opts.samples);
+        let lat = latency(&sides, opts.samples, None)?;
+        eprintln!(
+            "cni-bench: {name}: ADD median {:.1} / {:.1} ms, DEL median {:.1} / {:.1} ms (cni-rs / reference)",
+            lat[0].add.median, lat[1].add.median, lat[0].del.median, lat[1].del.median
+        );
+        out.push((name, lat[0].clone(), lat[1].clone()));
+    }
+    Ok(out)
 }
 
 /// `--probe`: cni-rs alone, for profiling between full runs. With CNI_BENCH_HOLD=FILE set, each

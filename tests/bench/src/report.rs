@@ -60,6 +60,12 @@ fn csv(run: &Run) -> String {
         lat(side, "add", &r.latency.add);
         lat(side, "del", &r.latency.del);
     }
+    for (name, o, r) in &run.chains {
+        for (side, l) in [("ours", o), ("reference", r)] {
+            lat(side, &format!("{name}_add"), &l.add);
+            lat(side, &format!("{name}_del"), &l.del);
+        }
+    }
     lat("floor", "add", &run.floor.netlink.add);
     lat("floor", "del", &run.floor.netlink.del);
     lat("floor+nft", "add", &run.floor.with_nft.add);
@@ -371,6 +377,27 @@ pub fn tables(run: &Run) -> String {
             ratio(b, a),
             ratio(a, fn_)
         );
+    }
+    if !run.chains.is_empty() {
+        let _ =
+            writeln!(s, "\n### Per-pod latency of other chains (each with host-local, the same conflist both sides)\n");
+        let _ = writeln!(s, "| chain | | cni-rs | reference | ours/ref | speedup |");
+        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|");
+        for (name, a, b) in &run.chains {
+            for (what, x, y) in [
+                ("ADD median", a.add.median, b.add.median),
+                ("ADD p99", a.add.p99, b.add.p99),
+                ("DEL median", a.del.median, b.del.median),
+                ("DEL p99", a.del.p99, b.del.p99),
+            ] {
+                let _ = writeln!(
+                    s,
+                    "| {name} | {what} | {x:.1} ms | {y:.1} ms | {:.3} | {:.1}x |",
+                    ratio(x, y),
+                    ratio(y, x)
+                );
+            }
+        }
     }
     let _ = writeln!(s, "\n### Churn (ADD+DEL cycles, namespaces made beforehand)\n");
     let _ = writeln!(s, "| parallel pods | cni-rs | reference | ours/ref |");

@@ -331,3 +331,29 @@ fn check_failed(msg: impl Into<String>) -> Error {
 
 #[cfg(test)]
 mod tests;
+
+/// The masquerade backend an interface plugin's `ipMasq` uses, chosen once while parsing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpMasq {
+    pub backend: BackendKind,
+    /// No `ipMasqBackend` was set: DEL then also removes what the reference plugin left in
+    /// iptables, on a node that switched from it to our nftables.
+    pub detected: bool,
+}
+
+/// `ipMasq` and `ipMasqBackend` as bridge and ptp take them: `None` when masquerade is off; the
+/// backend from `backend` (empty is unset), else detected (which probes the kernel: only when on).
+pub fn ip_masq(on: bool, backend: Option<&libcni::gojson::Spelled<String>>) -> Result<Option<IpMasq>> {
+    let backend = match backend.filter(|b| !b.value.is_empty()) {
+        Some(b) => Some(BackendKind::parse(&b.value).map_err(|_| {
+            let key = b.key_or("ipMasqBackend");
+            Error::config(format!("invalid {key} {:?}: use \"nftables\" or \"iptables\"", b.value))
+        })?),
+        None => None,
+    };
+    Ok(match (on, backend) {
+        (false, _) => None,
+        (true, Some(backend)) => Some(IpMasq { backend, detected: false }),
+        (true, None) => Some(IpMasq { backend: choose(None)?, detected: true }),
+    })
+}

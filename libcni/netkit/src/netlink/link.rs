@@ -38,6 +38,8 @@ pub struct Link {
     pub link_netnsid: Option<i32>,
     /// For bridges: whether VLAN filtering is on.
     pub vlan_filtering: Option<bool>,
+    /// IFLA_IFALIAS (`ip link set X alias A`); host-device keeps a moved device's host name there.
+    pub alias: Option<String>,
 }
 
 impl Link {
@@ -65,6 +67,7 @@ impl Link {
             link_index: None,
             link_netnsid: None,
             vlan_filtering: None,
+            alias: None,
         };
         let mut saw_link = false;
         for attr in &msg.attributes {
@@ -78,6 +81,7 @@ impl Link {
                     link.link_index = Some(*l).filter(|l| *l != 0);
                 }
                 LinkAttribute::LinkNetNsId(id) => link.link_netnsid = Some(*id),
+                LinkAttribute::IfAlias(a) if !a.is_empty() => link.alias = Some(a.clone()),
                 LinkAttribute::OperState(s) => {
                     link.oper_up = *s == State::Up;
                     link.oper_state = match s {
@@ -602,6 +606,33 @@ impl Netlink {
             std::thread::sleep(pause.min(timeout - elapsed));
             pause = (pause * 2).min(Duration::from_millis(100));
         }
+    }
+}
+
+/// Moving a whole device between namespaces (host-device).
+impl Netlink {
+    /// Sets a link's alias (IFLA_IFALIAS).
+    pub fn set_alias(&self, index: u32, alias: &str) -> Result<()> {
+        let mut msg = by_index(index);
+        msg.attributes.push(LinkAttribute::IfAlias(alias.to_string()));
+        self.change(msg, &format!("set alias {alias:?} on link"))
+    }
+
+    /// Moves a link into `ns` under the name `name` there, in one request (IFLA_NET_NS_FD with
+    /// IFLA_IFNAME: the kernel moves the link, which takes it down, then renames it). The link
+    /// must not be up, and `name` must be free in `ns`: else the kernel may have moved the link
+    /// under its old name before failing the rename.
+    pub fn set_netns_named(&self, index: u32, ns: &NetNs, name: &str) -> Result<()> {
+        check_ifname("move link as", name)?;
+        let mut msg = by_index(index);
+        msg.attributes.push(LinkAttribute::NetNsFd(ns.as_raw_fd()));
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        self.change(msg, &format!("set netns {} on link", ns.path().display()))
+    }
+
+    /// The link whose MAC is `mac`, if one is here.
+    pub fn link_by_mac(&self, mac: [u8; 6]) -> Result<Option<Link>> {
+        Ok(self.links()?.into_iter().find(|l| l.mac == Some(mac)))
     }
 }
 

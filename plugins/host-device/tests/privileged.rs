@@ -1,0 +1,226 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! host-device with real namespaces: a test "host" namespace owns a veth end (`hd0`) that stands
+//! for the host's device, its peer sits in a "wire" namespace on the far side. The plugin runs
+//! inside the test host namespace, as it runs in the node's on a real host. Traffic crosses the
+//! moved device on IPv4 and IPv6; every spec version, DEL twice, DEL with the pod gone, a failed
+//! ADD, each way of naming the device, and the reference plugin on the same device.
+
+use cni_tests::{bin_dir, pings, run, Netns};
+use libcni::version::{at_least, SUPPORTED};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const REFERENCE: &str = "/usr/lib/cni";
+
+/// The test host with its device `hd0` (MTU 1300, up, alias `orig`), wired to a far side holding
+/// 10.203.<n>.1/24 and fd00:203:<n>::1/64.
+struct Rig {
+    host: Netns,
+    wire: Netns,
+    pod: Netns,
+    n: u8,
+}
+
+impl Rig {
+    fn new(n: u8) -> Rig {
+        let (host, wire, pod) = (Netns::new("cnhh"), Netns::new("cnhw"), Netns::new("cnhp"));
+        host.ip(&["link", "add", "hd0", "mtu", "1300", "type", "veth", "peer", "name", "far", "netns", &wire.name]);
+        host.ip(&["link", "set", "hd0", "alias", "orig", "up"]);
+        wire.ip(&["addr", "add", &format!("10.203.{n}.1/24"), "dev", "far"]);
+        wire.ip(&["addr", "add", &format!("fd00:203:{n}::1/64"), "dev", "far", "nodad"]);
+        wire.ip(&["link", "set", "far", "up"]);
+        Rig { host, wire, pod, n }
+    }
+
+    fn conf(&self, version: &str, extra: Value) -> Value {
+        let n = self.n;
+        let mut c = json!({
+            "cniVersion": version, "name": "hdnet", "type": "host-device", "device": "hd0",
+            "ipam": { "type": "static", "addresses": [
+                { "address": format!("10.203.{n}.2/24") }, { "address": format!("fd00:203:{n}::2/64") }
+            ]}
+        });
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            if v.is_null() {
+                c.as_object_mut().unwrap().remove(k);
+            } else {
+                c[k] = v.clone();
+            }
+        }
+        c
+    }
+
+    /// Runs `plugin` (ours unless `dir` says otherwise) inside the test host namespace.
+    fn call(&self, dir: &Path, cmd: &str, netns: &str, conf: &Value) -> (bool, Value) {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.host.name])
+            .arg(dir.join("host-device"))
+            .env("CNI_COMMAND", cmd)
+            .env("CNI_CONTAINERID", "hd-ctr")
+            .env("CNI_NETNS", netns)
+            .env("CNI_IFNAME", "net1")
+            .env("CNI_PATH", dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run host-device");
+        child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.success(), v)
+    }
+
+    fn ours(&self, cmd: &str, conf: &Value) -> Value {
+        let (ok, v) = self.call(&bin_dir(), cmd, &self.pod.path, conf);
+        assert!(ok, "{cmd}: {v}");
+        v
+    }
+
+    fn host_link(&self, name: &str) -> Option<String> {
+        let out = run("ip", &["-n", &self.host.name, "-d", "link", "show", name]);
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn pod_has(&self, name: &str) -> bool {
+        self.pod.exec("ip", &["link", "show", name]).status.success()
+    }
+}
+
+fn with_prev(mut conf: Value, prev: &Value) -> Value {
+    conf["prevResult"] = prev.clone();
+    conf
+}
+
+fn ours() -> PathBuf {
+    bin_dir()
+}
+
+#[test]
+fn host_device_on_every_version() {
+    for (i, version) in SUPPORTED.iter().enumerate() {
+        let rig = Rig::new(10 + i as u8);
+        let n = rig.n;
+        let mac = rig.host.sh("cat", &["/sys/class/net/hd0/address"]).trim().to_string();
+        let conf = rig.conf(version, json!({}));
+        let r = rig.ours("ADD", &conf);
+
+        // Moved, renamed, the same device (its MAC), its host name in the alias, up, addressed.
+        assert!(rig.host_link("hd0").is_none(), "{version}: hd0 is still on the host");
+        let link = rig.pod.sh("ip", &["-d", "link", "show", "net1"]);
+        assert!(link.contains(&mac) && link.contains("alias hd0") && link.contains(",UP"), "{version}: {link}");
+        if at_least(version, "0.3.0") {
+            assert_eq!(r["interfaces"][0]["name"], "net1", "{version}: {r}");
+            assert_eq!(r["interfaces"][0]["mac"], mac.as_str(), "{version}: {r}");
+            assert_eq!(r["interfaces"][0]["sandbox"], rig.pod.path.as_str(), "{version}: {r}");
+            assert_eq!(r["ips"][0]["interface"], 0, "{version}: {r}");
+        }
+        if at_least(version, "1.0.0") {
+            assert_eq!(r["interfaces"][0]["mtu"], 1300, "{version}: {r}");
+        }
+        // Real traffic across the moved device, both families.
+        assert!(pings(&rig.pod, &format!("10.203.{n}.1")), "{version}: no IPv4 across the device");
+        assert!(pings(&rig.pod, &format!("fd00:203:{n}::1")), "{version}: no IPv6 across the device");
+        if at_least(version, "0.4.0") {
+            rig.ours("CHECK", &with_prev(conf.clone(), &r));
+        }
+
+        // The pod changes its MTU; DEL brings the device home under its name (and, with a 1.0.0+
+        // prevResult that records it, its MTU); a second DEL succeeds.
+        rig.pod.sh("ip", &["link", "set", "net1", "mtu", "1400"]);
+        rig.ours("DEL", &with_prev(conf.clone(), &r));
+        assert!(!rig.pod_has("net1"), "{version}: net1 is still in the pod");
+        let home = rig.host_link("hd0").unwrap_or_else(|| panic!("{version}: hd0 did not come back"));
+        assert!(home.contains(&mac), "{version}: {home}");
+        let want_mtu = if at_least(version, "1.0.0") { "mtu 1300" } else { "mtu 1400" };
+        assert!(home.contains(want_mtu), "{version}: want {want_mtu}: {home}");
+        rig.ours("DEL", &with_prev(conf.clone(), &r));
+        assert!(rig.host_link("hd0").is_some(), "{version}: the second DEL lost hd0");
+        drop(rig.wire);
+    }
+}
+
+/// An IPAM failure after the move puts the device back as it was: on the host, up, its alias.
+#[test]
+fn failed_add_returns_the_device() {
+    let rig = Rig::new(30);
+    let conf = rig.conf(
+        "1.0.0",
+        json!({ "ipam": { "type": "static", "addresses": [{ "address": "10.203.30.2/24" }],
+        "routes": [{ "dst": "10.99.0.0/16", "gw": "10.77.0.1" }] } }),
+    );
+    let (ok, v) = rig.call(&ours(), "ADD", &rig.pod.path, &conf);
+    assert!(!ok, "ADD with a route through an unreachable gateway succeeded: {v}");
+    assert!(!rig.pod_has("net1"), "net1 left in the pod");
+    let home = rig.host_link("hd0").expect("hd0 back on the host");
+    assert!(home.contains(",UP") && home.contains("alias orig"), "hd0 not restored: {home}");
+}
+
+/// DEL after the pod's namespace is gone. A virtual device goes with the namespace and DEL
+/// succeeds. A physical device comes back to the initial namespace under the pod's name: DEL
+/// gives it back its host name (simulated with a link named as the kernel leaves it).
+#[test]
+fn del_with_the_pod_gone() {
+    let mut rig = Rig::new(31);
+    let conf = rig.conf("1.1.0", json!({}));
+    let r = rig.ours("ADD", &conf);
+    let mac = r["interfaces"][0]["mac"].as_str().unwrap().to_string();
+    rig.pod.delete();
+    rig.ours("DEL", &with_prev(conf.clone(), &r));
+
+    // The kernel's return of a physical device: net1, down, our alias, the MAC of prevResult.
+    rig.host.ip(&["link", "add", "net1", "mtu", "1400", "type", "veth", "peer", "name", "other"]);
+    rig.host.ip(&["link", "set", "net1", "address", &mac, "alias", "hd9"]);
+    rig.ours("DEL", &with_prev(conf.clone(), &r));
+    let home = rig.host_link("hd9").expect("the returned device got its name back");
+    assert!(home.contains("mtu 1300"), "MTU not restored: {home}");
+    assert!(rig.host_link("net1").is_none());
+    // A link that merely has the MAC but no alias of ours, or is up, is left alone.
+    rig.host.ip(&["link", "set", "hd9", "name", "net1", "alias", "", "up"]);
+    rig.ours("DEL", &with_prev(conf, &r));
+    assert!(rig.host_link("net1").is_some(), "DEL renamed a link it did not move");
+}
+
+/// `hwaddr` and `kernelpath` find the device; no `ipam` moves it with no addresses.
+#[test]
+fn hwaddr_kernelpath_and_no_ipam() {
+    let rig = Rig::new(32);
+    rig.host.ip(&["link", "set", "hd0", "address", "0a:58:0a:cb:20:05"]);
+    for (extra, what) in [
+        (json!({ "device": null, "hwaddr": "0A:58:0A:CB:20:05" }), "hwaddr"),
+        // Under `ip netns exec`, /sys is the test host's: its virtual devices are hd0 and lo.
+        (json!({ "device": null, "kernelpath": "/sys/devices/virtual" }), "kernelpath"),
+        (json!({ "ipam": null }), "no ipam"),
+    ] {
+        let conf = rig.conf("1.0.0", extra);
+        let r = rig.ours("ADD", &conf);
+        assert!(rig.pod.sh("ip", &["link", "show", "net1"]).contains("0a:58:0a:cb:20:05"), "{what}: {r}");
+        let addrs = rig.pod.sh("ip", &["-4", "addr", "show", "net1"]);
+        assert_eq!(addrs.contains("10.203.32.2"), what != "no ipam", "{what}: {addrs}");
+        rig.ours("DEL", &with_prev(conf, &r));
+        assert!(rig.host_link("hd0").is_some(), "{what}: hd0 not back");
+    }
+    let (ok, v) = rig.call(&ours(), "ADD", &rig.pod.path, &rig.conf("1.0.0", json!({ "device": "nope0" })));
+    assert!(!ok && v["msg"].as_str().unwrap_or("").contains("nope0"), "{v}");
+}
+
+/// The reference and ours on one device: each DELs what the other ADDed (the host name travels
+/// in the alias either way).
+#[test]
+fn compatible_with_the_reference_host_device() {
+    assert!(Path::new(REFERENCE).join("host-device").exists(), "the reference host-device is missing");
+    let rig = Rig::new(33);
+    let conf = rig.conf("1.0.0", json!({}));
+    let (ok, r) = rig.call(Path::new(REFERENCE), "ADD", &rig.pod.path, &conf);
+    assert!(ok, "reference ADD: {r}");
+    assert!(pings(&rig.pod, "10.203.33.1"));
+    rig.ours("DEL", &with_prev(conf.clone(), &r));
+    assert!(rig.host_link("hd0").is_some() && !rig.pod_has("net1"), "our DEL of the reference's device");
+
+    let r = rig.ours("ADD", &conf);
+    let (ok, v) = rig.call(Path::new(REFERENCE), "DEL", &rig.pod.path, &with_prev(conf, &r));
+    assert!(ok, "reference DEL: {v}");
+    assert!(rig.host_link("hd0").is_some() && !rig.pod_has("net1"), "the reference's DEL of our device");
+}

@@ -1,0 +1,272 @@
+//! ptp: a veth pair from the pod to the host with no bridge, routed at layer 3. The layout is the
+//! reference's: the pod's interface holds its IPAM addresses, but its subnet is reached through
+//! the gateway (`<subnet> via <gw> src <ip>`, `<gw>/32 dev eth0 scope link src <ip>`, the kernel's
+//! own subnet route removed), so every packet leaves through the host; the host end holds the
+//! gateway as a /32 (/128) — the same address on every pod's host end — and the host has a /32
+//! (/128) route to the pod through it. Optional masquerade (`ipMasq`) and `mtu`. The steps every
+//! interface plugin shares are in [`netkit::iface`].
+
+pub mod config;
+
+use config::PtpConf;
+use ipnetwork::IpNetwork;
+use libcni::invoke;
+use libcni::types::{CniResult, Interface, IpConfig};
+use libcni::{code, Error, Errors, Plugin, Request, Result};
+use netkit::firewall::{self, BackendKind, Firewall, Masquerade};
+use netkit::iface::{self, is_v4, Undo};
+use netkit::sysctl::{self, Family};
+use netkit::{IpFamily, Link, NetNs, Netlink, RouteSpec};
+use std::net::IpAddr;
+
+pub struct Ptp;
+
+/// RT_SCOPE_HOST: the reference's host route to the pod (`ip.AddHostRoute`).
+const SCOPE_HOST: u8 = 254;
+/// RT_SCOPE_LINK: the pod's route to its gateway.
+const SCOPE_LINK: u8 = 253;
+
+impl Plugin for Ptp {
+    fn known_args(&self) -> &'static [&'static str] {
+        // IP is read by host-local, which gets our CNI_ARGS.
+        &["IP"]
+    }
+
+    fn add(&self, req: &Request) -> Result<CniResult> {
+        let conf = config::parse(req)?;
+        let ns = netkit::container_netns(req)?;
+        let host = Netlink::open()?;
+        let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
+        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &host, fw.as_deref(), undo))
+    }
+
+    /// Releases the addresses, removes the masquerade rules and the veth (which takes the host
+    /// end's gateway address and the host route with it), each best effort. A configuration that
+    /// no longer validates still removes all three: the rules from every backend.
+    fn del(&self, req: &Request) -> Result<()> {
+        let mut errs = Errors::new();
+        let conf = config::parse(req);
+        if let Some(ipam) = req.conf.ipam_type() {
+            // invoke refuses a type that names a path.
+            errs.record(invoke::delegate_del(ipam, req));
+        }
+        let (network, id, ifname) = (&req.conf.name, &req.container_id, &req.ifname);
+        match &conf {
+            Ok(PtpConf { ip_masq: Some(m), .. }) => {
+                errs.record(firewall::open(m.backend).del_masquerade(network, id, ifname));
+                if m.detected && m.backend == BackendKind::Nftables {
+                    errs.record(firewall::del_reference_leftovers(network, id, ifname, false));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("ptp: DEL removes everything the attachment can hold, as its configuration is invalid: {e}");
+                errs.record(firewall::del_everywhere(firewall::Rules::Masquerade, network, id, ifname));
+            }
+        }
+        iface::del_pod_link(req, || {}).into_iter().for_each(|e| errs.push(e));
+        errs.finish()
+    }
+
+    fn check(&self, req: &Request) -> Result<()> {
+        let conf = config::parse(req)?;
+        let prev = iface::prev_result_for_check(req)?;
+        let ns = netkit::container_netns(req)?;
+        invoke::delegate_check(&conf.ipam_type, req)?;
+        check(req, &conf, prev, &ns)
+    }
+
+    fn status(&self, req: &Request) -> Result<()> {
+        let conf = config::parse(req)?;
+        invoke::delegate_status(&conf.ipam_type, req)?;
+        if let Some(m) = conf.ip_masq {
+            firewall::open(m.backend).status()?;
+        }
+        Ok(())
+    }
+
+    fn gc(&self, req: &Request) -> Result<()> {
+        let conf = config::parse(req)?;
+        let mut errs = Errors::new();
+        errs.record(invoke::delegate_gc(&conf.ipam_type, req));
+        // Without the list of valid attachments, garbage cannot be told from live pods.
+        if let (Some(keep), Some(m)) = (req.conf.valid_attachments.as_deref(), conf.ip_masq) {
+            errs.record(firewall::open(m.backend).gc_masquerade(&conf.network, keep));
+        }
+        errs.finish()
+    }
+}
+
+fn add<'a>(
+    req: &'a Request,
+    conf: &'a PtpConf,
+    ns: &NetNs,
+    host: &'a Netlink,
+    fw: Option<&'a dyn Firewall>,
+    undo: &mut Undo<'a>,
+) -> Result<CniResult> {
+    let cont = Netlink::open_in(ns)?;
+    iface::ensure_absent(&cont, ns, &req.ifname)?;
+    // IPAM first, as the reference: a pool that is full costs no veth.
+    let r = iface::ipam_add(&conf.ipam_type, req, undo)?;
+    let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
+    (result.ips, result.routes, result.dns) = (r.ips, r.routes, r.dns);
+    // Our interfaces are [host veth, pod interface]. An address IPAM gave no gateway gets its
+    // subnet's first address (the reference fails on it): the host end needs one to hold.
+    iface::set_gateways(&mut result, 1, true, false);
+    iface::enable_forwarding(&result.ips)?;
+
+    let (host_name, host_link) = iface::create_veth(host, &req.container_id, &req.ifname, ns, conf.mtu, None)?;
+    let created = host_name.clone();
+    // Deleting one end removes the pair, the pod's end included.
+    undo.push(move || {
+        let _ = host.delete_link_by_name(&created);
+    });
+    let cont_link = cont
+        .link(&req.ifname)?
+        .ok_or_else(|| Error::network(format!("veth peer {} is missing in {}", req.ifname, ns.path().display())))?;
+    iface::configure(&cont, ns, &req.ifname, cont_link.index, &result, false)?;
+    route_through_gateway(&cont, ns, cont_link.index, &result.ips)?;
+    if result.ips.iter().any(|ip| !is_v4(&ip.address)) {
+        // Without a usable link-local address the host sends no neighbour solicitation on this
+        // link, so it could not forward IPv6 to the pod until DAD of its fe80 address ended (a
+        // second or two). The link has two ends and the pod's addresses are unique by IPAM.
+        sysctl::set_if(&host_name, Family::V6, "accept_dad", "0")?;
+    }
+    host.set_up(host_link.index)?;
+    configure_host_end(host, &host_link, &result.ips)?;
+
+    if let Some(fw) = fw {
+        undo.push(move || {
+            let _ = fw.del_masquerade(&conf.network, &req.container_id, &req.ifname);
+        });
+        fw.add_masquerade(&masquerade(req, conf, result.ips.iter()))?;
+    }
+    let cont_now = cont.link_by_index(cont_link.index)?.unwrap_or(cont_link);
+    result.interfaces = vec![
+        Interface { name: host_name, mac: host_link.mac_string(), ..Default::default() },
+        Interface {
+            name: req.ifname.clone(),
+            mac: cont_now.mac_string(),
+            sandbox: Some(ns.path().display().to_string()),
+            ..Default::default()
+        },
+    ];
+    if let Some(dns) = &conf.dns {
+        result.dns = dns.clone();
+    }
+    Ok(result)
+}
+
+/// `addr/32` (or `/128`).
+fn host_prefix(addr: IpAddr) -> IpNetwork {
+    let bits = if addr.is_ipv4() { 32 } else { 128 };
+    IpNetwork::new(addr, bits).unwrap_or(IpNetwork::from(addr))
+}
+
+/// The pod's routes to each address's gateway and subnet: the gateway as a link route, the subnet
+/// through it, the kernel's subnet route gone (a veth cannot be IFF_POINTTOPOINT; this makes every
+/// packet to the subnet go to the host, which routes it to the right pod).
+fn route_through_gateway(cont: &Netlink, ns: &NetNs, index: u32, ips: &[IpConfig]) -> Result<()> {
+    let in_ns = |e: Error, what: &str| e.context(format_args!("{what} in {}", ns.path().display()));
+    for ip in ips {
+        let Some(gw) = ip.gateway else { continue };
+        let subnet = IpNetwork::new(ip.address.network(), ip.address.prefix()).unwrap_or(ip.address);
+        let kernel_route = RouteSpec { oif: Some(index), ..RouteSpec::new(subnet) };
+        cont.del_route(&kernel_route).map_err(|e| in_ns(e, "remove the subnet route"))?;
+        let to_gw = RouteSpec {
+            oif: Some(index),
+            scope: Some(SCOPE_LINK),
+            src: Some(ip.address.ip()),
+            ..RouteSpec::new(host_prefix(gw))
+        };
+        add_route(cont, &to_gw).map_err(|e| in_ns(e, "add the route to the gateway"))?;
+        // A /32 (/128) address has no subnet to route.
+        if ip.address.prefix() < host_prefix(gw).prefix() {
+            let via_gw =
+                RouteSpec { oif: Some(index), gw: Some(gw), src: Some(ip.address.ip()), ..RouteSpec::new(subnet) };
+            add_route(cont, &via_gw).map_err(|e| in_ns(e, "add the subnet route via the gateway"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Adds a route; one already there is fine.
+fn add_route(nl: &Netlink, route: &RouteSpec) -> Result<()> {
+    match nl.add_route(route) {
+        Err(e) if !netkit::is_exists(&e) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The host end: each gateway as a /32 (/128, no duplicate address detection: every pod's host
+/// end holds the same one, and the pod could not reach it while it is tentative), and a host route
+/// to each pod address through it.
+fn configure_host_end(host: &Netlink, link: &Link, ips: &[IpConfig]) -> Result<()> {
+    for ip in ips {
+        if let Some(gw) = ip.gateway {
+            let gw = host_prefix(gw);
+            match host.add_address(link.index, gw, !is_v4(&gw)) {
+                Err(e) if !netkit::is_exists(&e) => {
+                    return Err(e.context(format_args!("add gateway {gw} to host veth {}", link.name)))
+                }
+                _ => {}
+            }
+        }
+        let to_pod = RouteSpec {
+            oif: Some(link.index),
+            scope: is_v4(&ip.address).then_some(SCOPE_HOST),
+            ..RouteSpec::new(host_prefix(ip.address.ip()))
+        };
+        add_route(host, &to_pod)
+            .map_err(|e| e.context(format_args!("add host route to {} via {}", ip.address.ip(), link.name)))?;
+    }
+    Ok(())
+}
+
+/// The masquerade rules of this attachment for `addresses`.
+fn masquerade<'i>(req: &Request, conf: &PtpConf, addresses: impl Iterator<Item = &'i IpConfig>) -> Masquerade {
+    Masquerade {
+        network: conf.network.clone(),
+        container_id: req.container_id.clone(),
+        ifname: req.ifname.clone(),
+        addresses: addresses.map(|ip| ip.address).collect(),
+    }
+}
+
+/// CHECK (code 103 on a difference): the pod's interface, addresses and routes as prevResult
+/// says ([`iface::check_pod`]), the host end with each gateway and a route to each pod address,
+/// and the masquerade rules.
+fn check(req: &Request, conf: &PtpConf, prev: &CniResult, ns: &NetNs) -> Result<()> {
+    let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);
+    let (link, sandbox_idx) = iface::check_pod(ns, &req.ifname, prev, true)?;
+    if link.kind.as_deref() != Some("veth") {
+        return Err(failed(format!("{} is not a veth", req.ifname)));
+    }
+    let host = Netlink::open()?;
+    let host_name = prev
+        .interfaces
+        .iter()
+        .find(|i| i.sandbox.as_deref().is_none_or(str::is_empty))
+        .map(|i| i.name.clone())
+        .unwrap_or_else(|| iface::host_veth_name(&req.container_id, &req.ifname, 0));
+    let host_link = host.link(&host_name)?.ok_or_else(|| failed(format!("host veth {host_name} is missing")))?;
+    let addrs = host.addresses(host_link.index)?;
+    let own: Vec<&IpConfig> = iface::own_ips(prev, sandbox_idx).collect();
+    for ip in &own {
+        if let Some(gw) = ip.gateway.map(host_prefix) {
+            if !addrs.contains(&gw) {
+                return Err(failed(format!("host veth {host_name} does not hold the gateway {gw}")));
+            }
+        }
+        let family = if is_v4(&ip.address) { IpFamily::V4 } else { IpFamily::V6 };
+        let to_pod = host_prefix(ip.address.ip());
+        if !host.routes_of(host_link.index, family)?.iter().any(|r| r.dst == to_pod) {
+            return Err(failed(format!("the host has no route to {to_pod} through {host_name}")));
+        }
+    }
+    if let Some(m) = conf.ip_masq {
+        firewall::open(m.backend).check_masquerade(&masquerade(req, conf, own.into_iter()))?;
+    }
+    Ok(())
+}
