@@ -1,0 +1,40 @@
+//! macvlan: the pod's interface is a macvlan on a master link (`master`, else the interface of the
+//! default route), in bridge, private, vepa or passthru mode, with addresses from IPAM or, without
+//! IPAM, layer 2 only. The verbs are the ones every link-on-a-master plugin shares
+//! ([`netkit::iface::sublink`]); what is macvlan's own is its configuration.
+
+pub mod config;
+
+use libcni::types::CniResult;
+use libcni::{Plugin, Request, Result};
+use netkit::iface::sublink;
+
+pub struct Macvlan;
+
+impl Plugin for Macvlan {
+    fn known_args(&self) -> &'static [&'static str] {
+        // IP is read by host-local and static, which get our CNI_ARGS.
+        &["MAC", "IP"]
+    }
+
+    fn add(&self, req: &Request) -> Result<CniResult> {
+        sublink::add(req, &config::parse(req)?)
+    }
+
+    fn del(&self, req: &Request) -> Result<()> {
+        // Only the IPAM type matters: the link is found by CNI_IFNAME in the pod.
+        sublink::del(req, req.conf.ipam_type())
+    }
+
+    fn check(&self, req: &Request) -> Result<()> {
+        sublink::check(req, &config::parse(req)?)
+    }
+
+    fn status(&self, req: &Request) -> Result<()> {
+        sublink::status(req, &config::parse(req)?)
+    }
+
+    fn gc(&self, req: &Request) -> Result<()> {
+        sublink::gc(req, &config::parse(req)?)
+    }
+}
