@@ -419,8 +419,12 @@ fn failed_add_leaves_nothing() {
     assert!(out.contains("nosuchmaster0 does not exist"), "{out}");
     assert_eq!(links_in(&pod2), ["lo"]);
     assert_eq!(reservations(data.path(), "mvfail").len(), 1);
-    let (rc, out) = call(&plugin, "DEL", &conf, &pod1.path, "c1", None);
+    // DEL reads no key but the ipam type: keys that no longer validate never strand the pod.
+    let mut broken = conf.clone();
+    merge(&mut broken, json!({ "mode": "bogus", "mtu": -5, "mac": "zz", "master": "no/such" }));
+    let (rc, out) = call(&plugin, "DEL", &broken, &pod1.path, "c1", None);
     assert_eq!(rc, 0, "{out}");
+    assert_eq!(links_in(&pod1), ["lo"]);
     assert!(reservations(data.path(), "mvfail").is_empty());
 }
 
