@@ -39,8 +39,8 @@ fn execute_named(
         "static" => execute(&static_ipam::Static, env, stdin),
         "bandwidth" => execute(&bandwidth::Bandwidth, env, stdin),
         "firewall" => execute(&firewall::Firewall, env, stdin),
-        "macvlan" => execute(&macvlan::Macvlan, env, stdin),
-        "ipvlan" => execute(&ipvlan::Ipvlan, env, stdin),
+        "macvlan" => execute(&macvlan::PLUGIN, env, stdin),
+        "ipvlan" => execute(&ipvlan::PLUGIN, env, stdin),
         _ => return None,
     })
 }

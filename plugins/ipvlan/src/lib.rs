@@ -6,36 +6,7 @@
 
 pub mod config;
 
-use libcni::types::CniResult;
-use libcni::{Plugin, Request, Result};
-use netkit::iface::sublink;
+use netkit::iface::sublink::SubLinkPlugin;
 
-pub struct Ipvlan;
-
-impl Plugin for Ipvlan {
-    fn known_args(&self) -> &'static [&'static str] {
-        // IP is read by host-local and static, which get our CNI_ARGS.
-        &["IP"]
-    }
-
-    fn add(&self, req: &Request) -> Result<CniResult> {
-        sublink::add(req, &config::parse(req)?)
-    }
-
-    fn del(&self, req: &Request) -> Result<()> {
-        // Only the IPAM type matters: the link is found by CNI_IFNAME in the pod.
-        sublink::del(req, req.conf.ipam_type())
-    }
-
-    fn check(&self, req: &Request) -> Result<()> {
-        sublink::check(req, &config::parse(req)?)
-    }
-
-    fn status(&self, req: &Request) -> Result<()> {
-        sublink::status(req, &config::parse(req)?)
-    }
-
-    fn gc(&self, req: &Request) -> Result<()> {
-        sublink::gc(req, &config::parse(req)?)
-    }
-}
+/// The plugin. `CNI_ARGS`: `IP`, for host-local and static, which get our CNI_ARGS.
+pub const PLUGIN: SubLinkPlugin = SubLinkPlugin { parse: config::parse, known_args: &["IP"] };

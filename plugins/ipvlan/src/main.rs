@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::run(&ipvlan::Ipvlan)
+    libcni::skel::run(&ipvlan::PLUGIN)
 }

@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::run(&macvlan::Macvlan)
+    libcni::skel::run(&macvlan::PLUGIN)
 }

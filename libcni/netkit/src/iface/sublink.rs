@@ -71,6 +71,20 @@ pub fn default_route_link(nl: &Netlink) -> Result<Option<Link>> {
     Ok(None)
 }
 
+/// Where `conf` has the master: the pod's namespace (`cont`) with `linkInContainer`, else the
+/// host's, through a connection opened into `host`.
+fn master_ns<'a>(
+    conf: &SubLinkConf,
+    cont: &'a Netlink,
+    ns: &NetNs,
+    host: &'a mut Option<Netlink>,
+) -> Result<MasterNs<'a>> {
+    if conf.link_in_container {
+        return Ok(MasterNs { nl: cont, place: format!("the pod's namespace {}", ns.path().display()) });
+    }
+    Ok(MasterNs { nl: host.insert(Netlink::open()?), place: "the host's namespace".to_string() })
+}
+
 fn find_master(at: &MasterNs, conf: &SubLinkConf, kind: &str) -> Result<Link> {
     match &conf.master {
         Some(name) => at.nl.link(name)?.ok_or_else(|| {
@@ -107,13 +121,8 @@ pub fn add(req: &Request, conf: &SubLinkConf) -> Result<CniResult> {
     let ns = crate::container_netns(req)?;
     let cont = Netlink::open_in(&ns)?;
     ensure_absent(&cont, &ns, &req.ifname)?;
-    let host;
-    let at = if conf.link_in_container {
-        MasterNs { nl: &cont, place: format!("the pod's namespace {}", ns.path().display()) }
-    } else {
-        host = Netlink::open()?;
-        MasterNs { nl: &host, place: "the host's namespace".to_string() }
-    };
+    let mut host = None;
+    let at = master_ns(conf, &cont, &ns, &mut host)?;
     let kind = conf.sub.kind();
     let master = find_master(&at, conf, kind)?;
     if let Some(mtu) = conf.mtu.filter(|m| *m > master.mtu) {
@@ -259,13 +268,8 @@ pub fn check(req: &Request, conf: &SubLinkConf) -> Result<()> {
         }
         _ => return Err(failed(format!("{} is not a {kind} link", req.ifname))),
     }
-    let host;
-    let at = if conf.link_in_container {
-        MasterNs { nl: &cont, place: format!("the pod's namespace {netns}") }
-    } else {
-        host = Netlink::open()?;
-        MasterNs { nl: &host, place: "the host's namespace".to_string() }
-    };
+    let mut host = None;
+    let at = master_ns(conf, &cont, &ns, &mut host)?;
     find_master(&at, conf, kind).map_err(|e| failed(e.msg))?;
     Ok(())
 }
@@ -320,5 +324,39 @@ pub fn mode_key<M>(m: Option<&Spelled<String>>, parse: fn(&str) -> Option<M>, na
         None => Ok(default),
         Some(m) => parse(&m.value)
             .ok_or_else(|| Error::config(format!("invalid {} {:?}: use {names}", m.key_or("mode"), m.value))),
+    }
+}
+
+/// A link-on-a-master plugin: the shared verbs with the plugin's own configuration parser and the
+/// `CNI_ARGS` keys it (and its IPAM) read.
+pub struct SubLinkPlugin {
+    pub parse: fn(&Request) -> Result<SubLinkConf>,
+    pub known_args: &'static [&'static str],
+}
+
+impl libcni::Plugin for SubLinkPlugin {
+    fn known_args(&self) -> &'static [&'static str] {
+        self.known_args
+    }
+
+    fn add(&self, req: &Request) -> Result<CniResult> {
+        add(req, &(self.parse)(req)?)
+    }
+
+    fn del(&self, req: &Request) -> Result<()> {
+        // Only the IPAM type matters: the link is found by CNI_IFNAME in the pod.
+        del(req, req.conf.ipam_type())
+    }
+
+    fn check(&self, req: &Request) -> Result<()> {
+        check(req, &(self.parse)(req)?)
+    }
+
+    fn status(&self, req: &Request) -> Result<()> {
+        status(req, &(self.parse)(req)?)
+    }
+
+    fn gc(&self, req: &Request) -> Result<()> {
+        gc(req, &(self.parse)(req)?)
     }
 }
