@@ -7,6 +7,7 @@
 //! the end, on error, on panic and on Ctrl-C.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod macvlan_chain;
 mod report;
 
 use libcni::conflist::NetworkConfigList;
@@ -153,17 +154,29 @@ impl Side {
     fn new(key: &'static str, label: &'static str, tag: char, bin: &Path, octet: u8, port_base: u16) -> Res<Side> {
         let dir = PathBuf::from(STATE).join(key);
         let bridge = format!("{PREFIX}{tag}0");
-        let conf = json!({
-            "cniVersion": "1.0.0",
-            "name": format!("{PREFIX}{key}"),
-            "plugins": [
-                {"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": true,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("10.{octet}.0.0/16")}]],
-                          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": dir.join("ipam")}},
-                {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true},
-                {"type": "loopback"}
-            ]
-        });
+        let plugins = json!([
+            {"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": true,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("10.{octet}.0.0/16")}]],
+                      "routes": [{"dst": "0.0.0.0/0"}], "dataDir": dir.join("ipam")}},
+            {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true},
+            {"type": "loopback"}
+        ]);
+        Side::with_plugins(key, label, tag, bin, octet, port_base, plugins)
+    }
+
+    /// A side running the conflist `plugins` (network `cnib-<key>`); its cleanup deletes the host
+    /// link `cnib-<tag>0` (the bridge, or a macvlan chain's master).
+    fn with_plugins(
+        key: &'static str,
+        label: &'static str,
+        tag: char,
+        bin: &Path,
+        octet: u8,
+        port_base: u16,
+        plugins: Value,
+    ) -> Res<Side> {
+        let dir = PathBuf::from(STATE).join(key);
+        let conf = json!({ "cniVersion": "1.0.0", "name": format!("{PREFIX}{key}"), "plugins": plugins });
         let list = NetworkConfigList::from_bytes(conf.to_string().as_bytes()).map_err(|e| e.to_string())?;
         Ok(Side {
             key,
@@ -172,7 +185,7 @@ impl Side {
             bin: bin.to_path_buf(),
             list,
             cni: CniConfig::with_cache_dir(vec![bin.to_path_buf()], dir.join("cache")),
-            bridge,
+            bridge: format!("{PREFIX}{tag}0"),
             octet,
             port_base,
             next: AtomicUsize::new(0),
@@ -357,6 +370,8 @@ pub struct SideResults {
     /// bytes on disk of the plugin set (distinct inodes), and of the 4 plugins used
     pub disk_all: (usize, u64),
     pub disk_used: u64,
+    /// Per-pod latency of the macvlan chain (macvlan_chain.rs).
+    pub macvlan: Latency,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -904,6 +919,13 @@ fn main() {
             std::process::exit(1);
         }
     };
+    let extra = [(&ours_bin, "ours"), (&opts.reference, "reference")];
+    if let Some(e) =
+        extra.iter().find_map(|(dir, what)| macvlan_chain::install(dir).err().map(|e| format!("{what}: {e}")))
+    {
+        eprintln!("cni-bench: {e}");
+        std::process::exit(2);
+    }
     let ours = Side::new("ours", "cni-rs", 'o', &ours_bin, 230, 20000).unwrap();
     let reference = Side::new("reference", "reference (Go)", 'r', &opts.reference, 231, 40000).unwrap();
     let sides = [&ours, &reference];
@@ -970,6 +992,9 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
     o.latency = lat[0].clone();
     r.latency = lat[1].clone();
     let fl = Floor { netlink: lat[2].clone(), with_nft: lat[3].clone() };
+
+    eprintln!("cni-bench: macvlan chain, per-pod latency ({} samples per side, interleaved)", opts.samples);
+    (o.macvlan, r.macvlan) = macvlan_chain::run(&ours.bin, &reference.bin, opts.samples)?;
 
     for workers in [1, opts.parallel] {
         let pods = churn_pods(opts, workers);

@@ -60,6 +60,10 @@ fn csv(run: &Run) -> String {
         lat(side, "add", &r.latency.add);
         lat(side, "del", &r.latency.del);
     }
+    for (side, r) in [("ours", &run.ours), ("reference", &run.reference)] {
+        lat(side, "macvlan_add", &r.macvlan.add);
+        lat(side, "macvlan_del", &r.macvlan.del);
+    }
     lat("floor", "add", &run.floor.netlink.add);
     lat("floor", "del", &run.floor.netlink.del);
     lat("floor+nft", "add", &run.floor.with_nft.add);
@@ -371,6 +375,21 @@ pub fn tables(run: &Run) -> String {
             ratio(b, a),
             ratio(a, fn_)
         );
+    }
+    let _ = writeln!(
+        s,
+        "\n### macvlan chain: macvlan (bridge mode) + host-local + loopback, per pod ({} samples per side, interleaved)\n",
+        o.macvlan.add.n
+    );
+    let _ = writeln!(s, "| | cni-rs | reference | speedup |");
+    let _ = writeln!(s, "|---|---:|---:|---:|");
+    for (name, a, b) in [
+        ("ADD median", o.macvlan.add.median, r.macvlan.add.median),
+        ("ADD p99", o.macvlan.add.p99, r.macvlan.add.p99),
+        ("DEL median", o.macvlan.del.median, r.macvlan.del.median),
+        ("DEL p99", o.macvlan.del.p99, r.macvlan.del.p99),
+    ] {
+        let _ = writeln!(s, "| {name} | {a:.1} ms | {b:.1} ms | {:.1}x |", ratio(b, a));
     }
     let _ = writeln!(s, "\n### Churn (ADD+DEL cycles, namespaces made beforehand)\n");
     let _ = writeln!(s, "| parallel pods | cni-rs | reference | ours/ref |");
