@@ -282,3 +282,22 @@ impl Rng {
         &items[self.below(items.len())]
     }
 }
+
+/// The request skel would build for an ADD of `conf` with `CNI_ARGS` `cni_args` (container `c1`,
+/// ifname `eth0`, no netns): for unit tests of a plugin's configuration parsing.
+pub fn add_request(conf: &serde_json::Value, cni_args: &str) -> libcni::Request {
+    let stdin = conf.to_string().into_bytes();
+    let (conf, raw) = libcni::conf::parse_netconf(&stdin).expect("a valid netconf");
+    libcni::Request {
+        command: libcni::Command::Add,
+        container_id: "c1".into(),
+        netns: None,
+        ifname: "eth0".into(),
+        args: libcni::args::CniArgs::parse(cni_args).expect("valid CNI_ARGS"),
+        netns_override: false,
+        cni_path: Vec::new(),
+        conf,
+        raw,
+        stdin,
+    }
+}

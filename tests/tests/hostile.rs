@@ -95,6 +95,10 @@ impl Fixture {
             "ips": [{ "address": "10.210.3.2/24", "gateway": "10.210.3.1", "interface": 0 }]
         })
     }
+    /// The master link of the macvlan and ipvlan tables.
+    fn master(&self) -> String {
+        format!("{}m", self.bridge)
+    }
     /// A valid netconf for `plugin`.
     fn base(&self, plugin: &str) -> Value {
         match plugin {
@@ -137,6 +141,15 @@ impl Fixture {
             }),
             "host-device" => json!({
                 "cniVersion": "1.0.0", "name": self.network, "type": "host-device", "device": "cnhdnone0",
+                "ipam": self.ipam()
+            }),
+            // The master is `<bridge>m`, which the macvlan and ipvlan tables create (a veth, MTU 1500).
+            "macvlan" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "macvlan", "master": self.master(),
+                "ipam": self.ipam()
+            }),
+            "ipvlan" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "ipvlan", "master": self.master(),
                 "ipam": self.ipam()
             }),
             other => panic!("no base config for {other}"),
@@ -850,6 +863,120 @@ fn sbr_cases(f: &Fixture) -> Vec<Case> {
             CONFIG,
         ),
     ]
+}
+
+/// The keys macvlan and ipvlan share (`master`, `mode`, `mtu`, `linkInContainer`), with a real
+/// master of MTU 1500 in the base config.
+fn sublink_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
+    let b = f.base(plugin);
+    vec![
+        case("mode unknown", with(&b, "mode", json!("l4-bridge")), CONFIG),
+        case("mode in upper case", with(&b, "mode", json!("BRIDGE")), CONFIG),
+        case("mode a number", with(&b, "mode", json!(1)), CONFIG),
+        case("master with /", with(&b, "master", json!("a/b")), CONFIG),
+        case("master over 15 bytes", with(&b, "master", json!("0123456789abcdef")), CONFIG),
+        case("master with a space", with(&b, "master", json!("eth 0")), CONFIG),
+        case("master a number", with(&b, "master", json!(5)), CONFIG),
+        case("master that does not exist", with(&b, "master", json!("nosuchmaster0")), CONFIG),
+        case("mtu -1", with(&b, "mtu", json!(-1)), CONFIG),
+        case("mtu 67", with(&b, "mtu", json!(67)), CONFIG),
+        case("mtu 65536", with(&b, "mtu", json!(65536)), CONFIG),
+        case("mtu a string", with(&b, "mtu", json!("1500")), CONFIG),
+        case("mtu above the master's 1500", with(&b, "mtu", json!(9000)), CONFIG),
+        case("linkInContainer a number", with(&b, "linkInContainer", json!(1)), CONFIG),
+        case("linkInContainer with the master on the host", with(&b, "linkInContainer", json!(true)), CONFIG),
+    ]
+}
+
+fn macvlan_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("macvlan");
+    let mut cases = sublink_cases(f, "macvlan");
+    cases.extend([
+        case(
+            "mode passthrough (the kernel's word, not the reference's)",
+            with(&b, "mode", json!("passthrough")),
+            CONFIG,
+        ),
+        case("bcqueuelen -1", with(&b, "bcqueuelen", json!(-1)), CONFIG),
+        case("bcqueuelen 2^32", with(&b, "bcqueuelen", json!(4_294_967_296u64)), CONFIG),
+        case("bcqueuelen a string", with(&b, "bcqueuelen", json!("10")), CONFIG),
+        case("mac malformed", with(&b, "mac", json!("0a:58:0a")), CONFIG),
+        case("mac multicast", with(&b, "mac", json!("01:00:5e:00:00:01")), CONFIG),
+        case("mac a number", with(&b, "mac", json!(5)), CONFIG),
+        case("runtimeConfig.mac malformed", with(&b, "runtimeConfig", json!({ "mac": "zz" })), CONFIG),
+        case("runtimeConfig.mac a number", with(&b, "runtimeConfig", json!({ "mac": 5 })), CONFIG),
+        env_case("CNI_ARGS MAC malformed", &b, vec![("CNI_ARGS", Some("MAC=0a:58".into()))], CONFIG),
+        case(
+            "no ipam on 0.2.0 (a result without addresses)",
+            {
+                let mut v = b.clone();
+                v.as_object_mut().unwrap().remove("ipam");
+                v["cniVersion"] = json!("0.2.0");
+                v.to_string().into_bytes()
+            },
+            VERSION,
+        ),
+    ]);
+    cases
+}
+
+fn ipvlan_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("ipvlan");
+    let mut cases = sublink_cases(f, "ipvlan");
+    cases.extend([
+        case("mode l2 in upper case", with(&b, "mode", json!("L2")), CONFIG),
+        case("no ipam and no prevResult", without(&b, "ipam"), CONFIG),
+        case(
+            "no master and a prevResult with two interfaces",
+            {
+                let mut v = b.clone();
+                v.as_object_mut().unwrap().remove("master");
+                v["prevResult"] = json!({ "cniVersion": "1.0.0", "interfaces": [{ "name": "a" }, { "name": "b" }] });
+                v.to_string().into_bytes()
+            },
+            CONFIG,
+        ),
+        case(
+            "no master and prevResult's interface not a valid name",
+            {
+                let mut v = b.clone();
+                v.as_object_mut().unwrap().remove("master");
+                v["prevResult"] = json!({ "cniVersion": "1.0.0", "interfaces": [{ "name": "../x" }] });
+                v.to_string().into_bytes()
+            },
+            CONFIG,
+        ),
+    ]);
+    cases
+}
+
+/// Runs the macvlan or ipvlan table with its master made for it.
+fn sublink_table(plugin: &str, cases: fn(&Fixture) -> Vec<Case>) {
+    let f = Fixture::new();
+    let master = f.master();
+    let peer = format!("{master}p");
+    let out = run("ip", &["link", "add", &master, "type", "veth", "peer", "name", &peer]);
+    assert!(out.status.success(), "create master {master}: {}", String::from_utf8_lossy(&out.stderr));
+    let _master = LinkGuard(master.clone());
+    for l in [&master, &peer] {
+        assert!(run("ip", &["link", "set", l, "up"]).status.success());
+    }
+    let mut all = common_cases(&f, plugin);
+    all.extend(netns_cases(&f, plugin));
+    all.extend(cases(&f));
+    run_table(&f, plugin, &all);
+    let uppers = String::from_utf8_lossy(&run("ip", &["-o", "link", "show", "type", plugin]).stdout).into_owned();
+    assert!(!uppers.contains(&format!("@{master}")), "{plugin} left a link on the master:\n{uppers}");
+}
+
+#[test]
+fn macvlan_refuses_hostile_input() {
+    sublink_table("macvlan", macvlan_cases);
+}
+
+#[test]
+fn ipvlan_refuses_hostile_input() {
+    sublink_table("ipvlan", ipvlan_cases);
 }
 
 fn env_for(f: &Fixture, c: &Case, command: &str) -> BTreeMap<String, String> {

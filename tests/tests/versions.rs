@@ -7,7 +7,7 @@ use serde_json::Value;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-const PLUGINS: [&str; 8] = ["bridge", "host-local", "loopback", "portmap", "sbr", "static", "ptp", "host-device"];
+const PLUGINS: [&str; 10] = ["bridge", "host-device", "host-local", "ipvlan", "loopback", "macvlan", "portmap", "ptp", "sbr", "static"];
 
 fn call(plugin: &str, command: &str, stdin: &str) -> (i32, Value) {
     let mut child = Command::new(bin_dir().join(plugin))

@@ -94,13 +94,15 @@ fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64, u32) {
 }
 
 /// The plugin names cni-rs is installed under.
-const PLUGINS: [&str; 11] = [
+const PLUGINS: [&str; 13] = [
     "bandwidth",
     "bridge",
     "firewall",
     "host-device",
     "host-local",
+    "ipvlan",
     "loopback",
+    "macvlan",
     "portmap",
     "ptp",
     "sbr",

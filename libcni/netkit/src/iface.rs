@@ -14,12 +14,17 @@
 //! a veth's host end stranded by a namespace that is gone ([`del_pod_link`]). A chained ADD
 //! outputs the previous result with its own appended ([`chained`]).
 
+pub mod sublink;
+
 use crate::sysctl::{self, Family};
 use crate::{IpFamily, Link, NetNs, Netlink, RouteSpec};
 use ipnetwork::IpNetwork;
+use libcni::conf::kind;
+use libcni::gojson;
 use libcni::invoke;
 use libcni::types::{CniResult, IpConfig, Route};
 use libcni::{code, Error, Request, Result};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -50,6 +55,54 @@ pub fn ensure_absent(cont: &Netlink, ns: &NetNs, ifname: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// A MAC address for a pod's interface, as a configuration gives it: six hex bytes, unicast.
+pub fn unicast_mac(s: &str) -> Result<[u8; 6]> {
+    let out = crate::parse_mac(s).ok_or_else(|| {
+        Error::config(format!("invalid MAC address {s:?}: expected six hex bytes like 0a:58:0a:f4:01:02"))
+    })?;
+    if out[0] & 1 == 1 {
+        return Err(Error::config(format!("invalid MAC address {s:?}: a multicast address cannot name an interface")));
+    }
+    Ok(out)
+}
+
+/// The MAC a runtime asks for, the later source winning: `configured` (a plugin's own `mac` key),
+/// `CNI_ARGS MAC`, `args.cni.mac` (only with `args_cni`: bridge reads it, macvlan does not), then
+/// `runtimeConfig.mac` (the `mac` capability). Keys are matched as Go does ([`gojson::get`]); an
+/// empty string counts as unset.
+pub fn requested_mac(req: &Request, configured: Option<&str>, args_cni: bool) -> Result<Option<[u8; 6]>> {
+    let mut mac = configured.map(str::to_string);
+    if let Some(m) = req.args.get("MAC") {
+        mac = Some(m.to_string());
+    }
+    let from_args = gojson::get(&req.conf.args, "cni")
+        .filter(|_| args_cni)
+        .and_then(|(c, cni)| Some((c, gojson::get(cni.as_object()?, "mac")?)))
+        .map(|(c, (k, v))| (format!("args.{c}.{k}"), v));
+    let from_runtime = gojson::get(&req.conf.runtime_config, "mac").map(|(k, v)| (format!("runtimeConfig.{k}"), v));
+    for (key, v) in [from_args, from_runtime].into_iter().flatten() {
+        match v {
+            Value::Null => {}
+            Value::String(s) if s.is_empty() => {}
+            Value::String(s) => mac = Some(s.clone()),
+            other => return Err(Error::config(format!("{key} must be a string, got {}", kind(other)))),
+        }
+    }
+    mac.filter(|m| !m.is_empty()).map(|m| unicast_mac(&m)).transpose()
+}
+
+/// An `mtu` key: 68-65535, or 0 (absent) for the kernel's default; `None` for the default.
+pub fn mtu_key(m: Option<&gojson::Spelled<i64>>) -> Result<Option<u32>> {
+    match m {
+        None | Some(gojson::Spelled { value: 0, .. }) => Ok(None),
+        Some(gojson::Spelled { value: v @ 68..=65535, .. }) => Ok(Some(*v as u32)),
+        Some(m) => {
+            let key = m.key_or("mtu");
+            Err(Error::config(format!("invalid {key} {}: use 68-65535, or 0 for the kernel default", m.value)))
+        }
+    }
 }
 
 /// Candidate names for a veth's host end, derived from the attachment (`attempt` 0 first). A later
@@ -276,17 +329,27 @@ pub fn own_ips(prev: &CniResult, sandbox_idx: Option<usize>) -> impl Iterator<It
 pub fn del_pod_link(req: &Request, started: impl FnOnce()) -> Vec<Error> {
     let mut errs = Vec::new();
     match crate::container_netns_for_del(req) {
-        Ok(Some(ns)) => {
-            let deleted = Netlink::open_in(&ns).and_then(|nl| {
-                started();
-                nl.delete_link_by_name(&req.ifname)
-            });
-            errs.extend(deleted.err());
-        }
+        Ok(Some(ns)) => errs.extend(delete_in(&ns, &req.ifname, started).err()),
         Ok(None) => errs.extend(del_stranded_host_veth(req, started).err()),
         Err(e) => errs.push(e),
     }
     errs
+}
+
+/// Deletes `CNI_IFNAME` in the pod's namespace, for a plugin whose link lives only there (macvlan,
+/// ipvlan: the kernel removes it with the namespace, so a namespace that is gone, or CNI_NETNS
+/// unset, leaves nothing to do). A missing link is success. The plugin's own namespace is refused.
+pub fn del_in_pod(req: &Request) -> Result<()> {
+    match crate::container_netns_for_del(req)? {
+        Some(ns) => delete_in(&ns, &req.ifname, || {}),
+        None => Ok(()),
+    }
+}
+
+fn delete_in(ns: &NetNs, ifname: &str, started: impl FnOnce()) -> Result<()> {
+    let nl = Netlink::open_in(ns)?;
+    started();
+    nl.delete_link_by_name(ifname).map(|_| ())
 }
 
 /// DEL when the pod's namespace is gone from its path (or CNI_NETNS is unset). The kernel removed
@@ -361,20 +424,6 @@ pub fn prev_result_for_check(req: &Request) -> Result<&CniResult> {
         .prev_result
         .as_ref()
         .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))
-}
-
-/// An `mtu` key as the interface plugins take it: absent or 0 is the kernel's default, else
-/// 68-65535 (code 7 naming the key as written).
-pub fn parse_mtu(mtu: Option<&libcni::gojson::Spelled<i64>>) -> Result<Option<u32>> {
-    match mtu {
-        None | Some(libcni::gojson::Spelled { value: 0, .. }) => Ok(None),
-        Some(libcni::gojson::Spelled { value: m @ 68..=65535, .. }) => Ok(Some(*m as u32)),
-        Some(m) => Err(Error::config(format!(
-            "invalid {} {}: use 68-65535, or 0 for the kernel default",
-            m.key_or("mtu"),
-            m.value
-        ))),
-    }
 }
 
 #[cfg(test)]

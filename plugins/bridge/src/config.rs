@@ -1,13 +1,12 @@
 //! The bridge plugin's keys, parsed and validated once; later code never touches raw JSON.
 
-use libcni::conf::{kind, lenient_bool};
-use libcni::gojson::{self, Spelled};
+use libcni::conf::lenient_bool;
+use libcni::gojson::Spelled;
 use libcni::skel::{validate_ifname, Request};
 use libcni::types::Dns;
 use libcni::{Error, Result};
 use netkit::firewall;
 use serde::Deserialize;
-use serde_json::Value;
 
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -86,16 +85,6 @@ impl BridgeConf {
     }
 }
 
-pub fn parse_mac(s: &str) -> Result<[u8; 6]> {
-    let out = netkit::parse_mac(s).ok_or_else(|| {
-        Error::config(format!("invalid MAC address {s:?}: expected six hex bytes like 0a:58:0a:f4:01:02"))
-    })?;
-    if out[0] & 1 == 1 {
-        return Err(Error::config(format!("invalid MAC address {s:?}: a multicast address cannot name an interface")));
-    }
-    Ok(out)
-}
-
 /// The host interface holding the gateway of VLAN `vid` on `bridge` (the reference's name).
 pub fn vlan_gateway_name(bridge: &str, vid: u16) -> String {
     format!("{bridge}.{vid}")
@@ -109,23 +98,6 @@ fn vlan_id(v: i64, what: &str) -> Result<u16> {
     }
 }
 
-/// `args.cni.mac` and `runtimeConfig.mac`, keys matched as Go does ([`gojson::get`]).
-fn mac_from(req: &Request) -> Result<Option<[u8; 6]>> {
-    let mut mac = req.args.get("MAC").map(str::to_string);
-    let from_args = gojson::get(&req.conf.args, "cni")
-        .and_then(|(c, cni)| Some((c, gojson::get(cni.as_object()?, "mac")?)))
-        .map(|(c, (k, v))| (format!("args.{c}.{k}"), v));
-    let from_runtime = gojson::get(&req.conf.runtime_config, "mac").map(|(k, v)| (format!("runtimeConfig.{k}"), v));
-    for (key, v) in [from_args, from_runtime].into_iter().flatten() {
-        match v {
-            Value::Null => {}
-            Value::String(s) => mac = Some(s.clone()),
-            other => return Err(Error::config(format!("{key} must be a string, got {}", kind(other)))),
-        }
-    }
-    mac.filter(|m| !m.is_empty()).map(|m| parse_mac(&m)).transpose()
-}
-
 pub use libcni::invoke::valid_plugin_type;
 
 pub fn parse(req: &Request) -> Result<BridgeConf> {
@@ -135,7 +107,7 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
         _ => ("bridge".to_string(), "cni0".to_string()),
     };
     validate_ifname(&bridge).map_err(|e| Error::config(format!("{bridge_key} name: {}", e.msg)))?;
-    let mtu = netkit::iface::parse_mtu(raw.mtu.as_ref())?;
+    let mtu = netkit::iface::mtu_key(raw.mtu.as_ref())?;
     let vlan = match &raw.vlan {
         None | Some(Spelled { value: 0, .. }) => 0,
         Some(v) => vlan_id(v.value, v.key_or("vlan"))?,
@@ -204,7 +176,8 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
         port_isolation: raw.port_isolation,
         ipam_type,
         dns: req.conf.dns.clone().filter(|d| *d != Dns::default()),
-        mac: mac_from(req)?,
+        // CNI_ARGS MAC < args.cni.mac < runtimeConfig.mac.
+        mac: netkit::iface::requested_mac(req, None, true)?,
     })
 }
 
@@ -213,7 +186,7 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
 mod tests {
     use super::*;
     use netkit::firewall::BackendKind;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn parse_conf(raw: Value) -> Result<BridgeConf> {
         parse(&crate::tests::request(raw))

@@ -1,17 +1,19 @@
-//! cni-rs: the bandwidth, bridge, firewall, host-device, host-local, loopback, portmap, ptp, sbr, static and tuning plugins in one binary, dispatching
+//! cni-rs: the bandwidth, bridge, firewall, host-device, host-local, ipvlan, loopback, macvlan, portmap, ptp, sbr, static and tuning plugins in one binary, dispatching
 //! on the base name it was run under (argv[0]). Installed once with a hard link per plugin name, the
 //! plugins share one copy of the code on disk and in the page cache.
 
 use std::path::Path;
 
 /// The plugins this binary can be, by type name.
-pub const PLUGINS: [&str; 11] = [
+pub const PLUGINS: [&str; 13] = [
     "bandwidth",
     "bridge",
     "firewall",
     "host-device",
     "host-local",
+    "ipvlan",
     "loopback",
+    "macvlan",
     "portmap",
     "ptp",
     "sbr",
@@ -41,6 +43,8 @@ fn execute_named(
         "firewall" => execute(&firewall::Firewall, env, stdin),
         "ptp" => execute(&ptp::Ptp, env, stdin),
         "host-device" => execute(&host_device::HostDevice, env, stdin),
+        "macvlan" => execute(&macvlan::PLUGIN, env, stdin),
+        "ipvlan" => execute(&ipvlan::PLUGIN, env, stdin),
         _ => return None,
     })
 }

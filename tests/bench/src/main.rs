@@ -35,17 +35,34 @@ pub struct Chain {
     keys: [&'static str; 2],
     /// The sides' pod name tags.
     tags: [char; 2],
-    main: fn() -> Value,
+    /// The main plugin's config, given the side's host link `cnib-<tag>0` (which the side's cleanup
+    /// deletes: the bridge, or the master made for the run when `master` is set).
+    main: fn(&str) -> Value,
     octet: u8,
+    /// Whether the run makes the host link first: a veth with both ends up, so a macvlan master
+    /// has a carrier.
+    master: bool,
 }
 
-pub const CHAINS: [Chain; 1] = [Chain {
-    name: "ptp",
-    keys: ["ptp-ours", "ptp-reference"],
-    tags: ['p', 'q'],
-    main: || json!({"type": "ptp", "ipMasq": true}),
-    octet: 232,
-}];
+pub const CHAINS: [Chain; 2] = [
+    Chain {
+        name: "ptp",
+        keys: ["ptp-ours", "ptp-reference"],
+        tags: ['p', 'q'],
+        main: |_| json!({"type": "ptp", "ipMasq": true}),
+        octet: 232,
+        master: false,
+    },
+    // IPv4 only, as every chain here: an IPv6 address adds both sides' DAD wait, the kernel's.
+    Chain {
+        name: "macvlan",
+        keys: ["macvlan-ours", "macvlan-reference"],
+        tags: ['m', 'n'],
+        main: |link| json!({"type": "macvlan", "master": link, "mode": "bridge"}),
+        octet: 234,
+        master: true,
+    },
+];
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -1044,12 +1061,17 @@ fn chains(opts: &Opts, ours_bin: &Path) -> Res<Vec<(&'static str, Latency, Laten
     let mut out = Vec::new();
     for c in &CHAINS {
         let (name, [ko, kr], [to, tr]) = (c.name, c.keys, c.tags);
-        let ours = Side::with_chain(ko, "cni-rs", to, ours_bin, c.octet, 0, (c.main)(), &[])?;
-        let reference = Side::with_chain(kr, "reference (Go)", tr, &opts.reference, c.octet + 1, 0, (c.main)(), &[])?;
+        let link = |tag: char| format!("{PREFIX}{tag}0");
+        let ours = Side::with_chain(ko, "cni-rs", to, ours_bin, c.octet, 0, (c.main)(&link(to)), &[])?;
+        let reference =
+            Side::with_chain(kr, "reference (Go)", tr, &opts.reference, c.octet + 1, 0, (c.main)(&link(tr)), &[])?;
         let sides = [&ours, &reference];
         let _removed = (Removed(&ours), Removed(&reference));
         for s in sides {
             s.cleanup();
+            if c.master {
+                veth_master(&s.bridge)?;
+            }
         }
         eprintln!("cni-bench: per-pod latency of {name} + host-local ({} samples per side, interleaved)", opts.samples);
         let lat = latency(&sides, opts.samples, None)?;
@@ -1060,6 +1082,22 @@ fn chains(opts: &Opts, ours_bin: &Path) -> Res<Vec<(&'static str, Latency, Laten
         out.push((name, lat[0].clone(), lat[1].clone()));
     }
     Ok(out)
+}
+
+/// A veth pair `name` / `<name>p`, both ends up: a master with a carrier for a macvlan chain.
+fn veth_master(name: &str) -> Res<()> {
+    let peer = format!("{name}p");
+    for args in [
+        vec!["link", "add", name, "type", "veth", "peer", "name", &peer],
+        vec!["link", "set", &peer, "up"],
+        vec!["link", "set", name, "up"],
+    ] {
+        let ok = Command::new("ip").args(&args).status().map_err(|e| format!("ip: {e}"))?.success();
+        if !ok {
+            return Err(format!("ip {} failed", args.join(" ")));
+        }
+    }
+    Ok(())
 }
 
 /// `--probe`: cni-rs alone, for profiling between full runs. With CNI_BENCH_HOLD=FILE set, each

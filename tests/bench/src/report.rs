@@ -445,10 +445,22 @@ pub fn tables(run: &Run) -> String {
     let _ = writeln!(s, "\n### Footprint\n");
     let _ = writeln!(s, "| | files | bytes on disk | the 4 plugins used |");
     let _ = writeln!(s, "|---|---:|---:|---:|");
-    for (label, unit, res) in [("cni-rs (installed set)", "names", o), ("reference package", "files", r)] {
-        let (files, bytes) = res.disk_all;
-        let _ = writeln!(s, "| {label} | {files} {unit} | {bytes} ({}) | {} |", mb(bytes), mb(res.disk_used));
-    }
+    let _ = writeln!(
+        s,
+        "| cni-rs (installed set) | {} names | {} ({}) | {} |",
+        o.disk_all.0,
+        o.disk_all.1,
+        mb(o.disk_all.1),
+        mb(o.disk_used)
+    );
+    let _ = writeln!(
+        s,
+        "| reference package | {} files | {} ({}) | {} |",
+        r.disk_all.0,
+        r.disk_all.1,
+        mb(r.disk_all.1),
+        mb(r.disk_used)
+    );
     let _ = writeln!(
         s,
         "\n### Per plugin: mean wall time and peak RSS of the process tree (plugin and what it runs), {} pods\n",

@@ -13,6 +13,7 @@ mod addr;
 mod link;
 mod policy;
 mod route;
+mod sublink;
 pub mod tc;
 mod tune;
 
@@ -20,6 +21,7 @@ pub use addr::Address;
 pub use link::{format_mac, parse_mac, BridgeVlan, Link};
 pub use policy::{RawRoute, Rule};
 pub use route::RouteSpec;
+pub use sublink::{IpvlanMode, MacvlanMode, SubLink};
 pub use tune::LinkTuning;
 
 use crate::netns::NetNs;

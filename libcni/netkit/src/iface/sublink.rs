@@ -1,0 +1,362 @@
+//! Plugins whose pod interface is a link on a master (macvlan, ipvlan): the verbs they share.
+//!
+//! ADD finds the master (`master`, else the interface of the default route) in the host's
+//! namespace, or in the pod's with `linkInContainer`; creates the link under a temporary name
+//! directly in the pod's namespace and renames it to `CNI_IFNAME` there (a new link named like one
+//! of the host's could collide with it on some kernels, which is why the reference does the same);
+//! then, when there are addresses (from IPAM, or for a chained ipvlan from prevResult), configures
+//! them as Go's `ipam.ConfigureIface` does, duplicate address detection included (the link shares
+//! a real L2 segment), else only sets it up. DEL asks IPAM to release first (a DHCP daemon
+//! releases its lease through the interface), then deletes the link in the pod; the kernel removes
+//! it with the namespace, so a namespace that is gone leaves nothing else to do.
+
+use super::{chained, check_pod, configure, ensure_absent, ipam_add, is_v4, set_gateways, Undo};
+use crate::netlink::SubLink;
+use crate::sysctl::{self, Family};
+use crate::{Link, NetNs, Netlink};
+use libcni::gojson::Spelled;
+use libcni::invoke;
+use libcni::skel::validate_ifname;
+use libcni::types::{CniResult, Dns, Interface};
+use libcni::{code, Error, Errors, Request, Result};
+use sha2::{Digest, Sha256};
+use std::time::Duration;
+
+/// A validated configuration of a macvlan or ipvlan attachment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubLinkConf {
+    /// The master's name; `None`: the interface of the first default route where the master is
+    /// looked up.
+    pub master: Option<String>,
+    /// The master lives in the pod's namespace (`linkInContainer`).
+    pub link_in_container: bool,
+    /// `None`: the master's MTU.
+    pub mtu: Option<u32>,
+    pub sub: SubLink,
+    pub mac: Option<[u8; 6]>,
+    pub ipam_type: Option<String>,
+    /// With no IPAM, configure prevResult's addresses and routes (a chained ipvlan).
+    pub ips_from_prev: bool,
+    pub dns: Option<Dns>,
+}
+
+/// How long ADD waits for IPv6 duplicate address detection (Go's `ip.SettleAddresses`).
+const DAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many temporary names ADD tries when one is taken in the pod.
+const TEMP_NAME_ATTEMPTS: u32 = 4;
+
+/// A temporary name for a link on its way into a pod: unique to this call.
+fn temp_name(req: &Request, attempt: u32) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let seed = format!("{}:{}:{}:{}:{attempt}", req.container_id, req.ifname, std::process::id(), now.as_nanos());
+    let hex: String = Sha256::digest(seed.as_bytes()).iter().take(5).map(|b| format!("{b:02x}")).collect();
+    format!("cni{hex}")
+}
+
+/// Where the master is looked up: a connection there and its description for messages.
+struct MasterNs<'a> {
+    nl: &'a Netlink,
+    place: String,
+}
+
+/// The interface of the first default route (IPv4 first, then IPv6) of the main table.
+pub fn default_route_link(nl: &Netlink) -> Result<Option<Link>> {
+    for family in [crate::IpFamily::V4, crate::IpFamily::V6] {
+        let routes = nl.routes(family, None)?;
+        if let Some(oif) = routes.iter().filter(|r| r.dst.prefix() == 0).find_map(|r| r.oif) {
+            return nl.link_by_index(oif);
+        }
+    }
+    Ok(None)
+}
+
+/// Where `conf` has the master: the pod's namespace (`cont`) with `linkInContainer`, else the
+/// host's, through a connection opened into `host`.
+fn master_ns<'a>(
+    conf: &SubLinkConf,
+    cont: &'a Netlink,
+    ns: &NetNs,
+    host: &'a mut Option<Netlink>,
+) -> Result<MasterNs<'a>> {
+    if conf.link_in_container {
+        return Ok(MasterNs { nl: cont, place: format!("the pod's namespace {}", ns.path().display()) });
+    }
+    Ok(MasterNs { nl: host.insert(Netlink::open()?), place: "the host's namespace".to_string() })
+}
+
+fn find_master(at: &MasterNs, conf: &SubLinkConf, kind: &str) -> Result<Link> {
+    match &conf.master {
+        Some(name) => at.nl.link(name)?.ok_or_else(|| {
+            Error::config(format!(
+                "{kind} master {name} does not exist in {}: set master to an existing interface{}",
+                at.place,
+                if conf.link_in_container { "" } else { " (or linkInContainer if it is in the pod)" }
+            ))
+        }),
+        None => default_route_link(at.nl)?.ok_or_else(|| {
+            Error::config(format!(
+                "{kind}: master is not set and {} has no default route to take it from: set master",
+                at.place
+            ))
+        }),
+    }
+}
+
+/// ADD: the link in the pod, its addresses, the result (chained after prevResult's).
+pub fn add(req: &Request, conf: &SubLinkConf) -> Result<CniResult> {
+    let prev_ips = req.conf.prev_result.as_ref().is_some_and(|p| !p.ips.is_empty());
+    if conf.ipam_type.is_none()
+        && !(conf.ips_from_prev && prev_ips)
+        && !libcni::version::at_least(&req.conf.cni_version, "0.3.0")
+    {
+        // Refused before anything is made: converting the result would fail after the link exists.
+        return Err(Error::version(format!(
+            "{} without ipam gives a result with no addresses, which cniVersion {} cannot hold: use 0.3.0 or \
+             later, or set ipam",
+            conf.sub.kind(),
+            req.conf.cni_version
+        )));
+    }
+    let ns = crate::container_netns(req)?;
+    let cont = Netlink::open_in(&ns)?;
+    ensure_absent(&cont, &ns, &req.ifname)?;
+    let mut host = None;
+    let at = master_ns(conf, &cont, &ns, &mut host)?;
+    let kind = conf.sub.kind();
+    let master = find_master(&at, conf, kind)?;
+    if let Some(mtu) = conf.mtu.filter(|m| *m > master.mtu) {
+        return Err(Error::config(format!(
+            "{kind} mtu {mtu} is above the MTU of its master {} ({}): use at most that, or 0 for the master's",
+            master.name, master.mtu
+        )));
+    }
+    let mut undo = Undo::default();
+    match add_link(req, conf, &ns, &cont, &at, &master, &mut undo) {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            undo.run();
+            Err(e)
+        }
+    }
+}
+
+fn add_link<'a>(
+    req: &'a Request,
+    conf: &'a SubLinkConf,
+    ns: &NetNs,
+    cont: &'a Netlink,
+    at: &MasterNs,
+    master: &Link,
+    undo: &mut Undo<'a>,
+) -> Result<CniResult> {
+    let index = create_in_pod(req, at.nl, cont, ns, master, conf, undo)?;
+    libcni::fault_point("link-created")?;
+    let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
+    if let Some(ipam) = &conf.ipam_type {
+        let r = ipam_add(ipam, req, undo)?;
+        (result.ips, result.routes, result.dns) = (r.ips, r.routes, r.dns);
+    } else if let Some(prev) = req.conf.prev_result.as_ref().filter(|_| conf.ips_from_prev) {
+        (result.ips, result.routes) = (prev.ips.clone(), prev.routes.clone());
+    }
+    // Our one interface is the pod's: every address is on it.
+    set_gateways(&mut result, 0, false, false);
+    if result.ips.is_empty() {
+        cont.set_up(index)?;
+    } else {
+        if result.ips.iter().any(|ip| !is_v4(&ip.address)) {
+            // Unsolicited neighbour advertisements when the link comes up, as the reference sets them.
+            let _ = ns.run(|| sysctl::set_if(&req.ifname, Family::V6, "ndisc_notify", "1"));
+        }
+        configure(cont, ns, &req.ifname, index, &result, true)?;
+        if result.ips.iter().any(|ip| !is_v4(&ip.address)) {
+            cont.wait_dad(index, DAD_TIMEOUT)?;
+        }
+    }
+    libcni::fault_point("container-configured")?;
+    let link = cont
+        .link_by_index(index)?
+        .ok_or_else(|| Error::network(format!("{} vanished from {}", req.ifname, ns.path().display())))?;
+    result.interfaces = vec![Interface {
+        name: req.ifname.clone(),
+        mac: link.mac_string(),
+        sandbox: Some(ns.path().display().to_string()),
+        ..Default::default()
+    }];
+    if let Some(dns) = &conf.dns {
+        result.dns = dns.clone();
+    }
+    let prev = req.conf.prev_result.as_ref();
+    if conf.ips_from_prev && conf.ipam_type.is_none() {
+        // prevResult's addresses moved onto our interface: list them once, pointing at it.
+        let before = prev.map(|p| CniResult { ips: Vec::new(), ..p.clone() });
+        return Ok(chained(before.as_ref(), result));
+    }
+    Ok(chained(prev, result))
+}
+
+/// Creates the link on `master` under a temporary name, directly in the pod's namespace, and
+/// renames it to `CNI_IFNAME` there; its index in the pod. A failed ADD deletes it (registered
+/// in `undo` as soon as it exists).
+fn create_in_pod<'a>(
+    req: &Request,
+    creator: &Netlink,
+    cont: &'a Netlink,
+    ns: &NetNs,
+    master: &Link,
+    conf: &SubLinkConf,
+    undo: &mut Undo<'a>,
+) -> Result<u32> {
+    let mut attempt = 0;
+    let (tmp, link) = loop {
+        let tmp = temp_name(req, attempt);
+        match creator.create_sublink(&tmp, master.index, &conf.sub, ns, conf.mtu, conf.mac) {
+            Ok(()) => {}
+            Err(e) if crate::is_exists(&e) && attempt + 1 < TEMP_NAME_ATTEMPTS && cont.link(&tmp)?.is_some() => {
+                attempt += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        let link = cont.link(&tmp)?.ok_or_else(|| {
+            Error::network(format!(
+                "{} {tmp} is missing in {} right after its creation",
+                conf.sub.kind(),
+                ns.path().display()
+            ))
+        })?;
+        break (tmp, link);
+    };
+    let index = link.index;
+    undo.push(move || {
+        let _ = cont.delete_link(index);
+    });
+    cont.set_name(index, &req.ifname)
+        .map_err(|e| e.context(format_args!("rename {tmp} to {} in {}", req.ifname, ns.path().display())))?;
+    Ok(index)
+}
+
+/// CHECK: prevResult's interface is ours in this namespace, of our kind and mode, up, with its
+/// addresses and routes; the master still exists.
+pub fn check(req: &Request, conf: &SubLinkConf) -> Result<()> {
+    let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);
+    let prev = req
+        .conf
+        .prev_result
+        .as_ref()
+        .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))?;
+    let ns = crate::container_netns(req)?;
+    if let Some(ipam) = &conf.ipam_type {
+        invoke::delegate_check(ipam, req)?;
+    }
+    let netns = ns.path().display().to_string();
+    if !prev.interfaces.iter().any(|i| i.name == req.ifname && i.sandbox.as_deref() == Some(netns.as_str())) {
+        return Err(failed(format!("prevResult lists no interface {} in {netns}", req.ifname)));
+    }
+    let (link, _) = check_pod(&ns, &req.ifname, prev, true)?;
+    let cont = Netlink::open_in(&ns)?;
+    let kind = conf.sub.kind();
+    match cont.sublink(link.index)? {
+        Some(have) if have.kind() == kind && have.mode_name() == conf.sub.mode_name() => {}
+        Some(have) if have.kind() == kind => {
+            return Err(failed(format!(
+                "{} is in {kind} mode {}, the configuration says {}",
+                req.ifname,
+                have.mode_name(),
+                conf.sub.mode_name()
+            )))
+        }
+        _ => return Err(failed(format!("{} is not a {kind} link", req.ifname))),
+    }
+    let mut host = None;
+    let at = master_ns(conf, &cont, &ns, &mut host)?;
+    find_master(&at, conf, kind).map_err(|e| failed(e.msg))?;
+    Ok(())
+}
+
+/// DEL: IPAM's release (when `ipam` names a plugin), then the link in the pod; every step runs,
+/// and the errors are reported together. Needs no other key, so a configuration that no longer
+/// validates never strands an attachment.
+pub fn del(req: &Request, ipam: Option<&str>) -> Result<()> {
+    let mut errs = Errors::new();
+    if let Some(ipam) = ipam {
+        errs.record(invoke::delegate_del(ipam, req));
+    }
+    errs.record(super::del_in_pod(req));
+    errs.finish()
+}
+
+/// STATUS: IPAM's, and a master named in the configuration and looked up on the host exists
+/// (code 50 when it does not: no attachment can be made).
+pub fn status(req: &Request, conf: &SubLinkConf) -> Result<()> {
+    if let Some(ipam) = &conf.ipam_type {
+        invoke::delegate_status(ipam, req)?;
+    }
+    if let (Some(name), false) = (&conf.master, conf.link_in_container) {
+        if Netlink::open()?.link(name)?.is_none() {
+            return Err(Error::new(
+                code::NOT_AVAILABLE,
+                format!("{} master {name} does not exist in the host's namespace", conf.sub.kind()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// GC: IPAM's (the links die with their pods' namespaces).
+pub fn gc(req: &Request, conf: &SubLinkConf) -> Result<()> {
+    match &conf.ipam_type {
+        Some(ipam) => invoke::delegate_gc(ipam, req),
+        None => Ok(()),
+    }
+}
+
+/// A `master` key: an interface name, or absent/empty for the default route's interface.
+pub fn master_key(m: Option<&Spelled<String>>) -> Result<Option<String>> {
+    let Some(m) = m.filter(|m| !m.value.is_empty()) else { return Ok(None) };
+    validate_ifname(&m.value).map_err(|e| Error::config(format!("{}: {}", m.key_or("master"), e.msg)))?;
+    Ok(Some(m.value.clone()))
+}
+
+/// A `mode` key: one of the names `parse` knows, or absent/empty for `default`.
+pub fn mode_key<M>(m: Option<&Spelled<String>>, parse: fn(&str) -> Option<M>, names: &str, default: M) -> Result<M> {
+    match m.filter(|m| !m.value.is_empty()) {
+        None => Ok(default),
+        Some(m) => parse(&m.value)
+            .ok_or_else(|| Error::config(format!("invalid {} {:?}: use {names}", m.key_or("mode"), m.value))),
+    }
+}
+
+/// A link-on-a-master plugin: the shared verbs with the plugin's own configuration parser and the
+/// `CNI_ARGS` keys it (and its IPAM) read.
+pub struct SubLinkPlugin {
+    pub parse: fn(&Request) -> Result<SubLinkConf>,
+    pub known_args: &'static [&'static str],
+}
+
+impl libcni::Plugin for SubLinkPlugin {
+    fn known_args(&self) -> &'static [&'static str] {
+        self.known_args
+    }
+
+    fn add(&self, req: &Request) -> Result<CniResult> {
+        add(req, &(self.parse)(req)?)
+    }
+
+    fn del(&self, req: &Request) -> Result<()> {
+        // Only the IPAM type matters: the link is found by CNI_IFNAME in the pod.
+        del(req, req.conf.ipam_type())
+    }
+
+    fn check(&self, req: &Request) -> Result<()> {
+        check(req, &(self.parse)(req)?)
+    }
+
+    fn status(&self, req: &Request) -> Result<()> {
+        status(req, &(self.parse)(req)?)
+    }
+
+    fn gc(&self, req: &Request) -> Result<()> {
+        gc(req, &(self.parse)(req)?)
+    }
+}
