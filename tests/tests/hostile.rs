@@ -132,6 +132,15 @@ impl Fixture {
             "firewall" => json!({
                 "cniVersion": "1.0.0", "name": self.network, "type": "firewall", "prevResult": self.prev_result()
             }),
+            "dummy" => json!({ "cniVersion": "1.0.0", "name": self.network, "type": "dummy", "ipam": self.ipam() }),
+            "vlan" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "vlan", "master": "lo", "vlanId": 10,
+                "ipam": self.ipam()
+            }),
+            "vrf" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "vrf", "vrfname": "blue",
+                "prevResult": self.prev_result()
+            }),
             other => panic!("no base config for {other}"),
         }
     }
@@ -360,7 +369,7 @@ const BAD_CNI_ARGS: [(&str, &str); 5] = [
 ];
 
 fn reads_cni_args(plugin: &str) -> bool {
-    matches!(plugin, "bridge" | "host-local" | "tuning" | "static")
+    matches!(plugin, "bridge" | "host-local" | "tuning" | "static" | "dummy" | "vlan")
 }
 
 /// Rows for plugins that open CNI_NETNS on ADD.
@@ -1405,4 +1414,93 @@ fn cnitool_refuses_hostile_input() {
     f.assert_nothing_left("cnitool");
     assert!(list_tree(&cache.path().join("results")).is_empty(), "cnitool cached a failed ADD");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn dummy_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("dummy");
+    vec![
+        case("no ipam", without(&b, "ipam"), CONFIG),
+        case("ipam without a type", with(&b, "ipam", json!({})), CONFIG),
+        case("ipam.type empty", with(&b, "ipam", json!({ "type": "" })), CONFIG),
+        case("ipam.type a path", with(&b, "ipam", json!({ "type": "../host-local" })), CONFIG),
+    ]
+}
+
+fn vlan_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("vlan");
+    let mut cases = vec![
+        case("no master", without(&b, "master"), CONFIG),
+        case("master names no interface", with(&b, "master", json!("nosuch0")), CONFIG),
+        case("no ipam", without(&b, "ipam"), CONFIG),
+        case("ipam.type a path", with(&b, "ipam", json!({ "type": "../host-local" })), CONFIG),
+    ];
+    for (key, bad) in [
+        ("master", json!("")),
+        ("master", json!(5)),
+        ("master", json!("a/b")),
+        ("master", json!("0123456789abcdef")),
+        ("vlanId", json!(-1)),
+        ("vlanId", json!(4095)),
+        ("vlanId", json!("10")),
+        ("vlanId", json!(1.5)),
+        ("mtu", json!(-1)),
+        ("mtu", json!(67)),
+        ("mtu", json!(70000)),
+        ("mtu", json!("1500")),
+        ("linkInContainer", json!(1)),
+        ("linkInContainer", json!("yes")),
+    ] {
+        cases.push(case(format!("{key} {bad}"), with(&b, key, bad), CONFIG));
+    }
+    cases
+}
+
+fn vrf_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("vrf");
+    let mut cases = vec![
+        case("no vrfname", without(&b, "vrfname"), CONFIG),
+        case("no prevResult", without(&b, "prevResult"), CONFIG),
+        case("cniVersion 0.3.0 (vrf speaks 0.3.1 and later)", with(&b, "cniVersion", json!("0.3.0")), VERSION),
+    ];
+    for (key, bad) in [
+        ("vrfname", json!("")),
+        ("vrfname", json!(5)),
+        ("vrfname", json!("a/b")),
+        ("vrfname", json!("0123456789abcdef")),
+        ("table", json!(-1)),
+        ("table", json!(254)),
+        ("table", json!(255)),
+        ("table", json!(4_294_967_296u64)),
+        ("table", json!("10")),
+    ] {
+        cases.push(case(format!("{key} {bad}"), with(&b, key, bad), CONFIG));
+    }
+    cases
+}
+
+#[test]
+fn dummy_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "dummy");
+    cases.extend(netns_cases(&f, "dummy"));
+    cases.extend(dummy_cases(&f));
+    run_table(&f, "dummy", &cases);
+}
+
+#[test]
+fn vlan_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "vlan");
+    cases.extend(netns_cases(&f, "vlan"));
+    cases.extend(vlan_cases(&f));
+    run_table(&f, "vlan", &cases);
+}
+
+#[test]
+fn vrf_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "vrf");
+    cases.extend(netns_cases(&f, "vrf"));
+    cases.extend(vrf_cases(&f));
+    run_table(&f, "vrf", &cases);
 }

@@ -94,8 +94,20 @@ fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64, u32) {
 }
 
 /// The plugin names cni-rs is installed under.
-const PLUGINS: [&str; 9] =
-    ["bandwidth", "bridge", "firewall", "host-local", "loopback", "portmap", "sbr", "static", "tuning"];
+const PLUGINS: [&str; 12] = [
+    "bandwidth",
+    "bridge",
+    "dummy",
+    "firewall",
+    "host-local",
+    "loopback",
+    "portmap",
+    "sbr",
+    "static",
+    "tuning",
+    "vlan",
+    "vrf",
+];
 /// What `CNI_COMMAND=VERSION` must report, for every plugin.
 const SUPPORTED_VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
@@ -235,6 +247,8 @@ fn image_end_to_end() {
         let expected = match name {
             "bandwidth" => &SUPPORTED_VERSIONS[2..],
             "firewall" => &SUPPORTED_VERSIONS[4..],
+            // vrf: 0.3.1 and later, as the reference.
+            "vrf" => &SUPPORTED_VERSIONS[3..],
             _ => &SUPPORTED_VERSIONS[..],
         };
         assert_eq!(version["supportedVersions"], serde_json::json!(expected), "{name}: {version}");

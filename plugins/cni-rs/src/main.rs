@@ -1,12 +1,24 @@
-//! cni-rs: the bandwidth, bridge, firewall, host-local, loopback, portmap, sbr, static and tuning plugins in one binary, dispatching
+//! cni-rs: the bandwidth, bridge, dummy, firewall, host-local, loopback, portmap, sbr, static, tuning, vlan and vrf plugins in one binary, dispatching
 //! on the base name it was run under (argv[0]). Installed once with a hard link per plugin name, the
 //! plugins share one copy of the code on disk and in the page cache.
 
 use std::path::Path;
 
 /// The plugins this binary can be, by type name.
-pub const PLUGINS: [&str; 9] =
-    ["bandwidth", "bridge", "firewall", "host-local", "loopback", "portmap", "sbr", "static", "tuning"];
+pub const PLUGINS: [&str; 12] = [
+    "bandwidth",
+    "bridge",
+    "dummy",
+    "firewall",
+    "host-local",
+    "loopback",
+    "portmap",
+    "sbr",
+    "static",
+    "tuning",
+    "vlan",
+    "vrf",
+];
 
 /// Runs the plugin of type `plugin_type` on `env` and `stdin`; None when it is not one of ours. The
 /// process's own entry point and the in-process delegate calls (bridge's IPAM call to host-local
@@ -28,6 +40,9 @@ fn execute_named(
         "static" => execute(&static_ipam::Static, env, stdin),
         "bandwidth" => execute(&bandwidth::Bandwidth, env, stdin),
         "firewall" => execute(&firewall::Firewall, env, stdin),
+        "dummy" => execute(&dummy::Dummy, env, stdin),
+        "vlan" => execute(&vlan::Vlan, env, stdin),
+        "vrf" => execute(&vrf::Vrf, env, stdin),
         _ => return None,
     })
 }

@@ -142,7 +142,7 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     Some(out)
 }
 
-fn check_ifname(what: &str, name: &str) -> Result<()> {
+pub(super) fn check_ifname(what: &str, name: &str) -> Result<()> {
     if crate::valid_ifname(name) {
         Ok(())
     } else {

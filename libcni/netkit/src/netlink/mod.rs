@@ -15,12 +15,14 @@ mod policy;
 mod route;
 pub mod tc;
 mod tune;
+mod virt;
 
 pub use addr::Address;
 pub use link::{format_mac, parse_mac, BridgeVlan, Link};
 pub use policy::{RawRoute, Rule};
 pub use route::RouteSpec;
 pub use tune::LinkTuning;
+pub use virt::NewLink;
 
 use crate::netns::NetNs;
 use futures::StreamExt;
