@@ -15,9 +15,10 @@ const VERSIONS: [&str; 4] = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 const SCRIPT: &str = r#"
 mkdir -p /tmp/ipam
+DEFAULT_ROUTE='[{"dst":"0.0.0.0/0"}]'
 br() { # name version subnets-json [routes-json]
     printf '{"cniVersion":"%s","name":"%s","type":"bridge","bridge":"br0","isGateway":true,"ipam":{"type":"host-local","dataDir":"/tmp/ipam","ranges":%s,"routes":%s}}' \
-        "$2" "$1" "$3" "${4:-[{\"dst\":\"0.0.0.0/0\"}]}" > "/tmp/$1.json"
+        "$2" "$1" "$3" "${4:-$DEFAULT_ROUTE}" > "/tmp/$1.json"
 }
 vrf() { # file version vrfname [extra-keys]
     printf '{"cniVersion":"%s","name":"vrfnet","type":"vrf","vrfname":"%s"%s}' "$2" "$3" "${4:+,$4}" > "/tmp/$1.json"
@@ -38,7 +39,7 @@ ROUTES='[{"dst":"0.0.0.0/0"},{"dst":"::/0"},{"dst":"192.168.80.0/24"}]'
 br ds 1.1.0 "$DS" "$ROUTES"
 vrf blue 1.1.0 blue
 ip netns add p
-cni ADD bridge /tmp/ds.json p p eth0 > /dev/null
+cni ADD bridge /tmp/ds.json p p eth0
 check "add" vrf_add blue p eth0
 check "vrf blue exists with the first free table" is "$(vrf_table p blue)" 1
 check "ip vrf lists blue" has <(pod p ip vrf show) '^blue +1$'
