@@ -137,6 +137,9 @@ impl Fixture {
                 "cniVersion": "1.0.0", "name": self.network, "type": "vlan", "master": "lo", "vlanId": 10,
                 "ipam": self.ipam()
             }),
+            "tap" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "tap", "mtu": 1400, "ipam": self.ipam()
+            }),
             "vrf" => json!({
                 "cniVersion": "1.0.0", "name": self.network, "type": "vrf", "vrfname": "blue",
                 "prevResult": self.prev_result()
@@ -369,7 +372,7 @@ const BAD_CNI_ARGS: [(&str, &str); 5] = [
 ];
 
 fn reads_cni_args(plugin: &str) -> bool {
-    matches!(plugin, "bridge" | "host-local" | "tuning" | "static" | "dummy" | "vlan")
+    matches!(plugin, "bridge" | "host-local" | "tuning" | "static" | "dummy" | "vlan" | "tap")
 }
 
 /// Rows for plugins that open CNI_NETNS on ADD.
@@ -1503,4 +1506,43 @@ fn vrf_refuses_hostile_input() {
     cases.extend(netns_cases(&f, "vrf"));
     cases.extend(vrf_cases(&f));
     run_table(&f, "vrf", &cases);
+}
+
+fn tap_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("tap");
+    let mut cases = vec![
+        case("bridge names no bridge in the pod", with(&b, "bridge", json!("nosuch0")), CONFIG),
+        case("ipam.type a path", with(&b, "ipam", json!({ "type": "../host-local" })), CONFIG),
+        case("runtimeConfig.mac not a MAC", with(&b, "runtimeConfig", json!({ "mac": "nope" })), CONFIG),
+        case("runtimeConfig.mac a number", with(&b, "runtimeConfig", json!({ "mac": 5 })), CONFIG),
+        env_case("CNI_ARGS MAC not a MAC", &b, vec![("CNI_ARGS", Some("MAC=zz".to_string()))], CONFIG),
+    ];
+    for (key, bad) in [
+        ("mac", json!("0a:58")),
+        ("mac", json!("01:00:5e:00:00:01")),
+        ("mac", json!(5)),
+        ("mtu", json!(-1)),
+        ("mtu", json!(67)),
+        ("mtu", json!(70000)),
+        ("mtu", json!("1500")),
+        ("multiQueue", json!(1)),
+        ("owner", json!(-1)),
+        ("owner", json!("root")),
+        ("group", json!(4_294_967_296u64)),
+        ("bridge", json!("a/b")),
+        ("bridge", json!(5)),
+        ("selinuxContext", json!(5)),
+    ] {
+        cases.push(case(format!("{key} {bad}"), with(&b, key, bad), CONFIG));
+    }
+    cases
+}
+
+#[test]
+fn tap_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "tap");
+    cases.extend(netns_cases(&f, "tap"));
+    cases.extend(tap_cases(&f));
+    run_table(&f, "tap", &cases);
 }

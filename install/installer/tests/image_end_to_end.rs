@@ -94,7 +94,7 @@ fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64, u32) {
 }
 
 /// The plugin names cni-rs is installed under.
-const PLUGINS: [&str; 12] = [
+const PLUGINS: [&str; 13] = [
     "bandwidth",
     "bridge",
     "dummy",
@@ -104,6 +104,7 @@ const PLUGINS: [&str; 12] = [
     "portmap",
     "sbr",
     "static",
+    "tap",
     "tuning",
     "vlan",
     "vrf",

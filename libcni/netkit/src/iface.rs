@@ -365,9 +365,10 @@ pub fn temp_link_name(container_id: &str, ifname: &str, attempt: u32) -> String 
 /// link's parent lives: a VLAN's master on the host), then renames it inside the pod (`cont`, `ns`).
 /// `create(name)` sends the request for a link called `name` placed in `ns`.
 ///
-/// The kernel looks a new link's name up in the namespace the request comes from before creating
-/// it, so creating `eth0` for the pod from a host that has its own `eth0` would fail: the link is
-/// made under a temporary name free on the host ([`temp_link_name`]), as the reference plugins do.
+/// Older kernels (Debian 12's 6.1 among them; 6.18 no longer does) look a new link's name up in the
+/// namespace the request comes from before creating it, so creating `eth0` for the pod from a host
+/// that has its own `eth0` fails with EEXIST there: the link is made under a temporary name free on
+/// the host ([`temp_link_name`]), as the reference plugins do (`plugins/vlan/tests/vm_vlan.rs`).
 /// Returns the pod's link; on failure nothing is left.
 pub fn create_in_pod_renamed(
     creator: &Netlink,

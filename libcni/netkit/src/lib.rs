@@ -13,6 +13,7 @@ pub mod iface;
 pub mod netlink;
 pub mod netns;
 pub mod sysctl;
+pub mod tuntap;
 
 pub use netlink::{format_mac, parse_mac, Address, BridgeVlan, IpFamily, Link, Netlink, RouteSpec};
 pub use netns::{container_netns, container_netns_for_del, NetNs, NsGuard};

@@ -1,11 +1,11 @@
-//! cni-rs: the bandwidth, bridge, dummy, firewall, host-local, loopback, portmap, sbr, static, tuning, vlan and vrf plugins in one binary, dispatching
+//! cni-rs: the bandwidth, bridge, dummy, firewall, host-local, loopback, portmap, sbr, static, tap, tuning, vlan and vrf plugins in one binary, dispatching
 //! on the base name it was run under (argv[0]). Installed once with a hard link per plugin name, the
 //! plugins share one copy of the code on disk and in the page cache.
 
 use std::path::Path;
 
 /// The plugins this binary can be, by type name.
-pub const PLUGINS: [&str; 12] = [
+pub const PLUGINS: [&str; 13] = [
     "bandwidth",
     "bridge",
     "dummy",
@@ -15,6 +15,7 @@ pub const PLUGINS: [&str; 12] = [
     "portmap",
     "sbr",
     "static",
+    "tap",
     "tuning",
     "vlan",
     "vrf",
@@ -43,6 +44,7 @@ fn execute_named(
         "dummy" => execute(&dummy::Dummy, env, stdin),
         "vlan" => execute(&vlan::Vlan, env, stdin),
         "vrf" => execute(&vrf::Vrf, env, stdin),
+        "tap" => execute(&tap::Tap, env, stdin),
         _ => return None,
     })
 }
