@@ -39,6 +39,16 @@ impl<'a> Undo<'a> {
     pub fn run(self) {
         self.steps.into_iter().rev().for_each(|step| step());
     }
+
+    /// Runs an ADD's steps with a fresh `Undo`, and the reversals they registered when they fail.
+    pub fn guarded<T>(steps: impl FnOnce(&mut Undo<'a>) -> Result<T>) -> Result<T> {
+        let mut undo = Undo::default();
+        let done = steps(&mut undo);
+        if done.is_err() {
+            undo.run();
+        }
+        done
+    }
 }
 
 /// Fails when `ifname` already exists in the pod's namespace: an ADD without a DEL in between.
@@ -448,18 +458,45 @@ pub fn single_interface_result<'a>(
     Ok(result)
 }
 
-/// DEL for a plugin whose only interface is the pod's: IPAM's DEL (when `ipam` is set), then the
-/// pod's link (nothing to do when the namespace is gone: the link went with it). Best effort: both
-/// are tried, every error reported.
-pub fn del_single_interface(req: &Request, ipam: Option<&str>) -> Result<()> {
+/// DEL for a plugin whose only interface is the pod's: IPAM's DEL (when `ipam` names a plugin),
+/// then the pod's link (nothing to do when the namespace is gone: the link went with it), whatever
+/// the plugin's own keys say. Best effort: both are tried, every error reported; an `ipam.type` that
+/// is a path is reported after the link is gone.
+pub fn del_single_interface(req: &Request) -> Result<()> {
     let mut errs = libcni::Errors::new();
-    if let Some(ipam) = ipam {
-        errs.record(invoke::delegate_del(ipam, req));
+    match ipam_type(&req.conf) {
+        Ok(Some(ipam)) => {
+            errs.record(invoke::delegate_del(ipam, req));
+        }
+        Ok(None) => {}
+        Err(e) => errs.push(e),
     }
     for e in del_pod_link(req, || {}) {
         errs.push(e);
     }
     errs.finish()
+}
+
+/// The prevResult CHECK compares with (code 7 without one).
+pub fn prev_result_for_check(req: &Request) -> Result<&CniResult> {
+    req.conf
+        .prev_result
+        .as_ref()
+        .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))
+}
+
+/// CHECK for a plugin whose only interface is the pod's: IPAM's CHECK (when `ipam` is set), then
+/// the pod's link against prevResult ([`check_pod`], up) and its `kind`. The namespace and the link,
+/// for the plugin's own checks.
+pub fn check_single_interface(req: &Request, ipam: Option<&str>, kind: &str) -> Result<(NetNs, Link)> {
+    let prev = prev_result_for_check(req)?;
+    let ns = crate::container_netns(req)?;
+    if let Some(ipam) = ipam {
+        invoke::delegate_check(ipam, req)?;
+    }
+    let (link, _) = check_pod(&ns, &req.ifname, prev, true)?;
+    check_kind(&link, kind)?;
+    Ok((ns, link))
 }
 
 /// CHECK that the pod's link is of `kind` (`"dummy"`, `"vlan"`, ...), code 103 otherwise.

@@ -16,13 +16,6 @@ use netkit::Netlink;
 
 pub struct Dummy;
 
-fn prev_result(req: &Request) -> Result<&CniResult> {
-    req.conf
-        .prev_result
-        .as_ref()
-        .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))
-}
-
 impl Plugin for Dummy {
     fn known_args(&self) -> &'static [&'static str] {
         // IP is read by host-local, which gets our CNI_ARGS.
@@ -34,47 +27,31 @@ impl Plugin for Dummy {
         let ns = netkit::container_netns(req)?;
         let cont = Netlink::open_in(&ns)?;
         iface::ensure_absent(&cont, &ns, &req.ifname)?;
-        cont.create_link(&req.ifname, NewLink::Dummy, None, None)?;
-        let mut undo = Undo::default();
-        undo.push(|| {
-            let _ = cont.delete_link_by_name(&req.ifname);
-        });
-        let added = cont
-            .link(&req.ifname)?
-            .ok_or_else(|| {
+        Undo::guarded(|undo| {
+            cont.create_link(&req.ifname, NewLink::Dummy, None, None)?;
+            undo.push(|| {
+                let _ = cont.delete_link_by_name(&req.ifname);
+            });
+            let link = cont.link(&req.ifname)?.ok_or_else(|| {
                 Error::network(format!(
                     "dummy {} is missing in {} right after creation",
                     req.ifname,
                     ns.path().display()
                 ))
-            })
-            .and_then(|link| {
-                iface::single_interface_result(req, Some(&conf.ipam_type), &cont, &ns, &link, None, &mut undo)
-            });
-        match added {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                undo.run();
-                Err(e)
-            }
-        }
+            })?;
+            iface::single_interface_result(req, Some(&conf.ipam_type), &cont, &ns, &link, None, undo)
+        })
     }
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(&req.conf)?;
-        let prev = prev_result(req)?;
-        let ns = netkit::container_netns(req)?;
-        invoke::delegate_check(&conf.ipam_type, req)?;
-        let (link, _) = iface::check_pod(&ns, &req.ifname, prev, true)?;
-        iface::check_kind(&link, "dummy")
+        iface::check_single_interface(req, Some(&conf.ipam_type), "dummy").map(drop)
     }
 
     /// Releases the addresses and deletes the link, whatever else is wrong with the configuration:
     /// DEL never strands a pod.
     fn del(&self, req: &Request) -> Result<()> {
-        let ipam = iface::ipam_type(&req.conf);
-        let done = iface::del_single_interface(req, ipam.as_ref().ok().copied().flatten());
-        ipam.and(done)
+        iface::del_single_interface(req)
     }
 
     fn status(&self, req: &Request) -> Result<()> {

@@ -42,13 +42,7 @@ pub struct TapConf {
 const SELINUX_FS: &str = "/sys/fs/selinux/enforce";
 
 fn parse_mac(key: &str, s: &str) -> Result<[u8; 6]> {
-    let mac = netkit::parse_mac(s).ok_or_else(|| {
-        Error::config(format!("{key}: invalid MAC address {s:?}: expected six hex bytes like 0a:58:0a:f4:01:02"))
-    })?;
-    if mac[0] & 1 == 1 {
-        return Err(Error::config(format!("{key}: {s:?} is a multicast address, which cannot name an interface")));
-    }
-    Ok(mac)
+    netkit::parse_unicast_mac(s).map_err(|why| Error::config(format!("{key}: invalid MAC address {s:?}: {why}")))
 }
 
 fn id(v: Spelled<i64>, name: &str) -> Result<u32> {
@@ -156,6 +150,9 @@ mod tests {
         assert_eq!(c.mac, Some([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x02]));
         assert_eq!((c.mtu, c.multi_queue, c.owner, c.group), (Some(1400), true, Some(1000), Some(0)));
         assert_eq!((c.bridge.as_deref(), c.ipam_type.as_deref()), (Some("br0"), Some("host-local")));
+        // Every form Go's net.ParseMAC reads.
+        let dotted = parse_json(json!({"mac": "0a58.0af4.0102"}), None, false).unwrap();
+        assert_eq!(dotted.mac, Some([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x02]));
         // Go's key matching: the reference's struct fields are MultiQueue, MTU, Mac, Owner, ...
         let c = parse_json(json!({"MultiQueue": "true", "MTU": 9000, "Owner": 7}), None, false).unwrap();
         assert_eq!((c.multi_queue, c.mtu, c.owner), (true, Some(9000), Some(7)));
@@ -186,7 +183,7 @@ mod tests {
     fn errors_are_code_7_and_name_the_key() {
         for (extra, args, needle) in [
             (json!({"mac": "0a:58"}), None, "mac: invalid MAC"),
-            (json!({"mac": "01:00:5e:00:00:01"}), None, "mac: \"01:00:5e:00:00:01\" is a multicast"),
+            (json!({"mac": "01:00:5e:00:00:01"}), None, "a multicast address cannot name an interface"),
             (json!({"mac": 5}), None, "mac"),
             (json!({}), Some("zz"), "CNI_ARGS MAC: invalid MAC"),
             (json!({"runtimeConfig": {"mac": 5}}), None, "runtimeConfig.mac must be a string"),

@@ -73,36 +73,17 @@ impl Plugin for Tap {
         let conf = conf_of(req)?;
         let ns = netkit::container_netns(req)?;
         let cont = Netlink::open_in(&ns)?;
-        let mut undo = Undo::default();
-        match add(req, &conf, &ns, &cont, &mut undo) {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                undo.run();
-                Err(e)
-            }
-        }
+        Undo::guarded(|undo| add(req, &conf, &ns, &cont, undo))
     }
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = conf_of(req)?;
-        let prev = req
-            .conf
-            .prev_result
-            .as_ref()
-            .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))?;
-        let ns = netkit::container_netns(req)?;
-        if let Some(ipam) = &conf.ipam_type {
-            invoke::delegate_check(ipam, req)?;
-        }
-        let (link, _) = iface::check_pod(&ns, &req.ifname, prev, true)?;
-        iface::check_kind(&link, "tun")
+        iface::check_single_interface(req, conf.ipam_type.as_deref(), "tun").map(drop)
     }
 
     /// Releases the addresses and deletes the tap whatever else is wrong with the configuration.
     fn del(&self, req: &Request) -> Result<()> {
-        let ipam = iface::ipam_type(&req.conf);
-        let done = iface::del_single_interface(req, ipam.as_ref().ok().copied().flatten());
-        ipam.and(done)
+        iface::del_single_interface(req)
     }
 
     fn status(&self, req: &Request) -> Result<()> {

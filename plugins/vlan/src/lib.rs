@@ -82,30 +82,15 @@ impl Plugin for Vlan {
         let conf = config::parse(&req.raw, &req.conf)?;
         let ns = netkit::container_netns(req)?;
         let cont = Netlink::open_in(&ns)?;
-        let mut undo = Undo::default();
-        match add(req, &conf, &ns, &cont, &mut undo) {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                undo.run();
-                Err(e)
-            }
-        }
+        Undo::guarded(|undo| add(req, &conf, &ns, &cont, undo))
     }
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(&req.raw, &req.conf)?;
-        let prev = req
-            .conf
-            .prev_result
-            .as_ref()
-            .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))?;
-        let ns = netkit::container_netns(req)?;
-        invoke::delegate_check(&conf.ipam_type, req)?;
+        let (ns, link) = iface::check_single_interface(req, Some(&conf.ipam_type), "vlan")?;
         let failed = |msg: String| Error::new(libcni::code::CHECK_FAILED, msg);
         let host = if conf.link_in_container { Netlink::open_in(&ns)? } else { Netlink::open()? };
         master(&conf, &host, &ns).map_err(|e| failed(e.msg))?;
-        let (link, _) = iface::check_pod(&ns, &req.ifname, prev, true)?;
-        iface::check_kind(&link, "vlan")?;
         let cont = Netlink::open_in(&ns)?;
         let id = cont.vlan_id(link.index)?;
         if id != Some(conf.vlan_id) {
@@ -127,9 +112,7 @@ impl Plugin for Vlan {
     /// Releases the addresses and deletes the link whatever else is wrong with the configuration
     /// (the master gone, a key that no longer validates): DEL never strands a pod.
     fn del(&self, req: &Request) -> Result<()> {
-        let ipam = iface::ipam_type(&req.conf);
-        let done = iface::del_single_interface(req, ipam.as_ref().ok().copied().flatten());
-        ipam.and(done)
+        iface::del_single_interface(req)
     }
 
     fn status(&self, req: &Request) -> Result<()> {

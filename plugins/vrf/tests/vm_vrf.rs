@@ -9,7 +9,7 @@
 //! twice, with the namespace gone, with an invalid configuration; every spec version vrf speaks.
 //! One boot runs every case.
 
-use cni_tests::vm::Vm;
+use cni_tests::vm::{per_version_cases, Vm};
 
 const VERSIONS: [&str; 4] = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
@@ -30,8 +30,6 @@ vrf_add() { # file id ifname
     printf '%s' "${body%\}},\"prevResult\":$(cat "/tmp/cni-results/$2-$3.json")}" > "/tmp/$1-add.json"
     cni ADD vrf "/tmp/$1-add.json" "$2" "$2" "$3"
 }
-is() { [ "$1" = "$2" ] || { echo "got '$1', want '$2'"; return 1; }; }
-code_of() { sed -n 's/.*"code": *\([0-9]*\).*/\1/p' | head -n1; }
 vrf_table() { pod "$1" ip -d -o link show "$2" | sed -n 's/.* vrf table \([0-9]*\) .*/\1/p'; }
 
 DS='[[{"subnet":"10.80.0.0/24"}],[{"subnet":"fd00:80::/64"}]]'
@@ -191,19 +189,17 @@ fn vrf_in_a_vm() {
     ]
     .map(String::from)
     .to_vec();
-    for v in VERSIONS {
-        for what in [
+    cases.extend(per_version_cases(
+        &VERSIONS,
+        &[
             "add {v}",
             "add {v}: eth0 in the vrf",
             "add {v}: traffic through the vrf",
             "del {v}",
             "del {v}: no vrf",
             "del {v} again",
-        ] {
-            cases.push(what.replace("{v}", v));
-        }
-        cases.push(if v < "0.4.0" { format!("check {v} refused") } else { format!("check {v}") });
-    }
+        ],
+    ));
     let cases: Vec<&str> = cases.iter().map(String::as_str).collect();
     run.assert_passed(&cases);
 }
