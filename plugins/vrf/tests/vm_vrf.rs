@@ -116,6 +116,34 @@ check "del with an invalid configuration removes the interface's vrf" is "$(pod 
 ip netns del q
 check "netns gone: del succeeds" cni DEL vrf /tmp/red.json q q eth0
 
+# Debian's reference vrf (1.1.1, in /bin) shares the pod's VRFs with ours, both ways: one creates
+# the VRF, the other joins it, the first leaves without deleting it, the last deletes it.
+ref() { local CNI_PATH=/bin; "$@"; }
+br mixa 1.0.0 '[[{"subnet":"10.84.0.0/24"}]]'
+br mixb 1.0.0 '[[{"subnet":"10.85.0.0/24"}]]'
+vrf mixed 1.0.0 mixed
+ip netns add mix
+cni ADD bridge /tmp/mixa.json mix mix eth0
+cni ADD bridge /tmp/mixb.json mix mix eth1
+# A successful DEL drops the saved result: keep bridge's for the second round.
+cp /tmp/cni-results/mix-eth0.json /tmp/cni-results/mix-eth1.json /tmp/
+check "reference: creates the vrf" ref vrf_add mixed mix eth0
+check "ours joins the reference's vrf" vrf_add mixed mix eth1
+check "reference and ours: both interfaces in one vrf" is "$(pod mix ip -o link show vrf mixed | grep -c ': eth[01]@')" 2
+check "ours checks the reference's vrf" cni CHECK vrf /tmp/mixed.json mix mix eth1
+check "reference: del keeps the vrf ours still uses" ref cni DEL vrf /tmp/mixed.json mix mix eth0
+check "reference del detached its interface" is "$(pod mix ip -o link show vrf mixed | grep -c ': eth0@' || true)" 0
+check "ours deletes the vrf with its last member" cni DEL vrf /tmp/mixed.json mix mix eth1
+check "no vrf left after both" is "$(pod mix ip -o link show type vrf | wc -l)" 0
+cp /tmp/mix-eth0.json /tmp/mix-eth1.json /tmp/cni-results/
+check "ours creates the vrf" vrf_add mixed mix eth1
+check "reference joins ours" ref vrf_add mixed mix eth0
+check "reference: same table" is "$(vrf_table mix mixed)" 1
+check "ours: del keeps the vrf the reference still uses" cni DEL vrf /tmp/mixed.json mix mix eth1
+check "the vrf stays for the reference's interface" is "$(pod mix ip -o link show vrf mixed | grep -c ': eth0@')" 1
+check "reference deletes the vrf with its last member" ref cni DEL vrf /tmp/mixed.json mix mix eth0
+check "no vrf left after both, the other way" is "$(pod mix ip -o link show type vrf | wc -l)" 0
+
 for v in VERSIONS; do
     n=ver${v//./}
     br "$n" "$v" '[[{"subnet":"10.90.0.0/24"}]]'
@@ -139,7 +167,7 @@ done
 #[test]
 fn vrf_in_a_vm() {
     let script = SCRIPT.replace("for v in VERSIONS;", &format!("for v in {};", VERSIONS.join(" ")));
-    let run = Vm::new().plugins(&["vrf", "bridge", "host-local"]).run(&script);
+    let run = Vm::new().plugins(&["vrf", "bridge", "host-local"]).bin("/usr/lib/cni/vrf").run(&script);
     eprintln!("VM run: {:.1} s", run.elapsed.as_secs_f64());
     let mut cases: Vec<String> = [
         "add",
@@ -186,6 +214,21 @@ fn vrf_in_a_vm() {
         "del with an invalid configuration",
         "del with an invalid configuration removes the interface's vrf",
         "netns gone: del succeeds",
+        "reference: creates the vrf",
+        "ours joins the reference's vrf",
+        "reference and ours: both interfaces in one vrf",
+        "ours checks the reference's vrf",
+        "reference: del keeps the vrf ours still uses",
+        "reference del detached its interface",
+        "ours deletes the vrf with its last member",
+        "no vrf left after both",
+        "ours creates the vrf",
+        "reference joins ours",
+        "reference: same table",
+        "ours: del keeps the vrf the reference still uses",
+        "the vrf stays for the reference's interface",
+        "reference deletes the vrf with its last member",
+        "no vrf left after both, the other way",
     ]
     .map(String::from)
     .to_vec();
