@@ -140,6 +140,24 @@ done
 check "no vlan link is left on the host masters" is "$(ip -o link show type vlan | grep -c '@eth[01]' || true)" 0
 check "status" cni STATUS vlan /tmp/v10a.json a a eth0
 
+# Debian's reference vlan (1.1.1, in /bin) and ours on one attachment: ours checks and deletes
+# what the reference made, and the reference checks and deletes what ours made.
+net mixnet 1.0.0 eth0 80 "$(ipam '[{"subnet":"10.80.0.0/24"}]')"
+ip netns add mix
+check "reference: add" env CNI_COMMAND=ADD CNI_CONTAINERID=mix CNI_NETNS=/run/netns/mix CNI_IFNAME=eth0 \
+    CNI_PATH=/opt/cni/bin sh -c '/bin/vlan < /tmp/mixnet.json > /tmp/cni-results/mix-eth0.json'
+check "ours checks the reference's vlan" cni CHECK vlan /tmp/mixnet.json mix mix eth0
+check "ours deletes the reference's vlan" cni DEL vlan /tmp/mixnet.json mix mix eth0
+check "ours deleted it and released its address" is "$(links_of mix):$(reservations mixnet)" 0:0
+cni ADD vlan /tmp/mixnet.json mix mix eth0 > /dev/null
+body=$(cat /tmp/mixnet.json)
+printf '%s' "${body%\}},\"prevResult\":$(cat /tmp/cni-results/mix-eth0.json)}" > /tmp/mixprev.json
+check "reference checks ours" env CNI_COMMAND=CHECK CNI_CONTAINERID=mix CNI_NETNS=/run/netns/mix CNI_IFNAME=eth0 \
+    CNI_PATH=/opt/cni/bin sh -c '/bin/vlan < /tmp/mixprev.json'
+check "reference deletes ours" env CNI_COMMAND=DEL CNI_CONTAINERID=mix CNI_NETNS=/run/netns/mix CNI_IFNAME=eth0 \
+    CNI_PATH=/opt/cni/bin sh -c '/bin/vlan < /tmp/mixprev.json'
+check "the reference deleted it and released its address" is "$(links_of mix):$(reservations mixnet)" 0:0
+
 for v in VERSIONS; do
     n=ver${v//./}
     net "$n" "$v" eth1 70 "$(ipam '[{"subnet":"10.70.0.0/24"}]')"
@@ -159,7 +177,7 @@ done
 #[test]
 fn vlan_in_a_vm() {
     let script = SCRIPT.replace("for v in VERSIONS;", &format!("for v in {};", VERSIONS.join(" ")));
-    let run = Vm::new().plugins(&["vlan", "host-local"]).run(&script);
+    let run = Vm::new().plugins(&["vlan", "host-local"]).bin("/usr/lib/cni/vlan").run(&script);
     eprintln!("VM run: {:.1} s", run.elapsed.as_secs_f64());
     let mut cases: Vec<String> = [
         "add a on eth0 (the host has an eth0)",
@@ -217,6 +235,13 @@ fn vlan_in_a_vm() {
         "del m",
         "no vlan link is left on the host masters",
         "status",
+        "reference: add",
+        "ours checks the reference's vlan",
+        "ours deletes the reference's vlan",
+        "ours deleted it and released its address",
+        "reference checks ours",
+        "reference deletes ours",
+        "the reference deleted it and released its address",
     ]
     .map(String::from)
     .to_vec();
