@@ -177,3 +177,14 @@ impl VmRun {
             .join("\n")
     }
 }
+
+/// The case names of a script's loop over spec versions: each of `names` with `{v}` replaced by
+/// the version, plus `check {v}` from 0.4.0 on and `check {v} refused` before (CHECK came in 0.4.0).
+pub fn per_version_cases(versions: &[&str], names: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in versions {
+        out.extend(names.iter().map(|n| n.replace("{v}", v)));
+        out.push(if *v < "0.4.0" { format!("check {v} refused") } else { format!("check {v}") });
+    }
+    out
+}

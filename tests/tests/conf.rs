@@ -43,9 +43,9 @@ fn every_shipped_conflist_loads_and_validates_against_our_plugins() {
                 path.display()
             );
         }
-        // The bridge networks publish ports through portmap; the macvlan and ipvlan ones are
-        // secondary networks on the node's LAN, with none.
-        if list.plugins.iter().any(|p| p.plugin_type == "bridge") {
+        // Those with portmap publish ports through it (the macvlan, ipvlan and vlan-vrf lists are
+        // secondary networks on the node's LAN, with none).
+        if list.plugins.iter().any(|p| p.plugin_type == "portmap") {
             assert!(caps.iter().any(|c| c == "portMappings"), "{}: capabilities {caps:?}", list.name);
         }
     }

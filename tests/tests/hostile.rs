@@ -152,6 +152,18 @@ impl Fixture {
                 "cniVersion": "1.0.0", "name": self.network, "type": "ipvlan", "master": self.master(),
                 "ipam": self.ipam()
             }),
+            "dummy" => json!({ "cniVersion": "1.0.0", "name": self.network, "type": "dummy", "ipam": self.ipam() }),
+            "vlan" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "vlan", "master": "lo", "vlanId": 10,
+                "ipam": self.ipam()
+            }),
+            "tap" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "tap", "mtu": 1400, "ipam": self.ipam()
+            }),
+            "vrf" => json!({
+                "cniVersion": "1.0.0", "name": self.network, "type": "vrf", "vrfname": "blue",
+                "prevResult": self.prev_result()
+            }),
             other => panic!("no base config for {other}"),
         }
     }
@@ -380,7 +392,7 @@ const BAD_CNI_ARGS: [(&str, &str); 5] = [
 ];
 
 fn reads_cni_args(plugin: &str) -> bool {
-    matches!(plugin, "bridge" | "host-local" | "tuning" | "static" | "ptp" | "host-device")
+    matches!(plugin, "bridge" | "host-local" | "tuning" | "static" | "ptp" | "host-device" | "dummy" | "vlan" | "tap")
 }
 
 /// Rows for plugins that open CNI_NETNS on ADD.
@@ -1623,4 +1635,132 @@ fn host_device_refuses_hostile_input() {
     cases.extend(netns_cases(&f, "host-device"));
     cases.extend(host_device_cases(&f));
     run_table(&f, "host-device", &cases);
+}
+
+fn dummy_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("dummy");
+    vec![
+        case("no ipam", without(&b, "ipam"), CONFIG),
+        case("ipam without a type", with(&b, "ipam", json!({})), CONFIG),
+        case("ipam.type empty", with(&b, "ipam", json!({ "type": "" })), CONFIG),
+        case("ipam.type a path", with(&b, "ipam", json!({ "type": "../host-local" })), CONFIG),
+    ]
+}
+
+fn vlan_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("vlan");
+    let mut cases = vec![
+        case("no master", without(&b, "master"), CONFIG),
+        case("master names no interface", with(&b, "master", json!("nosuch0")), CONFIG),
+        case("no ipam", without(&b, "ipam"), CONFIG),
+        case("ipam.type a path", with(&b, "ipam", json!({ "type": "../host-local" })), CONFIG),
+    ];
+    for (key, bad) in [
+        ("master", json!("")),
+        ("master", json!(5)),
+        ("master", json!("a/b")),
+        ("master", json!("0123456789abcdef")),
+        ("vlanId", json!(-1)),
+        ("vlanId", json!(4095)),
+        ("vlanId", json!("10")),
+        ("vlanId", json!(1.5)),
+        ("mtu", json!(-1)),
+        ("mtu", json!(67)),
+        ("mtu", json!(70000)),
+        ("mtu", json!("1500")),
+        ("linkInContainer", json!(1)),
+        ("linkInContainer", json!("yes")),
+    ] {
+        cases.push(case(format!("{key} {bad}"), with(&b, key, bad), CONFIG));
+    }
+    cases
+}
+
+fn vrf_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("vrf");
+    let mut cases = vec![
+        case("no vrfname", without(&b, "vrfname"), CONFIG),
+        case("no prevResult", without(&b, "prevResult"), CONFIG),
+        case("cniVersion 0.3.0 (vrf speaks 0.3.1 and later)", with(&b, "cniVersion", json!("0.3.0")), VERSION),
+    ];
+    for (key, bad) in [
+        ("vrfname", json!("")),
+        ("vrfname", json!(5)),
+        ("vrfname", json!("a/b")),
+        ("vrfname", json!("0123456789abcdef")),
+        ("table", json!(-1)),
+        ("table", json!(254)),
+        ("table", json!(255)),
+        ("table", json!(4_294_967_296u64)),
+        ("table", json!("10")),
+    ] {
+        cases.push(case(format!("{key} {bad}"), with(&b, key, bad), CONFIG));
+    }
+    cases
+}
+
+#[test]
+fn dummy_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "dummy");
+    cases.extend(netns_cases(&f, "dummy"));
+    cases.extend(dummy_cases(&f));
+    run_table(&f, "dummy", &cases);
+}
+
+#[test]
+fn vlan_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "vlan");
+    cases.extend(netns_cases(&f, "vlan"));
+    cases.extend(vlan_cases(&f));
+    run_table(&f, "vlan", &cases);
+}
+
+#[test]
+fn vrf_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "vrf");
+    cases.extend(netns_cases(&f, "vrf"));
+    cases.extend(vrf_cases(&f));
+    run_table(&f, "vrf", &cases);
+}
+
+fn tap_cases(f: &Fixture) -> Vec<Case> {
+    let b = f.base("tap");
+    let mut cases = vec![
+        case("bridge names no bridge in the pod", with(&b, "bridge", json!("nosuch0")), CONFIG),
+        case("ipam.type a path", with(&b, "ipam", json!({ "type": "../host-local" })), CONFIG),
+        case("runtimeConfig.mac not a MAC", with(&b, "runtimeConfig", json!({ "mac": "nope" })), CONFIG),
+        case("runtimeConfig.mac a number", with(&b, "runtimeConfig", json!({ "mac": 5 })), CONFIG),
+        env_case("CNI_ARGS MAC not a MAC", &b, vec![("CNI_ARGS", Some("MAC=zz".to_string()))], CONFIG),
+    ];
+    for (key, bad) in [
+        ("mac", json!("0a:58")),
+        ("mac", json!("01:00:5e:00:00:01")),
+        ("mac", json!(5)),
+        ("mtu", json!(-1)),
+        ("mtu", json!(67)),
+        ("mtu", json!(70000)),
+        ("mtu", json!("1500")),
+        ("multiQueue", json!(1)),
+        ("owner", json!(-1)),
+        ("owner", json!("root")),
+        ("group", json!(4_294_967_296u64)),
+        ("bridge", json!("a/b")),
+        ("bridge", json!(5)),
+        ("selinuxContext", json!(5)),
+    ] {
+        cases.push(case(format!("{key} {bad}"), with(&b, key, bad), CONFIG));
+    }
+    cases
+}
+
+#[test]
+fn tap_refuses_hostile_input() {
+    let f = Fixture::new();
+    let mut cases = common_cases(&f, "tap");
+    cases.extend(netns_cases(&f, "tap"));
+    cases.extend(tap_cases(&f));
+    run_table(&f, "tap", &cases);
 }

@@ -7,7 +7,21 @@ use serde_json::Value;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-const PLUGINS: [&str; 10] = ["bridge", "host-device", "host-local", "ipvlan", "loopback", "macvlan", "portmap", "ptp", "sbr", "static"];
+const PLUGINS: [&str; 13] = [
+    "bridge",
+    "dummy",
+    "host-device",
+    "host-local",
+    "ipvlan",
+    "loopback",
+    "macvlan",
+    "portmap",
+    "ptp",
+    "sbr",
+    "static",
+    "tap",
+    "vlan",
+];
 
 fn call(plugin: &str, command: &str, stdin: &str) -> (i32, Value) {
     let mut child = Command::new(bin_dir().join(plugin))

@@ -11,6 +11,9 @@
 #                              goes on (later cases still report) but its exit status becomes 1
 #   refuse NAME CMD...         the opposite: passes when CMD fails
 #   has FILE_OR_- PATTERN...   every extended regex PATTERN matches a line of the text (- = stdin)
+#   is ACTUAL EXPECTED         the two strings are equal (else says what it got)
+#   code_of                    the CNI error code in the JSON on stdin (empty when there is none)
+#   links_of NETNS_NAME        how many links the namespace has besides lo
 
 export CNI_PATH=/opt/cni/bin
 mkdir -p /tmp/cni-results /run/netns
@@ -81,3 +84,11 @@ has() {
         fi
     done
 }
+
+is() {
+    [ "$1" = "$2" ] || { echo "got '$1', want '$2'"; return 1; }
+}
+
+code_of() { sed -n 's/.*"code": *\([0-9]*\).*/\1/p' | head -n1; }
+
+links_of() { pod "$1" ip -o link show | grep -vc ': lo:' || true; }

@@ -94,9 +94,10 @@ fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64, u32) {
 }
 
 /// The plugin names cni-rs is installed under.
-const PLUGINS: [&str; 13] = [
+const PLUGINS: [&str; 17] = [
     "bandwidth",
     "bridge",
+    "dummy",
     "firewall",
     "host-device",
     "host-local",
@@ -107,7 +108,10 @@ const PLUGINS: [&str; 13] = [
     "ptp",
     "sbr",
     "static",
+    "tap",
     "tuning",
+    "vlan",
+    "vrf",
 ];
 /// What `CNI_COMMAND=VERSION` must report, for every plugin.
 const SUPPORTED_VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -248,6 +252,8 @@ fn image_end_to_end() {
         let expected = match name {
             "bandwidth" => &SUPPORTED_VERSIONS[2..],
             "firewall" => &SUPPORTED_VERSIONS[4..],
+            // vrf: 0.3.1 and later, as the reference.
+            "vrf" => &SUPPORTED_VERSIONS[3..],
             _ => &SUPPORTED_VERSIONS[..],
         };
         assert_eq!(version["supportedVersions"], serde_json::json!(expected), "{name}: {version}");

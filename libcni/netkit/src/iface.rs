@@ -44,6 +44,16 @@ impl<'a> Undo<'a> {
     pub fn run(self) {
         self.steps.into_iter().rev().for_each(|step| step());
     }
+
+    /// Runs an ADD's steps with a fresh `Undo`, and the reversals they registered when they fail.
+    pub fn guarded<T>(steps: impl FnOnce(&mut Undo<'a>) -> Result<T>) -> Result<T> {
+        let mut undo = Undo::default();
+        let done = steps(&mut undo);
+        if done.is_err() {
+            undo.run();
+        }
+        done
+    }
 }
 
 /// Fails when `ifname` already exists in the pod's namespace: an ADD without a DEL in between.
@@ -418,12 +428,166 @@ pub fn add_or_undo<'a>(req: &Request, steps: impl FnOnce(&mut Undo<'a>) -> Resul
     }
 }
 
+/// The IPAM plugin the configuration names, refused (code 7) when it is a path rather than a plugin
+/// name in CNI_PATH.
+pub fn ipam_type(conf: &libcni::conf::NetConf) -> Result<Option<&str>> {
+    match conf.ipam_type() {
+        Some(t) if t.contains('/') || t == "." || t == ".." => {
+            Err(Error::config(format!("invalid ipam type {t:?}: name a plugin in CNI_PATH, not a path")))
+        }
+        other => Ok(other),
+    }
+}
+
+/// Candidate temporary names for a link created outside the pod's namespace and renamed to its
+/// `ifname` once inside (`attempt` 0 first), derived from the attachment like [`host_veth_name`].
+pub fn temp_link_name(container_id: &str, ifname: &str, attempt: u32) -> String {
+    let digest = Sha256::digest(format!("{container_id}:{ifname}:temp:{attempt}").as_bytes());
+    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("tmp{hex}")
+}
+
+/// Creates the pod's `ifname` with a request sent from another namespace (`creator`, where the
+/// link's parent lives: a VLAN's master on the host), then renames it inside the pod (`cont`, `ns`).
+/// `create(name)` sends the request for a link called `name` placed in `ns`.
+///
+/// Older kernels (Debian 12's 6.1 among them; 6.18 no longer does) look a new link's name up in the
+/// namespace the request comes from before creating it, so creating `eth0` for the pod from a host
+/// that has its own `eth0` fails with EEXIST there: the link is made under a temporary name free on
+/// the host ([`temp_link_name`]), as the reference plugins do (`plugins/vlan/tests/vm_vlan.rs`).
+/// Returns the pod's link; on failure nothing is left.
+pub fn create_in_pod_renamed(
+    creator: &Netlink,
+    cont: &Netlink,
+    ns: &NetNs,
+    container_id: &str,
+    ifname: &str,
+    create: impl Fn(&str) -> Result<()>,
+) -> Result<Link> {
+    let mut made = None;
+    for attempt in 0..HOST_NAME_ATTEMPTS {
+        let temp = temp_link_name(container_id, ifname, attempt);
+        if creator.link(&temp)?.is_some() || cont.link(&temp)?.is_some() {
+            continue;
+        }
+        match create(&temp) {
+            Ok(()) => {
+                made = Some(temp);
+                break;
+            }
+            // Another ADD took the name between the lookup and the create; EEXIST for another
+            // reason (a VLAN id already used on the master) is the error.
+            Err(e) if crate::is_exists(&e) && (creator.link(&temp)?.is_some() || cont.link(&temp)?.is_some()) => {
+                continue
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let temp = made.ok_or_else(|| {
+        Error::network(format!(
+            "no free temporary link name for {container_id}:{ifname} after {HOST_NAME_ATTEMPTS} tries"
+        ))
+    })?;
+    let link = cont.link(&temp)?.ok_or_else(|| {
+        Error::network(format!("link {temp} is missing in {} right after creation", ns.path().display()))
+    })?;
+    if let Err(e) = cont.set_name(link.index, ifname) {
+        let _ = cont.delete_link(link.index);
+        return Err(e.context(format_args!("rename {temp} to {ifname} in {}", ns.path().display())));
+    }
+    Ok(Link { name: ifname.to_string(), ..link })
+}
+
+/// ADD's second half for a plugin whose only interface is the pod's (dummy, vlan, tap): with an
+/// IPAM plugin, its result on interface 0, configured on the link (addresses, up, routes); without,
+/// the link up (layer 2 only). The result lists the pod's interface with its MAC; `dns`, when set,
+/// replaces IPAM's.
+pub fn single_interface_result<'a>(
+    req: &'a Request,
+    ipam: Option<&'a str>,
+    cont: &Netlink,
+    ns: &NetNs,
+    link: &Link,
+    dns: Option<&libcni::types::Dns>,
+    undo: &mut Undo<'a>,
+) -> Result<CniResult> {
+    let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
+    match ipam {
+        Some(ipam) => {
+            let r = ipam_add(ipam, req, undo)?;
+            (result.ips, result.routes, result.dns) = (r.ips, r.routes, r.dns);
+            set_gateways(&mut result, 0, false, false);
+            configure(cont, ns, &req.ifname, link.index, &result, false)?;
+        }
+        None => cont.set_up(link.index)?,
+    }
+    if let Some(dns) = dns.filter(|d| **d != libcni::types::Dns::default()) {
+        result.dns = dns.clone();
+    }
+    let now = cont.link_by_index(link.index)?.unwrap_or_else(|| link.clone());
+    result.interfaces = vec![libcni::types::Interface {
+        name: req.ifname.clone(),
+        mac: now.mac_string(),
+        sandbox: Some(ns.path().display().to_string()),
+        ..Default::default()
+    }];
+    Ok(result)
+}
+
+/// DEL for a plugin whose only interface is the pod's: IPAM's DEL (when `ipam` names a plugin),
+/// then the pod's link (nothing to do when the namespace is gone: the link went with it), whatever
+/// the plugin's own keys say. Best effort: both are tried, every error reported; an `ipam.type` that
+/// is a path is reported after the link is gone.
+pub fn del_single_interface(req: &Request) -> Result<()> {
+    let mut errs = libcni::Errors::new();
+    match ipam_type(&req.conf) {
+        Ok(Some(ipam)) => {
+            errs.record(invoke::delegate_del(ipam, req));
+        }
+        Ok(None) => {}
+        Err(e) => errs.push(e),
+    }
+    for e in del_pod_link(req, || {}) {
+        errs.push(e);
+    }
+    errs.finish()
+}
+
 /// The prevResult CHECK compares with (code 7 without one).
 pub fn prev_result_for_check(req: &Request) -> Result<&CniResult> {
     req.conf
         .prev_result
         .as_ref()
         .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))
+}
+
+/// CHECK for a plugin whose only interface is the pod's: IPAM's CHECK (when `ipam` is set), then
+/// the pod's link against prevResult ([`check_pod`], up) and its `kind`. The namespace and the link,
+/// for the plugin's own checks.
+pub fn check_single_interface(req: &Request, ipam: Option<&str>, kind: &str) -> Result<(NetNs, Link)> {
+    let prev = prev_result_for_check(req)?;
+    let ns = crate::container_netns(req)?;
+    if let Some(ipam) = ipam {
+        invoke::delegate_check(ipam, req)?;
+    }
+    let (link, _) = check_pod(&ns, &req.ifname, prev, true)?;
+    check_kind(&link, kind)?;
+    Ok((ns, link))
+}
+
+/// CHECK that the pod's link is of `kind` (`"dummy"`, `"vlan"`, ...), code 103 otherwise.
+pub fn check_kind(link: &Link, kind: &str) -> Result<()> {
+    if link.kind.as_deref() == Some(kind) {
+        return Ok(());
+    }
+    Err(Error::new(
+        code::CHECK_FAILED,
+        format!(
+            "{} is not a {kind} link (it is {})",
+            link.name,
+            link.kind.as_deref().map_or_else(|| "a device without a kind".to_string(), |k| format!("a {k} link"))
+        ),
+    ))
 }
 
 #[cfg(test)]

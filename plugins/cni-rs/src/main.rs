@@ -1,13 +1,14 @@
-//! cni-rs: the bandwidth, bridge, firewall, host-device, host-local, ipvlan, loopback, macvlan, portmap, ptp, sbr, static and tuning plugins in one binary, dispatching
+//! cni-rs: the bandwidth, bridge, dummy, firewall, host-device, host-local, ipvlan, loopback, macvlan, portmap, ptp, sbr, static, tap, tuning, vlan and vrf plugins in one binary, dispatching
 //! on the base name it was run under (argv[0]). Installed once with a hard link per plugin name, the
 //! plugins share one copy of the code on disk and in the page cache.
 
 use std::path::Path;
 
 /// The plugins this binary can be, by type name.
-pub const PLUGINS: [&str; 13] = [
+pub const PLUGINS: [&str; 17] = [
     "bandwidth",
     "bridge",
+    "dummy",
     "firewall",
     "host-device",
     "host-local",
@@ -18,7 +19,10 @@ pub const PLUGINS: [&str; 13] = [
     "ptp",
     "sbr",
     "static",
+    "tap",
     "tuning",
+    "vlan",
+    "vrf",
 ];
 
 /// Runs the plugin of type `plugin_type` on `env` and `stdin`; None when it is not one of ours. The
@@ -45,6 +49,10 @@ fn execute_named(
         "host-device" => execute(&host_device::HostDevice, env, stdin),
         "macvlan" => execute(&macvlan::PLUGIN, env, stdin),
         "ipvlan" => execute(&ipvlan::PLUGIN, env, stdin),
+        "dummy" => execute(&dummy::Dummy, env, stdin),
+        "vlan" => execute(&vlan::Vlan, env, stdin),
+        "vrf" => execute(&vrf::Vrf, env, stdin),
+        "tap" => execute(&tap::Tap, env, stdin),
         _ => return None,
     })
 }

@@ -216,25 +216,7 @@ pub fn sysctl_path(key: &str, ifname: &str) -> Result<String> {
     Ok(path)
 }
 
-/// A MAC as Go's net.ParseMAC reads a 48-bit one: `aa:bb:cc:dd:ee:ff`, `aa-bb-cc-dd-ee-ff` or
-/// `aabb.ccdd.eeff`; a multicast address cannot name an interface.
-pub fn parse_mac(s: &str) -> std::result::Result<[u8; 6], String> {
-    let bad = || "expected six hex bytes like 0a:58:0a:f4:01:02".to_string();
-    let mut out = [0u8; 6];
-    let groups: Vec<&str> = if s.contains('.') { s.split('.').collect() } else { s.split([':', '-']).collect() };
-    let hex: String = match groups.len() {
-        6 if groups.iter().all(|g| g.len() == 2) && (s.contains(':') != s.contains('-')) => groups.concat(),
-        3 if s.contains('.') && groups.iter().all(|g| g.len() == 4) => groups.concat(),
-        _ => return Err(bad()),
-    };
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = hex.get(2 * i..2 * i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or_else(bad)?;
-    }
-    if out[0] & 1 == 1 {
-        return Err("a multicast address cannot name an interface".to_string());
-    }
-    Ok(out)
-}
+pub use netkit::parse_unicast_mac as parse_mac;
 
 /// The reference refuses a `sysctl` object that names one key twice ("duplicated sysctl keys are
 /// not allowed"): JSON decoders keep one of the two silently, so the other value would be lost.

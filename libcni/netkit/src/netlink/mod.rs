@@ -16,6 +16,7 @@ mod route;
 mod sublink;
 pub mod tc;
 mod tune;
+mod virt;
 
 pub use addr::Address;
 pub use link::{format_mac, parse_mac, BridgeVlan, Link};
@@ -23,6 +24,7 @@ pub use policy::{RawRoute, Rule};
 pub use route::RouteSpec;
 pub use sublink::{IpvlanMode, MacvlanMode, SubLink};
 pub use tune::LinkTuning;
+pub use virt::NewLink;
 
 use crate::netns::NetNs;
 use futures::StreamExt;

@@ -1,0 +1,127 @@
+//! vlan: an 802.1Q sub-interface of `master` as the pod's interface (the reference's `vlan`), with
+//! the addresses IPAM gives. Pods on the same `vlanId` of one master share a layer-2 segment.
+//!
+//! ADD finds `master` on the host (in the pod with `linkInContainer`), creates the VLAN link into
+//! the pod under a temporary name and renames it `CNI_IFNAME` there
+//! ([`netkit::iface::create_in_pod_renamed`]), then configures IPAM's result on it; a failure
+//! removes the link and releases the addresses. CHECK wants the master, a VLAN link with the
+//! configured id and MTU, and prevResult's addresses and routes. DEL releases the addresses and
+//! deletes the link, with or without the master or the namespace.
+
+pub mod config;
+
+use config::VlanConf;
+use libcni::{invoke, CniResult, Error, Plugin, Request, Result};
+use netkit::iface::{self, Undo};
+use netkit::netlink::NewLink;
+use netkit::{Link, NetNs, Netlink};
+
+pub struct Vlan;
+
+/// The master link, where the configuration says it is.
+fn master(conf: &VlanConf, nl: &Netlink, ns: &NetNs) -> Result<Link> {
+    nl.link(&conf.master)?.ok_or_else(|| {
+        let place = if conf.link_in_container {
+            format!("in the pod's namespace {} (linkInContainer is set)", ns.path().display())
+        } else {
+            "on the host".to_string()
+        };
+        Error::config(format!("master: interface {} not found {place}", conf.master))
+    })
+}
+
+fn add<'a>(
+    req: &'a Request,
+    conf: &'a VlanConf,
+    ns: &NetNs,
+    cont: &'a Netlink,
+    undo: &mut Undo<'a>,
+) -> Result<CniResult> {
+    iface::ensure_absent(cont, ns, &req.ifname)?;
+    let host = if conf.link_in_container { None } else { Some(Netlink::open()?) };
+    let creator = host.as_ref().unwrap_or(cont);
+    let parent = master(conf, creator, ns)?;
+    if let Some(mtu) = conf.mtu.filter(|m| *m > parent.mtu) {
+        return Err(Error::config(format!(
+            "{}: MTU {mtu} is above the MTU of master {} ({}): a VLAN link cannot exceed its master's",
+            conf.mtu_key, conf.master, parent.mtu
+        )));
+    }
+    if !parent.up {
+        return Err(Error::network(format!(
+            "master {} is down: bring it up first (a VLAN link cannot come up on a master that is down)",
+            conf.master
+        )));
+    }
+    let kind = NewLink::Vlan { parent: parent.index, id: conf.vlan_id };
+    let link = iface::create_in_pod_renamed(creator, cont, ns, &req.container_id, &req.ifname, |name| {
+        creator.create_link(name, kind, conf.mtu, Some(ns)).map_err(|e| {
+            if netkit::is_exists(&e) {
+                e.with_details(format!(
+                    "master {} may already have a link for VLAN {}: the kernel allows one per id and master",
+                    conf.master, conf.vlan_id
+                ))
+            } else {
+                e
+            }
+        })
+    })?;
+    undo.push(move || {
+        let _ = cont.delete_link_by_name(&req.ifname);
+    });
+    iface::single_interface_result(req, Some(&conf.ipam_type), cont, ns, &link, conf.dns.as_ref(), undo)
+}
+
+impl Plugin for Vlan {
+    fn known_args(&self) -> &'static [&'static str] {
+        // IP is read by host-local, which gets our CNI_ARGS.
+        &["IP"]
+    }
+
+    fn add(&self, req: &Request) -> Result<CniResult> {
+        let conf = config::parse(&req.raw, &req.conf)?;
+        let ns = netkit::container_netns(req)?;
+        let cont = Netlink::open_in(&ns)?;
+        Undo::guarded(|undo| add(req, &conf, &ns, &cont, undo))
+    }
+
+    fn check(&self, req: &Request) -> Result<()> {
+        let conf = config::parse(&req.raw, &req.conf)?;
+        let (ns, link) = iface::check_single_interface(req, Some(&conf.ipam_type), "vlan")?;
+        let failed = |msg: String| Error::new(libcni::code::CHECK_FAILED, msg);
+        let host = if conf.link_in_container { Netlink::open_in(&ns)? } else { Netlink::open()? };
+        master(&conf, &host, &ns).map_err(|e| failed(e.msg))?;
+        let cont = Netlink::open_in(&ns)?;
+        let id = cont.vlan_id(link.index)?;
+        if id != Some(conf.vlan_id) {
+            return Err(failed(format!(
+                "{} has VLAN id {}, the configuration says {}",
+                req.ifname,
+                id.map_or_else(|| "none".to_string(), |i| i.to_string()),
+                conf.vlan_id
+            )));
+        }
+        match conf.mtu {
+            Some(mtu) if mtu != link.mtu => {
+                Err(failed(format!("{} has MTU {}, the configuration says {mtu}", req.ifname, link.mtu)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Releases the addresses and deletes the link whatever else is wrong with the configuration
+    /// (the master gone, a key that no longer validates): DEL never strands a pod.
+    fn del(&self, req: &Request) -> Result<()> {
+        iface::del_single_interface(req)
+    }
+
+    fn status(&self, req: &Request) -> Result<()> {
+        let conf = config::parse(&req.raw, &req.conf)?;
+        invoke::delegate_status(&conf.ipam_type, req)
+    }
+
+    fn gc(&self, req: &Request) -> Result<()> {
+        let conf = config::parse(&req.raw, &req.conf)?;
+        invoke::delegate_gc(&conf.ipam_type, req)
+    }
+}

@@ -1,0 +1,3 @@
+fn main() {
+    libcni::skel::run(&vrf::Vrf)
+}
