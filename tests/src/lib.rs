@@ -28,9 +28,18 @@ pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     // target/<profile>/deps/<test> -> target/<profile>
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir").to_path_buf();
-    for plugin in
-        ["bridge", "host-local", "loopback", "portmap", "tuning", "bandwidth", "firewall", "cnitool", "cni-noop"]
-    {
+    for plugin in [
+        "bridge",
+        "host-local",
+        "loopback",
+        "portmap",
+        "tuning",
+        "bandwidth",
+        "firewall",
+        "cnitool",
+        "cni-noop",
+        "dhcp",
+    ] {
         assert!(
             dir.join(plugin).is_file(),
             "{} is missing: run `cargo build --workspace --bins` before the tests (tests/run.sh does)",

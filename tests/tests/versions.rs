@@ -7,7 +7,7 @@ use serde_json::Value;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-const PLUGINS: [&str; 6] = ["bridge", "host-local", "loopback", "portmap", "sbr", "static"];
+const PLUGINS: [&str; 7] = ["bridge", "host-local", "loopback", "portmap", "sbr", "static", "dhcp"];
 
 fn call(plugin: &str, command: &str, stdin: &str) -> (i32, Value) {
     let mut child = Command::new(bin_dir().join(plugin))

@@ -94,8 +94,8 @@ fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64, u32) {
 }
 
 /// The plugin names cni-rs is installed under.
-const PLUGINS: [&str; 9] =
-    ["bandwidth", "bridge", "firewall", "host-local", "loopback", "portmap", "sbr", "static", "tuning"];
+const PLUGINS: [&str; 10] =
+    ["bandwidth", "bridge", "dhcp", "firewall", "host-local", "loopback", "portmap", "sbr", "static", "tuning"];
 /// What `CNI_COMMAND=VERSION` must report, for every plugin.
 const SUPPORTED_VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 

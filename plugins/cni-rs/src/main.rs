@@ -1,12 +1,12 @@
-//! cni-rs: the bandwidth, bridge, firewall, host-local, loopback, portmap, sbr, static and tuning plugins in one binary, dispatching
+//! cni-rs: the bandwidth, bridge, dhcp, firewall, host-local, loopback, portmap, sbr, static and tuning plugins in one binary, dispatching
 //! on the base name it was run under (argv[0]). Installed once with a hard link per plugin name, the
 //! plugins share one copy of the code on disk and in the page cache.
 
 use std::path::Path;
 
 /// The plugins this binary can be, by type name.
-pub const PLUGINS: [&str; 9] =
-    ["bandwidth", "bridge", "firewall", "host-local", "loopback", "portmap", "sbr", "static", "tuning"];
+pub const PLUGINS: [&str; 10] =
+    ["bandwidth", "bridge", "dhcp", "firewall", "host-local", "loopback", "portmap", "sbr", "static", "tuning"];
 
 /// Runs the plugin of type `plugin_type` on `env` and `stdin`; None when it is not one of ours. The
 /// process's own entry point and the in-process delegate calls (bridge's IPAM call to host-local
@@ -28,6 +28,7 @@ fn execute_named(
         "static" => execute(&static_ipam::Static, env, stdin),
         "bandwidth" => execute(&bandwidth::Bandwidth, env, stdin),
         "firewall" => execute(&firewall::Firewall, env, stdin),
+        "dhcp" => execute(&dhcp::Dhcp, env, stdin),
         _ => return None,
     })
 }
@@ -44,6 +45,11 @@ fn main() {
     libcni::invoke::set_in_process_runner(run_in_process);
     let argv0 = std::env::args_os().next().unwrap_or_default();
     let name = Path::new(&argv0).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    // `dhcp daemon ...`: the long-running lease holder, not a CNI call.
+    let args: Vec<String> = std::env::args().collect();
+    if name == "dhcp" && args.get(1).map(String::as_str) == Some("daemon") {
+        std::process::exit(dhcp::daemon::main(&args[2..]));
+    }
     match execute_named(&name, &libcni::skel::process_env(), &mut std::io::stdin().lock()) {
         Some(outcome) => libcni::skel::finish(outcome),
         None => {
