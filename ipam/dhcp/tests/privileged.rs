@@ -347,6 +347,11 @@ fn status_needs_the_daemon_and_gc_releases_stale_leases() {
     assert_eq!(e.code, 50, "{e}");
     assert!(e.msg.contains(&socket.display().to_string()) && e.msg.contains("dhcp daemon"), "{}", e.msg);
 
+    let early = Netns::new("dhp");
+    let e = cni.add_network_list(&l, &rt(&early)).unwrap_err();
+    assert_eq!(e.code, 11, "ADD without a daemon: {e}");
+    assert!(!early.exec("ip", &["link", "show", "eth0"]).status.success(), "the failed ADD left eth0");
+
     let daemon = Daemon::start(lab.dir.path(), &[]);
     cni.status_network_list(&l).unwrap();
     let (a, b) = (Netns::new("dhp"), Netns::new("dhp"));
@@ -364,4 +369,27 @@ fn status_needs_the_daemon_and_gc_releases_stale_leases() {
     assert!(lab.lease_of(&addr_a).is_some(), "GC released a valid attachment's lease");
     cni.del_network_list(&l, &ra).unwrap();
     cni.del_network_list(&l, &rb).unwrap();
+}
+
+/// No server answers: after the retries (-timeout 1s -resendmax 1s) ADD fails with code 100 naming
+/// the interface, and bridge undoes the pod's interface and port.
+#[test]
+fn no_server_fails_add_with_code_100_and_leaves_nothing() {
+    require_root();
+    let bridge = LinkGuard(unique("dhb"));
+    cni_tests::sh("ip", &["link", "add", &bridge.0, "type", "bridge"]);
+    cni_tests::sh("ip", &["link", "set", &bridge.0, "up"]);
+    let dir = TempDir::new("dhcp-lab");
+    let daemon = Daemon::start(dir.path(), &["-timeout", "1s", "-resendmax", "1s"]);
+    let cache = TempDir::new("dhcp-cache");
+    let cni = cni(&cache);
+    let v = json!({"cniVersion": "1.0.0", "name": unique("dhn"), "plugins": [{
+        "type": "bridge", "bridge": bridge.0, "ipam": {"type": "dhcp", "daemonSocketPath": daemon.socket}}]});
+    let l = NetworkConfigList::from_bytes(v.to_string().as_bytes()).unwrap();
+    let pod = Netns::new("dhp");
+    let e = cni.add_network_list(&l, &rt(&pod)).unwrap_err();
+    assert_eq!(e.code, 100, "{e}");
+    assert!(e.msg.contains("no DHCP lease") && e.msg.contains("eth0"), "{}", e.msg);
+    assert!(!pod.exec("ip", &["link", "show", "eth0"]).status.success(), "the failed ADD left eth0");
+    assert!(cni_tests::bridge_ports(&bridge.0).is_empty(), "the failed ADD left a port");
 }
