@@ -241,3 +241,15 @@ impl Rng {
         &items[self.below(items.len())]
     }
 }
+
+/// Polls `f` every 50 ms until it is true or `limit` has passed; its last answer.
+pub fn wait_for(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    f()
+}

@@ -4,22 +4,11 @@
 //! binary started as `dhcp daemon`. No root needed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cni_tests::{bin_dir, TempDir};
+use cni_tests::{bin_dir, wait_for, TempDir};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f()
-}
+use std::time::Duration;
 
 fn spawn(bin: &Path, args: &[&str]) -> Child {
     Command::new(bin).args(args).stdin(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn dhcp daemon")

@@ -5,7 +5,7 @@
 //! Privileged; subnets 10.236.x.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cni_tests::{bin_dir, pings, require_root, require_tools, unique, LinkGuard, Netns, TempDir};
+use cni_tests::{bin_dir, pings, require_root, require_tools, unique, wait_for, LinkGuard, Netns, TempDir};
 use libcni::conf::Attachment;
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
@@ -13,23 +13,9 @@ use serde_json::{json, Map};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
-
-/// Polls `f` every 100 ms until it is true or `limit` passes.
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// A bridge, a server namespace on it (10.236.<n>.1/24) and dnsmasq serving 10.236.<n>.10-200 with
 /// a router, DNS server, domain and classless routes; `t1` shortens the renewal time (dnsmasq's
