@@ -486,8 +486,17 @@ fn retry_wait(now: Instant, limit: Instant) -> Duration {
     (limit.saturating_duration_since(now) / 2).max(Duration::from_secs(1))
 }
 
+/// The status line answering the reference plugin's Go net/rpc handshake (`CONNECT /_goRPC_`): Go's
+/// `rpc.DialHTTP` puts it in its error, so the kubelet's log says what is wrong.
+const NOT_GO_RPC: &str = "HTTP/1.0 400 this is the cni-rs dhcp daemon, which does not speak Go net/rpc: \
+                          use the cni-rs dhcp plugin with it\n\n";
+
 fn serve_connection(daemon: &Daemon, mut stream: UnixStream) {
     let answer = match proto::read_line(&stream) {
+        Ok(line) if line.starts_with("CONNECT ") => {
+            let _ = stream.write_all(NOT_GO_RPC.as_bytes());
+            return;
+        }
         Ok(line) => match serde_json::from_str::<Call>(&line) {
             Ok(call) => daemon.handle(call),
             Err(e) => error(libcni::code::DECODE, format!("the dhcp daemon could not read the call: {e}")),

@@ -112,6 +112,13 @@ pub fn call(socket: &Path, call: &Call) -> Result<Answer, CallError> {
     if line.is_empty() {
         return Err(CallError::Protocol("the daemon closed the connection without an answer".into()));
     }
+    if line.starts_with("HTTP/") {
+        return Err(CallError::Protocol(format!(
+            "the daemon there answers HTTP ({:?}): it is the reference's dhcp daemon (Go net/rpc), which the \
+             cni-rs dhcp plugin cannot talk to; run the cni-rs `dhcp daemon` on this socket instead",
+            line.trim_end()
+        )));
+    }
     serde_json::from_str(&line).map_err(|e| CallError::Protocol(format!("unreadable answer {line:?}: {e}")))
 }
 
