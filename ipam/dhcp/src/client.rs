@@ -215,13 +215,43 @@ impl Conn {
         })
     }
 
-    /// The next answer to `xid` for our MAC whose type is one of `kinds`, until `deadline`.
-    fn receive(&self, xid: u32, kinds: &[MessageType], deadline: Instant) -> Result<Reply, Failure> {
+    /// Sends `msg` and waits up to `timeout` for an answer of one of `kinds`, sending it again after
+    /// 1 s, 2 s, 4 s, ... without one: the first message on an interface that has just come up is
+    /// often lost.
+    fn exchange(
+        &self,
+        msg: &Outgoing,
+        to: Ipv4Addr,
+        kinds: &[MessageType],
+        timeout: Duration,
+    ) -> Result<Reply, Failure> {
+        let deadline = Instant::now() + timeout;
+        let mut interval = Duration::from_secs(1);
+        loop {
+            self.send(msg, to)?;
+            if let Some(reply) = self.receive(msg.xid, kinds, (Instant::now() + interval).min(deadline))? {
+                return Ok(reply);
+            }
+            if Instant::now() >= deadline {
+                return Err(Failure::Other(format!(
+                    "no answer to {} on {} within {} ms",
+                    msg.kind.name(),
+                    self.ifname,
+                    timeout.as_millis()
+                )));
+            }
+            interval *= 2;
+        }
+    }
+
+    /// The next answer to `xid` for our MAC whose type is one of `kinds`, until `deadline` (None
+    /// then).
+    fn receive(&self, xid: u32, kinds: &[MessageType], deadline: Instant) -> Result<Option<Reply>, Failure> {
         let mut buf = vec![0u8; 4096];
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Failure::Other(format!("no answer on {} within the timeout", self.ifname)));
+                return Ok(None);
             }
             let mut pfd = libc::pollfd { fd: self.packet.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
@@ -250,7 +280,7 @@ impl Conn {
                 continue;
             };
             if reply.xid == xid && reply.chaddr == self.mac && reply.kind.is_some_and(|k| kinds.contains(&k)) {
-                return Ok(reply);
+                return Ok(Some(reply));
             }
         }
     }
@@ -319,16 +349,14 @@ pub fn acquire(conn: &Conn, id: &Identity, settings: &Settings) -> Result<Reply,
         ciaddr: Ipv4Addr::UNSPECIFIED,
         options: id.options(Vec::new()),
     };
-    conn.send(&msg, Ipv4Addr::BROADCAST)?;
-    let offer = conn.receive(xid, &[MessageType::Offer], Instant::now() + settings.timeout)?;
+    let offer = conn.exchange(&msg, Ipv4Addr::BROADCAST, &[MessageType::Offer], settings.timeout)?;
     let (Some(addr), Some(server)) = (offer.yiaddr, offer.server_id) else {
         return Err(Failure::Other(format!("DHCPOFFER on {} without an address or a server identifier", conn.ifname)));
     };
     msg.kind = MessageType::Request;
     msg.options =
         id.options(vec![(opt::REQUESTED_IP, addr.octets().to_vec()), (opt::SERVER_ID, server.octets().to_vec())]);
-    conn.send(&msg, Ipv4Addr::BROADCAST)?;
-    let ack = conn.receive(xid, &[MessageType::Ack, MessageType::Nak], Instant::now() + settings.timeout)?;
+    let ack = conn.exchange(&msg, Ipv4Addr::BROADCAST, &[MessageType::Ack, MessageType::Nak], settings.timeout)?;
     let ack = answer_or_nak(ack, "address it offered")?;
     if ack.yiaddr.is_none() {
         return Err(Failure::Other(format!("DHCPACK from {} on {} without an address", fmt_server(&ack), conn.ifname)));
@@ -354,8 +382,8 @@ pub fn extend(
         ciaddr: addr,
         options: id.options(Vec::new()),
     };
-    conn.send(&msg, server.unwrap_or(Ipv4Addr::BROADCAST))?;
-    let ack = conn.receive(xid, &[MessageType::Ack, MessageType::Nak], Instant::now() + settings.timeout)?;
+    let to = server.unwrap_or(Ipv4Addr::BROADCAST);
+    let ack = conn.exchange(&msg, to, &[MessageType::Ack, MessageType::Nak], settings.timeout)?;
     let ack = answer_or_nak(ack, "renewal")?;
     if ack.yiaddr != Some(addr) {
         return Err(Failure::Nak(format!(

@@ -25,7 +25,7 @@ struct Lab {
     bridge: LinkGuard,
     dir: TempDir,
     dnsmasq: Child,
-    _server: Netns,
+    server: Netns,
 }
 
 impl Lab {
@@ -69,7 +69,15 @@ impl Lab {
         }
         let dnsmasq = Command::new("ip").args(&args).stdin(Stdio::null()).spawn().expect("start dnsmasq");
         assert!(wait_for(Duration::from_secs(5), || leases.exists()), "dnsmasq did not start (no lease file)");
-        Lab { n, bridge, dir, dnsmasq, _server: server }
+        Lab { n, bridge, dir, dnsmasq, server }
+    }
+
+    /// The server drops the first DHCP message it gets (~330 bytes), as on a link that has just
+    /// come up.
+    fn drop_first_message(&self) {
+        self.server.sh("nft", &["add", "table", "inet", "dhcplab"]);
+        self.server.sh("nft", &["add chain inet dhcplab input { type filter hook input priority 0; }"]);
+        self.server.sh("nft", &["add rule inet dhcplab input udp dport 67 quota until 400 bytes drop"]);
     }
 
     /// The server's leases: (expiry, address, client id as text).
@@ -378,4 +386,24 @@ fn no_server_fails_add_with_code_100_and_leaves_nothing() {
     assert!(e.msg.contains("no DHCP lease") && e.msg.contains("eth0"), "{}", e.msg);
     assert!(!pod.exec("ip", &["link", "show", "eth0"]).status.success(), "the failed ADD left eth0");
     assert!(cni_tests::bridge_ports(&bridge.0).is_empty(), "the failed ADD left a port");
+}
+
+/// The first DISCOVER is lost: the client sends it again after a second, within the same attempt,
+/// instead of waiting out the whole -timeout and retrying.
+#[test]
+fn a_lost_first_message_is_sent_again_within_the_attempt() {
+    let lab = Lab::new(6, None);
+    lab.drop_first_message();
+    let daemon = Daemon::start(lab.dir.path(), &[]);
+    let cache = TempDir::new("dhcp-cache");
+    let cni = cni(&cache);
+    let l = lab.list("1.0.0", &unique("dhn"), &daemon);
+    let pod = Netns::new("dhp");
+    let r = rt(&pod);
+    cni.add_network_list(&l, &r).unwrap();
+    let log = daemon.log();
+    assert!(!log.contains("retrying"), "the lost message cost a whole attempt: {log}");
+    let counters = lab.server.sh("nft", &["list", "table", "inet", "dhcplab"]);
+    assert!(counters.contains("used"), "the server's drop rule saw nothing: {counters}");
+    cni.del_network_list(&l, &r).unwrap();
 }
