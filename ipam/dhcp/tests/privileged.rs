@@ -260,7 +260,8 @@ fn renewal_at_t1_keeps_the_address() {
         daemon.log(),
         lab.server_log()
     );
-    assert!(daemon.log().contains(&format!("renewed {addr}")), "{}", daemon.log());
+    // dnsmasq writes its lease file before the daemon has read the ACK.
+    assert!(wait_for(Duration::from_secs(3), || daemon.log().contains(&format!("renewed {addr}"))), "{}", daemon.log());
     assert!(pod_addrs(&pod).contains(&format!("{addr}/24")));
     assert!(pings(&pod, &format!("10.236.{}.1", lab.n)));
     cni.del_network_list(&l, &r).unwrap();
