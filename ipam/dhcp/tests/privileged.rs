@@ -302,8 +302,8 @@ fn pod_vanishing_without_del_leaves_the_daemon_serving() {
     cni.del_network_list(&l, &r_kept).unwrap();
 }
 
-/// A daemon killed under its pods leaves its socket behind; a new one starts on it anyway, answers
-/// DEL for the leases it never knew with success (twice), and serves ADD.
+/// A daemon killed under its pods leaves its socket behind; a new one starts on it anyway, fails
+/// CHECK (103) and answers DEL (twice, success) for the leases it never knew, and serves ADD.
 #[test]
 fn restarted_daemon_answers_del_for_unknown_leases() {
     let lab = Lab::new(4, None);
@@ -318,6 +318,9 @@ fn restarted_daemon_answers_del_for_unknown_leases() {
     assert!(daemon.socket.exists(), "SIGKILL leaves the socket file");
     let daemon = Daemon::start(lab.dir.path(), &[]);
     assert!(daemon.log().contains("removed the stale socket"), "{}", daemon.log());
+    let e = cni.check_network_list(&l, &r).unwrap_err();
+    assert_eq!(e.code, 103, "CHECK of a lease the new daemon does not hold: {e}");
+    assert!(e.msg.contains("holds no lease") && e.msg.contains(&r.container_id), "{}", e.msg);
     cni.del_network_list(&l, &r).unwrap();
     cni.del_network_list(&l, &r).unwrap();
     let again = Netns::new("dhp");
