@@ -247,6 +247,9 @@ type Leases = Arc<Mutex<HashMap<Vec<u8>, Handle>>>;
 
 pub struct Daemon {
     leases: Leases,
+    /// Client ids with an acquisition under way: a second ADD for one of them (a runtime retrying
+    /// a slow ADD) is told to try again instead of starting a second lease that nothing would release.
+    acquiring: Mutex<std::collections::HashSet<Vec<u8>>>,
     settings: Settings,
     host_prefix: String,
     next_id: AtomicU64,
@@ -264,7 +267,13 @@ fn error(code: u32, msg: impl Into<String>) -> Answer {
 
 impl Daemon {
     pub fn new(settings: Settings, host_prefix: String) -> Daemon {
-        Daemon { leases: Arc::default(), settings, host_prefix, next_id: AtomicU64::new(1) }
+        Daemon {
+            leases: Arc::default(),
+            acquiring: Mutex::default(),
+            settings,
+            host_prefix,
+            next_id: AtomicU64::new(1),
+        }
     }
 
     pub fn handle(&self, call: Call) -> Answer {
@@ -315,12 +324,28 @@ impl Daemon {
 
     fn allocate(&self, req: LeaseRequest) -> Answer {
         let client_id = req.key.client_id();
-        if let Some(h) = lock(&self.leases).get(&client_id) {
-            return match lock(&h.binding).info(h.suppress_gateway) {
-                Ok(info) => Answer::Lease(info),
-                Err(e) => error(libcni::code::NETWORK, e),
-            };
+        {
+            let mut acquiring = lock(&self.acquiring);
+            if let Some(h) = lock(&self.leases).get(&client_id) {
+                return match lock(&h.binding).info(h.suppress_gateway) {
+                    Ok(info) => Answer::Lease(info),
+                    Err(e) => error(libcni::code::NETWORK, e),
+                };
+            }
+            if !acquiring.insert(client_id.clone()) {
+                return error(
+                    libcni::code::TRY_AGAIN,
+                    format!("a lease for {} is being acquired by an earlier ADD; try again", req.key.display()),
+                );
+            }
         }
+        let answer = self.acquire(req, client_id.clone());
+        lock(&self.acquiring).remove(&client_id);
+        answer
+    }
+
+    /// A new lease for `req` and the thread that keeps it, registered under `client_id`.
+    fn acquire(&self, req: LeaseRequest, client_id: Vec<u8>) -> Answer {
         let netns = PathBuf::from(format!("{}{}", self.host_prefix, req.netns));
         let identity =
             Identity { client_id: client_id.clone(), request: req.request.clone(), provide: req.provide.clone() };

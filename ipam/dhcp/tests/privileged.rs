@@ -411,3 +411,56 @@ fn a_lost_first_message_is_sent_again_within_the_attempt() {
     assert!(counters.contains("used"), "the server's drop rule saw nothing: {counters}");
     cni.del_network_list(&l, &r).unwrap();
 }
+
+/// Runs the dhcp plugin itself (no interface plugin in front) on an interface the test made.
+fn dhcp_plugin(command: &str, conf: &serde_json::Value, pod: &Netns, cid: &str) -> (Option<i32>, serde_json::Value) {
+    use std::io::Write;
+    let mut child = Command::new(bin_dir().join("dhcp"))
+        .env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", cid)
+        .env("CNI_NETNS", &pod.path)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", bin_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code(), serde_json::from_slice(&out.stdout).unwrap_or_default())
+}
+
+/// Two ADDs for one attachment at once (a runtime retrying a slow ADD): one gets the lease, the
+/// other is told to try again (11); after DEL nothing renews the address behind the daemon's back.
+#[test]
+fn concurrent_adds_for_one_attachment_make_one_lease() {
+    let lab = Lab::new(7, Some(3));
+    lab.drop_first_message();
+    let daemon = Daemon::start(lab.dir.path(), &[]);
+    let pod = Netns::new("dhp");
+    let host = unique("dhv");
+    cni_tests::sh("ip", &["link", "add", &host, "type", "veth", "peer", "name", "eth0", "netns", &pod.name]);
+    cni_tests::sh("ip", &["link", "set", &host, "master", &lab.bridge.0, "up"]);
+    let conf = json!({"cniVersion": "1.0.0", "name": unique("dhn"), "type": "bridge",
+        "ipam": {"type": "dhcp", "daemonSocketPath": daemon.socket}});
+    let cid = unique("dhc");
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| dhcp_plugin("ADD", &conf, &pod, &cid));
+        std::thread::sleep(Duration::from_millis(300));
+        let b = s.spawn(|| dhcp_plugin("ADD", &conf, &pod, &cid));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(a.0, Some(0), "{}", a.1);
+    assert_eq!((b.0, b.1["code"].as_u64()), (Some(1), Some(11)), "{}", b.1);
+    let addr = a.1["ips"][0]["address"].as_str().unwrap().to_string();
+    // As an interface plugin would: renewals leave from this address.
+    pod.ip(&["addr", "add", &addr, "dev", "eth0"]);
+    let ip = addr.split('/').next().unwrap().to_string();
+    assert_eq!(dhcp_plugin("DEL", &conf, &pod, &cid).0, Some(0));
+    assert!(wait_for(Duration::from_secs(3), || lab.lease_of(&ip).is_none()), "{:?}", lab.leases());
+    // Past T1 (3 s): a second lease's thread would have renewed the address by now.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(lab.lease_of(&ip).is_none(), "the address was renewed after DEL: {}", daemon.log());
+    let _ = cni_tests::run("ip", &["link", "del", &host]);
+}
