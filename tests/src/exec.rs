@@ -50,20 +50,22 @@ impl Out {
 
 /// One invocation of `bin` with a clean environment.
 pub fn exec(bin: &str, cmd: &str, conf: &Value, cid: &str, ifname: &str, cni_args: &str) -> Out {
-    let mut c = Command::new(bin);
-    c.env_clear()
-        .env("CNI_COMMAND", cmd)
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    let mut env = vec![("CNI_COMMAND", cmd), ("CNI_PATH", "/usr/lib/cni")];
     if !cid.is_empty() {
-        c.env("CNI_CONTAINERID", cid).env("CNI_IFNAME", ifname).env("CNI_NETNS", "/var/run/netns/host-local-test");
+        env.extend([("CNI_CONTAINERID", cid), ("CNI_IFNAME", ifname), ("CNI_NETNS", "/var/run/netns/host-local-test")]);
     }
     if !cni_args.is_empty() {
-        c.env("CNI_ARGS", cni_args);
+        env.push(("CNI_ARGS", cni_args));
     }
-    let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
+    exec_env(bin, conf, &env)
+}
+
+/// One invocation of `bin` with exactly the environment `env` and `conf` on stdin.
+pub fn exec_env(bin: impl AsRef<std::path::Path>, conf: &Value, env: &[(&str, &str)]) -> Out {
+    let bin = bin.as_ref();
+    let mut c = Command::new(bin);
+    c.env_clear().envs(env.iter().copied()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
     child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();

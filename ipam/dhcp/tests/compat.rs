@@ -3,8 +3,8 @@
 //! says so, on either side, instead of hanging or a decode error. No root needed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use cni_tests::exec::{exec_env, Out};
 use cni_tests::{bin_dir, prerequisite, wait_for, TempDir};
-use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -32,21 +32,16 @@ fn daemon(bin: &Path, sock: &Path) -> Killed {
     Killed(child)
 }
 
-fn plugin(bin: &Path, command: &str, conf: &str) -> (Option<i32>, String) {
-    let mut child = Command::new(bin)
-        .env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", "compat")
-        .env("CNI_NETNS", "/proc/self/ns/net")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/nonexistent")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+fn plugin(bin: &Path, command: &str, conf: &str) -> Out {
+    let conf: serde_json::Value = serde_json::from_str(conf).unwrap();
+    let env = [
+        ("CNI_COMMAND", command),
+        ("CNI_CONTAINERID", "compat"),
+        ("CNI_NETNS", "/proc/self/ns/net"),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", "/nonexistent"),
+    ];
+    exec_env(bin, &conf, &env)
 }
 
 fn conf(version: &str, sock: &Path) -> String {
@@ -64,9 +59,9 @@ fn reference_plugin_against_our_daemon_says_which_daemon_it_reached() {
     let dir = TempDir::new("dhcp-compat");
     let sock = dir.path().join("ours.sock");
     let _d = daemon(&bin_dir().join("dhcp"), &sock);
-    let (code, out) = plugin(Path::new(REFERENCE), "ADD", &conf("1.0.0", &sock));
-    assert_ne!(code, Some(0), "{out}");
-    assert!(out.contains("cni-rs dhcp daemon"), "{out}");
+    let out = plugin(Path::new(REFERENCE), "ADD", &conf("1.0.0", &sock));
+    out.err_code();
+    assert!(out.msg().contains("cni-rs dhcp daemon"), "{}", out.stdout);
 }
 
 #[test]
@@ -77,7 +72,7 @@ fn our_plugin_against_the_reference_daemon_says_which_daemon_it_reached() {
     let dir = TempDir::new("dhcp-compat");
     let sock = dir.path().join("reference.sock");
     let _d = daemon(Path::new(REFERENCE), &sock);
-    let (code, out) = plugin(&bin_dir().join("dhcp"), "STATUS", &conf("1.1.0", &sock));
-    assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("reference's dhcp daemon") && out.contains("\"code\": 102"), "{out}");
+    let out = plugin(&bin_dir().join("dhcp"), "STATUS", &conf("1.1.0", &sock));
+    assert_eq!((out.rc, out.err_code()), (1, 102), "{}", out.stdout);
+    assert!(out.msg().contains("reference's dhcp daemon"), "{}", out.stdout);
 }

@@ -5,6 +5,7 @@
 //! Privileged; subnets 10.236.x.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use cni_tests::exec::{exec_env, Out};
 use cni_tests::{bin_dir, pings, require_root, require_tools, unique, wait_for, LinkGuard, Netns, TempDir};
 use libcni::conf::Attachment;
 use libcni::conflist::NetworkConfigList;
@@ -413,22 +414,16 @@ fn a_lost_first_message_is_sent_again_within_the_attempt() {
 }
 
 /// Runs the dhcp plugin itself (no interface plugin in front) on an interface the test made.
-fn dhcp_plugin(command: &str, conf: &serde_json::Value, pod: &Netns, cid: &str) -> (Option<i32>, serde_json::Value) {
-    use std::io::Write;
-    let mut child = Command::new(bin_dir().join("dhcp"))
-        .env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", cid)
-        .env("CNI_NETNS", &pod.path)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", bin_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    (out.status.code(), serde_json::from_slice(&out.stdout).unwrap_or_default())
+fn dhcp_plugin(command: &str, conf: &serde_json::Value, pod: &Netns, cid: &str) -> Out {
+    let path = bin_dir().display().to_string();
+    let env = [
+        ("CNI_COMMAND", command),
+        ("CNI_CONTAINERID", cid),
+        ("CNI_NETNS", pod.path.as_str()),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", path.as_str()),
+    ];
+    exec_env(bin_dir().join("dhcp"), conf, &env)
 }
 
 /// Two ADDs for one attachment at once (a runtime retrying a slow ADD): one gets the lease, the
@@ -451,13 +446,12 @@ fn concurrent_adds_for_one_attachment_make_one_lease() {
         let b = s.spawn(|| dhcp_plugin("ADD", &conf, &pod, &cid));
         (a.join().unwrap(), b.join().unwrap())
     });
-    assert_eq!(a.0, Some(0), "{}", a.1);
-    assert_eq!((b.0, b.1["code"].as_u64()), (Some(1), Some(11)), "{}", b.1);
-    let addr = a.1["ips"][0]["address"].as_str().unwrap().to_string();
+    let addr = a.ok()["ips"][0]["address"].as_str().unwrap().to_string();
+    assert_eq!(b.err_code(), 11, "{}", b.stdout);
     // As an interface plugin would: renewals leave from this address.
     pod.ip(&["addr", "add", &addr, "dev", "eth0"]);
     let ip = addr.split('/').next().unwrap().to_string();
-    assert_eq!(dhcp_plugin("DEL", &conf, &pod, &cid).0, Some(0));
+    dhcp_plugin("DEL", &conf, &pod, &cid).ok();
     assert!(wait_for(Duration::from_secs(3), || lab.lease_of(&ip).is_none()), "{:?}", lab.leases());
     // Past T1 (3 s): a second lease's thread would have renewed the address by now.
     std::thread::sleep(Duration::from_secs(5));
