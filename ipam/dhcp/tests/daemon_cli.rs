@@ -108,3 +108,48 @@ fn multi_call_binary_runs_the_daemon() {
     terminate(&mut child);
     assert_eq!(stderr_of(child).0, Some(0));
 }
+
+/// Under systemd socket activation (here `systemd-socket-activate`, which passes LISTEN_FDS=1 and
+/// LISTEN_PID as systemd does) the daemon serves the socket it is given and leaves the file alone.
+#[test]
+fn serves_a_socket_passed_by_systemd() {
+    cni_tests::require_tools(&["systemd-socket-activate"]);
+    let dir = TempDir::new("dhcp-cli");
+    let sock = dir.path().join("activated.sock");
+    let mut activator = KillOnDrop(
+        Command::new("systemd-socket-activate")
+            .args(["-l", sock.to_str().unwrap(), bin_dir().join("dhcp").to_str().unwrap(), "daemon", "-socketpath"])
+            // Ignored under activation; a daemon that did not take the passed socket would listen here.
+            .arg(dir.path().join("unused.sock"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(Duration::from_secs(5), || sock.exists()), "systemd-socket-activate made no socket");
+    let answer = {
+        use std::io::{BufRead, BufReader, Write};
+        let mut stream = UnixStream::connect(&sock).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream.write_all(b"{\"method\":\"status\"}\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).unwrap();
+        line
+    };
+    assert_eq!(answer.trim(), "\"done\"");
+    // systemd-socket-activate execs the daemon in its own process.
+    terminate(&mut activator.0);
+    let _ = activator.0.wait();
+    assert!(sock.exists(), "the daemon removed a socket systemd owns");
+}
+
+/// A child killed when the test ends, passed or failed.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
