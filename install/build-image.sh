@@ -12,14 +12,14 @@
 #   CNI_RS_BIN_DIR      dir of prebuilt static binaries (cni-installer, cni-rs, cni-rs-node); skips cargo
 #   CNI_RS_CONTEXT_DIR  where to stage the build context (default: a temp dir, removed afterwards)
 #   CNI_RS_PLUGINS      plugin names to install as links to cni-rs
-#                       (default "bandwidth bridge dummy firewall host-device host-local ipvlan loopback macvlan portmap ptp sbr static tap tuning vlan vrf"; each is checked to run)
+#                       (default "bandwidth bridge dhcp dummy firewall host-device host-local ipvlan loopback macvlan portmap ptp sbr static tap tuning vlan vrf"; each is checked to run)
 #   PODMAN              podman command line (default "podman"), e.g.
 #                       "podman --runtime runc --cgroup-manager=cgroupfs --events-backend=file"
 #   CARGO, CARGO_TARGET_DIR  honoured as usual
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 image="${CNI_RS_IMAGE:-cni-rs-installer:dev}"
-plugins="${CNI_RS_PLUGINS:-bandwidth bridge dummy firewall host-device host-local ipvlan loopback macvlan portmap ptp sbr static tap tuning vlan vrf}"
+plugins="${CNI_RS_PLUGINS:-bandwidth bridge dhcp dummy firewall host-device host-local ipvlan loopback macvlan portmap ptp sbr static tap tuning vlan vrf}"
 podman_cmd="${PODMAN:-podman}"
 cargo_cmd="${CARGO:-cargo}"
 triple=x86_64-unknown-linux-gnu

@@ -77,6 +77,13 @@ pub fn exec_in(node: &str, bin: &Path, cmd: &str, conf: &Value, cid: &str, netns
     out_of(Call::new(cmd, cid, netns).path(cni_path).run(netns_exec(node, bin), conf))
 }
 
+/// `call` of `bin` with an otherwise clean environment.
+pub fn exec_call(bin: impl AsRef<OsStr>, call: &Call, conf: &Value) -> Out {
+    let mut c = Command::new(bin);
+    c.env_clear();
+    out_of(call.run(c, conf))
+}
+
 /// What a test reads of a finished call; the plugin's stderr goes to the test's own.
 fn out_of(out: Output) -> Out {
     eprint!("{}", String::from_utf8_lossy(&out.stderr));

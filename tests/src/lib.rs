@@ -28,9 +28,18 @@ pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     // target/<profile>/deps/<test> -> target/<profile>
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir").to_path_buf();
-    for plugin in
-        ["bridge", "host-local", "loopback", "portmap", "tuning", "bandwidth", "firewall", "cnitool", "cni-noop"]
-    {
+    for plugin in [
+        "bridge",
+        "host-local",
+        "loopback",
+        "portmap",
+        "tuning",
+        "bandwidth",
+        "firewall",
+        "cnitool",
+        "cni-noop",
+        "dhcp",
+    ] {
         assert!(
             dir.join(plugin).is_file(),
             "{} is missing: run `cargo build --workspace --bins` before the tests (tests/run.sh does)",
@@ -300,4 +309,16 @@ pub fn add_request(conf: &serde_json::Value, cni_args: &str) -> libcni::Request 
         raw,
         stdin,
     }
+}
+
+/// Polls `f` every 50 ms until it is true or `limit` has passed; its last answer.
+pub fn wait_for(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    f()
 }

@@ -7,8 +7,9 @@ use serde_json::Value;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-const PLUGINS: [&str; 13] = [
+const PLUGINS: [&str; 14] = [
     "bridge",
+    "dhcp",
     "dummy",
     "host-device",
     "host-local",

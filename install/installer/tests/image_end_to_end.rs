@@ -94,9 +94,10 @@ fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64, u32) {
 }
 
 /// The plugin names cni-rs is installed under.
-const PLUGINS: [&str; 17] = [
+const PLUGINS: [&str; 18] = [
     "bandwidth",
     "bridge",
+    "dhcp",
     "dummy",
     "firewall",
     "host-device",

@@ -37,7 +37,11 @@ impl Plugin for Bridge {
     }
 
     fn del(&self, req: &Request) -> Result<()> {
-        let plan = DelPlan::new(req);
+        let mut plan = DelPlan::new(req);
+        // dhcp's DEL sends DHCPRELEASE from the pod's interface, so it runs before the veth goes
+        // (with the reference's order the release fails and the server keeps the address until
+        // the lease expires). Every other IPAM releases from its own state, alongside.
+        let early = plan.ipam.take_if(|t| t == "dhcp").and_then(|ipam| invoke::delegate_del(&ipam, req).err());
         // Deleting a veth waits out RCU grace periods in the kernel (~20 ms), and so does removing
         // firewall rules that deletes something (iptables, the MAC spoof check's chain; nftables
         // masquerade only gives its elements an expiry): the rules and the addresses go on a thread
@@ -77,6 +81,7 @@ impl Plugin for Bridge {
                 }
             };
             link_errs.into_iter().for_each(|e| errs.push(e));
+            early.into_iter().for_each(|e| errs.push(e));
             errs.finish()
         })
     }

@@ -1,13 +1,14 @@
-//! cni-rs: the bandwidth, bridge, dummy, firewall, host-device, host-local, ipvlan, loopback, macvlan, portmap, ptp, sbr, static, tap, tuning, vlan and vrf plugins in one binary, dispatching
+//! cni-rs: the bandwidth, bridge, dhcp, dummy, firewall, host-device, host-local, ipvlan, loopback, macvlan, portmap, ptp, sbr, static, tap, tuning, vlan and vrf plugins in one binary, dispatching
 //! on the base name it was run under (argv[0]). Installed once with a hard link per plugin name, the
 //! plugins share one copy of the code on disk and in the page cache.
 
 use std::path::Path;
 
 /// The plugins this binary can be, by type name.
-pub const PLUGINS: [&str; 17] = [
+pub const PLUGINS: [&str; 18] = [
     "bandwidth",
     "bridge",
+    "dhcp",
     "dummy",
     "firewall",
     "host-device",
@@ -53,6 +54,7 @@ fn execute_named(
         "vlan" => execute(&vlan::Vlan, env, stdin),
         "vrf" => execute(&vrf::Vrf, env, stdin),
         "tap" => execute(&tap::Tap, env, stdin),
+        "dhcp" => execute(&dhcp::Dhcp, env, stdin),
         _ => return None,
     })
 }
@@ -69,6 +71,11 @@ fn main() {
     libcni::invoke::set_in_process_runner(run_in_process);
     let argv0 = std::env::args_os().next().unwrap_or_default();
     let name = Path::new(&argv0).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    // `dhcp daemon ...`: the long-running lease holder, not a CNI call.
+    let args: Vec<String> = std::env::args().collect();
+    if name == "dhcp" && args.get(1).map(String::as_str) == Some("daemon") {
+        std::process::exit(dhcp::daemon::main(&args[2..]));
+    }
     match execute_named(&name, &libcni::skel::process_env(), &mut std::io::stdin().lock()) {
         Some(outcome) => libcni::skel::finish(outcome),
         None => {

@@ -1,0 +1,155 @@
+//! `dhcp daemon` as a service manager runs it: the reference's Go-style flags (single and double
+//! dash, `-name=value`, Go durations), the pidfile, a stale socket removed on start, a live one or a
+//! file that is not a socket left alone, SIGTERM removing socket and pidfile; and the multi-call
+//! binary started as `dhcp daemon`. No root needed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use cni_tests::{bin_dir, wait_for, TempDir};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn spawn(bin: &Path, args: &[&str]) -> Child {
+    Command::new(bin).args(args).stdin(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn dhcp daemon")
+}
+
+fn stderr_of(child: Child) -> (Option<i32>, String) {
+    let out = child.wait_with_output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn terminate(child: &mut Child) {
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+}
+
+#[test]
+fn reference_flags_pidfile_and_sigterm_cleanup() {
+    let dir = TempDir::new("dhcp-cli");
+    let sock = dir.path().join("run/cni/dhcp.sock");
+    let pid = dir.path().join("dhcp.pid");
+    let mut child = spawn(
+        &bin_dir().join("dhcp"),
+        &[
+            "daemon",
+            "-socketpath",
+            "/run/cni/dhcp.sock",
+            "-hostprefix",
+            dir.path().to_str().unwrap(),
+            &format!("-pidfile={}", pid.display()),
+            "-broadcast",
+            "-timeout",
+            "10s",
+            "--resendmax",
+            "1m2s",
+        ],
+    );
+    assert!(wait_for(Duration::from_secs(5), || UnixStream::connect(&sock).is_ok()), "no socket at {}", sock.display());
+    assert_eq!(std::fs::read_to_string(&pid).unwrap(), child.id().to_string());
+    terminate(&mut child);
+    let (code, err) = stderr_of(child);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!sock.exists() && !pid.exists(), "SIGTERM must remove the socket and the pidfile");
+}
+
+#[test]
+fn stale_socket_is_replaced_live_socket_and_other_files_are_not() {
+    let dir = TempDir::new("dhcp-cli");
+    let sock = dir.path().join("dhcp.sock");
+    let sock_arg = sock.to_str().unwrap();
+    // A socket nothing listens on, as a killed daemon leaves it.
+    drop(UnixListener::bind(&sock).unwrap());
+    let mut child = spawn(&bin_dir().join("dhcp"), &["daemon", "--socketpath", sock_arg]);
+    assert!(wait_for(Duration::from_secs(5), || UnixStream::connect(&sock).is_ok()), "stale socket not replaced");
+
+    let second = spawn(&bin_dir().join("dhcp"), &["daemon", "-socketpath", sock_arg]);
+    let (code, err) = stderr_of(second);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("already listens"), "{err}");
+    assert!(UnixStream::connect(&sock).is_ok(), "the first daemon's socket must survive");
+    terminate(&mut child);
+    let _ = child.wait();
+
+    let file = dir.path().join("not-a-socket");
+    std::fs::write(&file, "keep").unwrap();
+    let (code, err) = stderr_of(spawn(&bin_dir().join("dhcp"), &["daemon", "-socketpath", file.to_str().unwrap()]));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+}
+
+#[test]
+fn bad_flags_exit_2_with_usage_and_help_exits_0() {
+    for (args, want) in [
+        (&["daemon", "-nope"][..], "flag provided but not defined: -nope"),
+        (&["daemon", "-timeout", "10"][..], "-timeout"),
+        (&["daemon", "-pidfile", "relative.pid"][..], "not absolute"),
+        (&["daemon", "-socketpath"][..], "needs an argument"),
+    ] {
+        let (code, err) = stderr_of(spawn(&bin_dir().join("dhcp"), args));
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(want) && err.contains("usage: dhcp daemon"), "{args:?}: {err}");
+    }
+    let (code, err) = stderr_of(spawn(&bin_dir().join("dhcp"), &["daemon", "-h"]));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("-resendmax"), "{err}");
+}
+
+/// The multi-call binary, linked as `dhcp`, runs the daemon too.
+#[test]
+fn multi_call_binary_runs_the_daemon() {
+    let dir = TempDir::new("dhcp-cli");
+    let link = dir.path().join("dhcp");
+    std::os::unix::fs::symlink(bin_dir().join("cni-rs"), &link).unwrap();
+    let sock = dir.path().join("m.sock");
+    let mut child = spawn(&link, &["daemon", "-socketpath", sock.to_str().unwrap()]);
+    assert!(wait_for(Duration::from_secs(5), || UnixStream::connect(&sock).is_ok()), "cni-rs as dhcp daemon");
+    terminate(&mut child);
+    assert_eq!(stderr_of(child).0, Some(0));
+}
+
+/// Under systemd socket activation (here `systemd-socket-activate`, which passes LISTEN_FDS=1 and
+/// LISTEN_PID as systemd does) the daemon serves the socket it is given and leaves the file alone.
+#[test]
+fn serves_a_socket_passed_by_systemd() {
+    cni_tests::require_tools(&["systemd-socket-activate"]);
+    let dir = TempDir::new("dhcp-cli");
+    let sock = dir.path().join("activated.sock");
+    let mut activator = KillOnDrop(
+        Command::new("systemd-socket-activate")
+            .args(["-l", sock.to_str().unwrap(), bin_dir().join("dhcp").to_str().unwrap(), "daemon", "-socketpath"])
+            // Ignored under activation; a daemon that did not take the passed socket would listen here.
+            .arg(dir.path().join("unused.sock"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(Duration::from_secs(5), || sock.exists()), "systemd-socket-activate made no socket");
+    let answer = {
+        use std::io::{BufRead, BufReader, Write};
+        let mut stream = UnixStream::connect(&sock).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream.write_all(b"{\"method\":\"status\"}\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).unwrap();
+        line
+    };
+    assert_eq!(answer.trim(), "\"done\"");
+    // systemd-socket-activate execs the daemon in its own process.
+    terminate(&mut activator.0);
+    let _ = activator.0.wait();
+    assert!(sock.exists(), "the daemon removed a socket systemd owns");
+}
+
+/// A child killed when the test ends, passed or failed.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
