@@ -1,12 +1,14 @@
 //! cni-bench: the cni-rs plugins against the reference Go plugins, through the same client (our
 //! libcni runtime API) and the same conflist (bridge with ipMasq + host-local + portmap with one
-//! mapped port + loopback), each on its default firewall backend. Run it with `tests/bench.sh`.
+//! mapped port + loopback), each on its default firewall backend, and in the same latency rotation
+//! the meta plugins' chains from conf/ (meta_chains.rs). Run it with `tests/bench.sh`.
 //!
 //! Everything it creates is named `cnib-*` (namespaces, bridges, container ids) or lives under
 //! /run/cni-bench; leftovers of an interrupted run are removed first, and everything is removed at
 //! the end, on error, on panic and on Ctrl-C.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod meta_chains;
 mod report;
 
 use libcni::conflist::NetworkConfigList;
@@ -147,12 +149,14 @@ pub struct Side {
     port_base: u16,
     next: AtomicUsize,
     live: Mutex<BTreeSet<String>>,
+    /// Capability arguments every pod gets besides its port mapping (`bandwidth` for the chains).
+    caps: Map<String, Value>,
 }
 
 impl Side {
     fn new(key: &'static str, label: &'static str, tag: char, bin: &Path, octet: u8, port_base: u16) -> Res<Side> {
-        let dir = PathBuf::from(STATE).join(key);
-        let bridge = format!("{PREFIX}{tag}0");
+        let dir = Side::state_dir(key);
+        let bridge = Side::bridge_name(tag);
         let conf = json!({
             "cniVersion": "1.0.0",
             "name": format!("{PREFIX}{key}"),
@@ -164,20 +168,45 @@ impl Side {
                 {"type": "loopback"}
             ]
         });
-        let list = NetworkConfigList::from_bytes(conf.to_string().as_bytes()).map_err(|e| e.to_string())?;
+        Side::with_conf(key, label, tag, bin, octet, port_base, &conf, Map::new())
+    }
+
+    /// A side running `conf`, a conflist whose first plugin is a bridge named [`Side::bridge_name`]
+    /// with its IPAM state under [`Side::state_dir`]; every pod gets `caps` besides its port mapping.
+    #[allow(clippy::too_many_arguments)]
+    fn with_conf(
+        key: &'static str,
+        label: &'static str,
+        tag: char,
+        bin: &Path,
+        octet: u8,
+        port_base: u16,
+        conf: &Value,
+        caps: Map<String, Value>,
+    ) -> Res<Side> {
+        let list = NetworkConfigList::from_bytes(conf.to_string().as_bytes()).map_err(|e| format!("{key}: {e}"))?;
         Ok(Side {
             key,
             label,
             tag,
             bin: bin.to_path_buf(),
             list,
-            cni: CniConfig::with_cache_dir(vec![bin.to_path_buf()], dir.join("cache")),
-            bridge,
+            cni: CniConfig::with_cache_dir(vec![bin.to_path_buf()], Side::state_dir(key).join("cache")),
+            bridge: Side::bridge_name(tag),
             octet,
             port_base,
             next: AtomicUsize::new(0),
             live: Mutex::new(BTreeSet::new()),
+            caps,
         })
+    }
+
+    fn state_dir(key: &str) -> PathBuf {
+        PathBuf::from(STATE).join(key)
+    }
+
+    fn bridge_name(tag: char) -> String {
+        format!("{PREFIX}{tag}0")
     }
 
     fn pod_prefix(&self) -> String {
@@ -189,6 +218,7 @@ impl Side {
         let port = self.port_base + (n % 20000) as u16;
         let mut caps = Map::new();
         caps.insert("portMappings".into(), json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]));
+        caps.extend(self.caps.clone());
         RuntimeConf {
             container_id: pod.to_string(),
             netns: netns_path(pod),
@@ -839,7 +869,7 @@ fn installed_shape(ours: &Path) -> Res<PathBuf> {
     let first = dir.join("cni-rs");
     // A copy (the target dir may be on another filesystem), then links to it.
     std::fs::copy(&multi, &first).map_err(|e| format!("copy {}: {e}", multi.display()))?;
-    for p in PLUGINS {
+    for p in PLUGINS.iter().chain(&meta_chains::PLUGINS) {
         std::fs::hard_link(&first, dir.join(p)).map_err(|e| format!("link {p}: {e}"))?;
     }
     Ok(dir)
@@ -866,6 +896,8 @@ pub struct Run {
     pub ours: SideResults,
     pub reference: SideResults,
     pub floor: Floor,
+    /// The meta plugins' chains, measured in the latency rotation.
+    pub chains: Vec<meta_chains::ChainLatency>,
     pub elapsed: f64,
 }
 
@@ -906,9 +938,15 @@ fn main() {
     };
     let ours = Side::new("ours", "cni-rs", 'o', &ours_bin, 230, 20000).unwrap();
     let reference = Side::new("reference", "reference (Go)", 'r', &opts.reference, 231, 40000).unwrap();
-    let sides = [&ours, &reference];
+    let chains = if opts.probe { Ok(vec![]) } else { meta_chains::chains(&ours_bin, &opts.reference) };
+    let chains = chains.unwrap_or_else(|e| {
+        eprintln!("cni-bench: {e}");
+        std::process::exit(2);
+    });
+    let mut sides = vec![&ours, &reference];
+    sides.extend(chains.iter().flat_map(|c| [&c.ours, &c.reference]));
     let guard = Cleanup(&sides);
-    for s in sides {
+    for s in &sides {
         s.cleanup();
     }
     floor_cleanup();
@@ -921,8 +959,8 @@ fn main() {
         }
         return;
     }
-    match run_all(&opts, &ours, &reference, &floor_bin) {
-        Ok((o, r, f)) => {
+    match run_all(&opts, &ours, &reference, &chains, &floor_bin) {
+        Ok((o, r, f, c)) => {
             drop(guard);
             let run = Run {
                 machine: machine(&opts.ours),
@@ -930,6 +968,7 @@ fn main() {
                 ours: o,
                 reference: r,
                 floor: f,
+                chains: c,
                 elapsed: started.elapsed().as_secs_f64(),
             };
             match report::write(&run) {
@@ -953,7 +992,13 @@ fn main() {
     }
 }
 
-fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<(SideResults, SideResults, Floor)> {
+fn run_all(
+    opts: &Opts,
+    ours: &Side,
+    reference: &Side,
+    chains: &[meta_chains::Chain],
+    floor_bin: &Path,
+) -> Res<(SideResults, SideResults, Floor, Vec<meta_chains::ChainLatency>)> {
     let mut o = SideResults::default();
     let mut r = SideResults::default();
     (o.disk_all, o.disk_used) = footprint(ours, true);
@@ -963,13 +1008,30 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
     o.plugins = breakdown(ours, opts.breakdown)?;
     r.plugins = breakdown(reference, opts.breakdown)?;
 
-    eprintln!("cni-bench: per-pod latency ({} samples per side and for the floor, interleaved)", opts.samples);
+    eprintln!(
+        "cni-bench: per-pod latency ({} samples per side, per chain and for the floor, interleaved)",
+        opts.samples
+    );
     let net = floor_bridge()?;
-    let lat = latency(&[ours, reference], opts.samples, Some((floor_bin, &net)))?;
+    let mut sides = vec![ours, reference];
+    sides.extend(chains.iter().flat_map(|c| [&c.ours, &c.reference]));
+    let lat = latency(&sides, opts.samples, Some((floor_bin, &net)))?;
     floor_cleanup();
     o.latency = lat[0].clone();
     r.latency = lat[1].clone();
-    let fl = Floor { netlink: lat[2].clone(), with_nft: lat[3].clone() };
+    let chain_lat = chains
+        .iter()
+        .enumerate()
+        .map(|(i, c)| meta_chains::ChainLatency {
+            key: c.key,
+            title: c.title,
+            file: c.file,
+            ours: lat[2 + 2 * i].clone(),
+            reference: lat[3 + 2 * i].clone(),
+        })
+        .collect();
+    let n = sides.len();
+    let fl = Floor { netlink: lat[n].clone(), with_nft: lat[n + 1].clone() };
 
     for workers in [1, opts.parallel] {
         let pods = churn_pods(opts, workers);
@@ -990,7 +1052,7 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
                 (sc.next, sc.teardown, sc.plugins, sc.floor);
         }
     }
-    Ok((o, r, fl))
+    Ok((o, r, fl, chain_lat))
 }
 
 /// `--probe`: cni-rs alone, for profiling between full runs. With CNI_BENCH_HOLD=FILE set, each
