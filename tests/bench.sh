@@ -24,7 +24,7 @@ RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --target "$tripl
 ours="$target/bench-ours"
 rm -rf "$ours" && mkdir -p "$ours"
 cp "$target/$triple/release/cni-rs" "$ours/cni-rs"
-for p in bridge host-local loopback portmap firewall ptp macvlan; do ln "$ours/cni-rs" "$ours/$p"; done
+for p in bridge host-local loopback portmap firewall ptp macvlan bandwidth tuning; do ln "$ours/cni-rs" "$ours/$p"; done
 if [ "$(id -u)" -ne 0 ]; then
     exec sudo env CNI_BENCH_OURS="$ours" "$target/release/cni-bench" "$@"
 fi

@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The benchmark behind the README's numbers keeps working: `cni-bench` at its smallest, against the
 //! installed reference plugins, writes a CSV with measurements of both plugin sets and the floor
-//! (also per scaling level), both plots and the results block, and leaves nothing behind.
+//! (also per scaling level) and of the meta plugins' chains, both plots and the results block, and
+//! leaves nothing behind.
 
 use cni_tests::{bin_dir, TempDir};
 use std::collections::HashMap;
@@ -47,6 +48,10 @@ fn cni_bench_measures_both_plugin_sets_and_the_floor() {
         key("latency", "ours", "ptp_add_median", ""),
         key("latency", "reference", "ptp_del_median", ""),
         key("latency", "floor+nft", "add_median", ""),
+        key("latency_chain", "ours", "add_median", "bandwidth"),
+        key("latency_chain", "reference", "del_median", "bandwidth"),
+        key("latency_chain", "ours", "del_median", "podman"),
+        key("latency_chain", "reference", "add_median", "podman"),
         key("churn", "ours", "pods_per_second", "1"),
         key("churn", "reference", "pods_per_second", "1"),
         key("scaling", "ours", "add_median", "10"),
@@ -71,7 +76,10 @@ fn cni_bench_measures_both_plugin_sets_and_the_floor() {
     }
     let readme = std::fs::read_to_string(out.path().join("README.md")).expect("README.md");
     assert!(
-        readme.contains("cni-bench results: begin") && readme.contains("Where the ADD and DEL growth goes"),
+        readme.contains("cni-bench results: begin")
+            && readme.contains("Where the ADD and DEL growth goes")
+            && readme.contains("| bridge + portmap (snat) + bandwidth: ADD median |")
+            && readme.contains("| bridge + portmap + firewall + tuning: DEL p99 |"),
         "{readme}"
     );
 

@@ -7,6 +7,7 @@
 //! the end, on error, on panic and on Ctrl-C.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod meta_chains;
 mod report;
 
 use libcni::conflist::NetworkConfigList;
@@ -184,12 +185,13 @@ pub struct Side {
     port_base: u16,
     next: AtomicUsize,
     live: Mutex<BTreeSet<String>>,
+    /// Capability arguments every pod gets besides its port mapping (`bandwidth` for the chains).
+    caps: Map<String, Value>,
 }
 
 impl Side {
     fn new(key: &'static str, label: &'static str, tag: char, bin: &Path, octet: u8, port_base: u16) -> Res<Side> {
-        let bridge = format!("{PREFIX}{tag}0");
-        let main = json!({"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": true});
+        let main = json!({"type": "bridge", "bridge": Side::bridge_name(tag), "isGateway": true, "ipMasq": true});
         let rest = [
             json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}),
             json!({"type": "loopback"}),
@@ -210,27 +212,52 @@ impl Side {
         mut main: Value,
         rest: &[Value],
     ) -> Res<Side> {
-        let dir = PathBuf::from(STATE).join(key);
-        let bridge = format!("{PREFIX}{tag}0");
+        let dir = Side::state_dir(key);
         main["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": format!("10.{octet}.0.0/16")}]],
                               "routes": [{"dst": "0.0.0.0/0"}], "dataDir": dir.join("ipam")});
         let mut plugins = vec![main];
         plugins.extend_from_slice(rest);
         let conf = json!({"cniVersion": "1.0.0", "name": format!("{PREFIX}{key}"), "plugins": plugins});
-        let list = NetworkConfigList::from_bytes(conf.to_string().as_bytes()).map_err(|e| e.to_string())?;
+        Side::with_conf(key, label, tag, bin, octet, port_base, &conf, Map::new())
+    }
+
+    /// A side running `conf`, a conflist whose host link (bridge or master) is
+    /// [`Side::bridge_name`] with its IPAM state under [`Side::state_dir`]; every pod gets `caps`
+    /// besides its port mapping.
+    #[allow(clippy::too_many_arguments)]
+    fn with_conf(
+        key: &'static str,
+        label: &'static str,
+        tag: char,
+        bin: &Path,
+        octet: u8,
+        port_base: u16,
+        conf: &Value,
+        caps: Map<String, Value>,
+    ) -> Res<Side> {
+        let list = NetworkConfigList::from_bytes(conf.to_string().as_bytes()).map_err(|e| format!("{key}: {e}"))?;
         Ok(Side {
             key,
             label,
             tag,
             bin: bin.to_path_buf(),
             list,
-            cni: CniConfig::with_cache_dir(vec![bin.to_path_buf()], dir.join("cache")),
-            bridge,
+            cni: CniConfig::with_cache_dir(vec![bin.to_path_buf()], Side::state_dir(key).join("cache")),
+            bridge: Side::bridge_name(tag),
             octet,
             port_base,
             next: AtomicUsize::new(0),
             live: Mutex::new(BTreeSet::new()),
+            caps,
         })
+    }
+
+    fn state_dir(key: &str) -> PathBuf {
+        PathBuf::from(STATE).join(key)
+    }
+
+    fn bridge_name(tag: char) -> String {
+        format!("{PREFIX}{tag}0")
     }
 
     fn pod_prefix(&self) -> String {
@@ -242,6 +269,7 @@ impl Side {
         let port = self.port_base + (n % 20000) as u16;
         let mut caps = Map::new();
         caps.insert("portMappings".into(), json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]));
+        caps.extend(self.caps.clone());
         RuntimeConf {
             container_id: pod.to_string(),
             netns: netns_path(pod),
@@ -892,7 +920,7 @@ fn installed_shape(ours: &Path) -> Res<PathBuf> {
     let first = dir.join("cni-rs");
     // A copy (the target dir may be on another filesystem), then links to it.
     std::fs::copy(&multi, &first).map_err(|e| format!("copy {}: {e}", multi.display()))?;
-    for p in PLUGINS.into_iter().chain(CHAINS.iter().map(|c| c.name)) {
+    for p in PLUGINS.into_iter().chain(CHAINS.iter().map(|c| c.name)).chain(meta_chains::PLUGINS) {
         std::fs::hard_link(&first, dir.join(p)).map_err(|e| format!("link {p}: {e}"))?;
     }
     Ok(dir)
@@ -921,6 +949,8 @@ pub struct Run {
     pub floor: Floor,
     /// Per-pod latency of the other chains: (name, ours, reference).
     pub chains: Vec<(&'static str, Latency, Latency)>,
+    /// The meta plugins' chains, measured in the latency rotation.
+    pub meta_chains: Vec<meta_chains::ChainLatency>,
     pub elapsed: f64,
 }
 
@@ -938,7 +968,7 @@ fn main() {
         std::process::exit(2);
     }
     for (dir, what) in [(&opts.ours, "ours"), (&opts.reference, "reference")] {
-        for p in PLUGINS.into_iter().chain(CHAINS.iter().map(|c| c.name)) {
+        for p in PLUGINS.into_iter().chain(CHAINS.iter().map(|c| c.name)).chain(meta_chains::PLUGINS) {
             if !dir.join(p).is_file() {
                 eprintln!("cni-bench: {} has no {p} ({what}); build with cargo build --release / install containernetworking-plugins", dir.display());
                 std::process::exit(2);
@@ -961,9 +991,15 @@ fn main() {
     };
     let ours = Side::new("ours", "cni-rs", 'o', &ours_bin, 230, 20000).unwrap();
     let reference = Side::new("reference", "reference (Go)", 'r', &opts.reference, 231, 40000).unwrap();
-    let sides = [&ours, &reference];
+    let meta = if opts.probe { Ok(vec![]) } else { meta_chains::chains(&ours_bin, &opts.reference) };
+    let meta = meta.unwrap_or_else(|e| {
+        eprintln!("cni-bench: {e}");
+        std::process::exit(2);
+    });
+    let mut sides = vec![&ours, &reference];
+    sides.extend(meta.iter().flat_map(|c| [&c.ours, &c.reference]));
     let guard = Cleanup(&sides);
-    for s in sides {
+    for s in &sides {
         s.cleanup();
     }
     floor_cleanup();
@@ -976,8 +1012,8 @@ fn main() {
         }
         return;
     }
-    match run_all(&opts, &ours, &reference, &floor_bin).and_then(|res| Ok((res, chains(&opts, &ours_bin)?))) {
-        Ok(((o, r, f), chains)) => {
+    match run_all(&opts, &ours, &reference, &meta, &floor_bin).and_then(|res| Ok((res, chains(&opts, &ours_bin)?))) {
+        Ok(((o, r, f, meta_chains), chains)) => {
             drop(guard);
             let run = Run {
                 machine: machine(&opts.ours),
@@ -986,6 +1022,7 @@ fn main() {
                 reference: r,
                 floor: f,
                 chains,
+                meta_chains,
                 elapsed: started.elapsed().as_secs_f64(),
             };
             match report::write(&run) {
@@ -1009,7 +1046,13 @@ fn main() {
     }
 }
 
-fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<(SideResults, SideResults, Floor)> {
+fn run_all(
+    opts: &Opts,
+    ours: &Side,
+    reference: &Side,
+    meta: &[meta_chains::Chain],
+    floor_bin: &Path,
+) -> Res<(SideResults, SideResults, Floor, Vec<meta_chains::ChainLatency>)> {
     let mut o = SideResults::default();
     let mut r = SideResults::default();
     (o.disk_all, o.disk_used) = footprint(ours, true);
@@ -1019,13 +1062,30 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
     o.plugins = breakdown(ours, opts.breakdown)?;
     r.plugins = breakdown(reference, opts.breakdown)?;
 
-    eprintln!("cni-bench: per-pod latency ({} samples per side and for the floor, interleaved)", opts.samples);
+    eprintln!(
+        "cni-bench: per-pod latency ({} samples per side, per meta chain and for the floor, interleaved)",
+        opts.samples
+    );
     let net = floor_bridge()?;
-    let lat = latency(&[ours, reference], opts.samples, Some((floor_bin, &net)))?;
+    let mut sides = vec![ours, reference];
+    sides.extend(meta.iter().flat_map(|c| [&c.ours, &c.reference]));
+    let lat = latency(&sides, opts.samples, Some((floor_bin, &net)))?;
     floor_cleanup();
     o.latency = lat[0].clone();
     r.latency = lat[1].clone();
-    let fl = Floor { netlink: lat[2].clone(), with_nft: lat[3].clone() };
+    let meta_lat = meta
+        .iter()
+        .enumerate()
+        .map(|(i, c)| meta_chains::ChainLatency {
+            key: c.key,
+            title: c.title,
+            file: c.file,
+            ours: lat[2 + 2 * i].clone(),
+            reference: lat[3 + 2 * i].clone(),
+        })
+        .collect();
+    let n = sides.len();
+    let fl = Floor { netlink: lat[n].clone(), with_nft: lat[n + 1].clone() };
 
     for workers in [1, opts.parallel] {
         let pods = churn_pods(opts, workers);
@@ -1046,7 +1106,7 @@ fn run_all(opts: &Opts, ours: &Side, reference: &Side, floor_bin: &Path) -> Res<
                 (sc.next, sc.teardown, sc.plugins, sc.floor);
         }
     }
-    Ok((o, r, fl))
+    Ok((o, r, fl, meta_lat))
 }
 
 /// Per-pod latency of each of [`CHAINS`], ours and the reference interleaved as for bridge.

@@ -70,6 +70,16 @@ fn csv(run: &Run) -> String {
     lat("floor", "del", &run.floor.netlink.del);
     lat("floor+nft", "add", &run.floor.with_nft.add);
     lat("floor+nft", "del", &run.floor.with_nft.del);
+    for c in &run.meta_chains {
+        for (side, l) in [("ours", &c.ours), ("reference", &c.reference)] {
+            for (name, st) in [("add", &l.add), ("del", &l.del)] {
+                for (metric, v) in [("median", st.median), ("p99", st.p99), ("mean", st.mean), ("min", st.min)] {
+                    let _ = writeln!(s, "latency_chain,{side},{name}_{metric},{},{v:.3},ms", c.key);
+                }
+                let _ = writeln!(s, "latency_chain,{side},{name}_samples,{},{},count", c.key, st.n);
+            }
+        }
+    }
     for (side, r) in [("ours", &run.ours), ("reference", &run.reference)] {
         for (w, pps) in &r.churn {
             let _ = writeln!(s, "churn,{side},pods_per_second,{w},{pps:.2},pods/s");
@@ -398,6 +408,32 @@ pub fn tables(run: &Run) -> String {
                 );
             }
         }
+    }
+    for c in &run.meta_chains {
+        for (name, a, b) in [
+            ("ADD median", c.ours.add.median, c.reference.add.median),
+            ("ADD p99", c.ours.add.p99, c.reference.add.p99),
+            ("DEL median", c.ours.del.median, c.reference.del.median),
+            ("DEL p99", c.ours.del.p99, c.reference.del.p99),
+        ] {
+            let _ = writeln!(
+                s,
+                "| {}: {name} | {a:.1} ms | {b:.1} ms | {:.3} | {:.1}x | | | |",
+                c.title,
+                ratio(a, b),
+                ratio(b, a)
+            );
+        }
+    }
+    if !run.meta_chains.is_empty() {
+        let files: Vec<String> = run.meta_chains.iter().map(|c| format!("{} (`{}`)", c.title, c.file)).collect();
+        let _ = writeln!(
+            s,
+            "\nThe chain rows run the conflists {} on both sides, in the same rotation (names, subnets \
+             and IPAM directory replaced; the bandwidth chain's pods also get the `bandwidth` capability, \
+             100 Mbit/s each way); the floor does not apply to them.",
+            files.join(" and ")
+        );
     }
     let _ = writeln!(s, "\n### Churn (ADD+DEL cycles, namespaces made beforehand)\n");
     let _ = writeln!(s, "| parallel pods | cni-rs | reference | ours/ref |");

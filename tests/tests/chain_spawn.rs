@@ -1,0 +1,223 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! What bandwidth, tuning and firewall start on a pod's ADD and DEL, counted with strace in the two
+//! chains users run (conf/bandwidth.conflist and conf/podman-firewall.conflist, through libcni):
+//! bandwidth and tuning start no process at all (their kernel work is netlink and /proc/sys writes
+//! in process); the firewall's iptables backend starts exactly `iptables-save` and
+//! `iptables-restore` for an IPv4 pod, on ADD and on DEL.
+//!
+//! The whole test runs on a thread in a network namespace of its own (the chains' bridges, the
+//! host ends of the veths and the iptables tables live there), so the firewall's tables start
+//! empty and no other test's rules change what it reads or retries.
+
+use cni_tests::{bin_dir, require_root, require_tools, sh, unique, Netns, TempDir};
+use libcni::conflist::NetworkConfigList;
+use libcni::runtime::{CniConfig, RuntimeConf};
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Every task in a file of its own (`<prefix>.<tid>`, so no call is split by another task's
+/// output), and only the calls that start a task or a program.
+const STRACE: [&str; 7] =
+    ["-f", "-ff", "-qq", "-e", "trace=execve,execveat,fork,vfork,clone,clone3", "-e", "signal=none"];
+
+/// What one traced run started besides the traced program itself.
+#[derive(Debug, Default, PartialEq)]
+struct Spawned {
+    /// fork, vfork, and clone or clone3 without CLONE_THREAD, that returned a child.
+    processes: usize,
+    /// Base names of the programs executed (successful execve or execveat).
+    programs: Vec<String>,
+}
+
+/// The return value strace printed for a call (`... = 1234`, `... = -1 ENOENT (...)`).
+fn returned(line: &str) -> Option<i64> {
+    line.rsplit_once(" = ").and_then(|(_, r)| r.split_whitespace().next()).and_then(|v| v.parse().ok())
+}
+
+/// Reads the traces `<dir>/<prefix>.<tid>` of one run of `program`.
+fn spawned(dir: &Path, prefix: &str, program: &Path) -> Spawned {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{prefix}.")))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no trace {prefix}.* in {}: the run was not traced", dir.display());
+    let own = program.display().to_string();
+    let (mut out, mut own_seen) = (Spawned::default(), false);
+    for f in &files {
+        for line in std::fs::read_to_string(f).unwrap().lines() {
+            let call = line.split('(').next().unwrap_or("");
+            let Some(rc) = returned(line) else { continue };
+            match call {
+                "execve" | "execveat" if rc == 0 => {
+                    let path = line.split('"').nth(1).unwrap_or("").to_string();
+                    if path == own && !own_seen {
+                        own_seen = true;
+                    } else {
+                        out.programs.push(path.rsplit('/').next().unwrap_or("").to_string());
+                    }
+                }
+                "fork" | "vfork" if rc > 0 => out.processes += 1,
+                "clone" | "clone3" if rc > 0 && !line.contains("CLONE_THREAD") => out.processes += 1,
+                _ => {}
+            }
+        }
+    }
+    assert!(own_seen, "{prefix}: the traces {files:?} do not show {own} starting");
+    out
+}
+
+/// A plugin directory for libcni: the plugins of `bin` as links, and `traced` ones as scripts that
+/// run the real plugin under strace, tracing into `traces` as `<plugin>.<CNI_COMMAND>.<tid>`.
+fn plugin_dir(bin: &Path, dir: &Path, traces: &Path, plain: &[&str], traced: &[&str]) {
+    for p in plain {
+        std::os::unix::fs::symlink(bin.join(p), dir.join(p)).unwrap();
+    }
+    for p in traced {
+        let script = format!(
+            "#!/bin/sh\nexec strace {} -o '{}/{p}.'\"$CNI_COMMAND\" '{}'\n",
+            STRACE.map(|a| format!("'{a}'")).join(" "),
+            traces.display(),
+            bin.join(p).display()
+        );
+        let path = dir.join(p);
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// A conflist from conf/ with its IPAM (and tuning) state in `state`.
+fn conflist(file: &str, state: &Path, edit: impl FnOnce(&mut Value)) -> NetworkConfigList {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf").join(file);
+    let mut conf: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    conf["plugins"][0]["ipam"]["dataDir"] = json!(state.join("ipam"));
+    edit(&mut conf);
+    NetworkConfigList::from_bytes(conf.to_string().as_bytes()).unwrap()
+}
+
+fn runtime(pod: &Netns, caps: Value) -> RuntimeConf {
+    let Value::Object(capability_args) = caps else { panic!("capabilities are an object") };
+    RuntimeConf {
+        container_id: unique("spawn"),
+        netns: pod.path.clone(),
+        ifname: "eth0".into(),
+        capability_args,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn bandwidth_and_tuning_start_no_process_and_the_firewall_runs_iptables_save_and_restore() {
+    require_root();
+    require_tools(&["strace", "iptables-save", "iptables-restore", "tc"]);
+    let bin = bin_dir();
+    std::thread::spawn(move || {
+        // SAFETY: unshare has no memory preconditions; CLONE_NEWNET applies to this thread only,
+        // and the programs it starts inherit it.
+        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare: {}", std::io::Error::last_os_error());
+        sh("ip", &["link", "set", "lo", "up"]);
+        chains(&bin);
+    })
+    .join()
+    .expect("the test thread failed (its panic is printed above)");
+}
+
+fn chains(bin: &Path) {
+    let tmp = TempDir::new("chain-spawn");
+    let (traces, dir, state) = (tmp.path().join("traces"), tmp.path().join("bin"), tmp.path().join("state"));
+    for d in [&traces, &dir, &state] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+
+    // The counting itself: a shell that runs two programs starts two processes.
+    let st = Command::new("strace")
+        .args(STRACE)
+        .arg("-o")
+        .arg(traces.join("calibration"))
+        .args(["/bin/sh", "-c", "/bin/true; /bin/true; :"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let two = Spawned { processes: 2, programs: vec!["true".into(), "true".into()] };
+    assert_eq!(spawned(&traces, "calibration", Path::new("/bin/sh")), two);
+
+    plugin_dir(
+        bin,
+        &dir,
+        &traces,
+        &["bridge", "host-local", "portmap", "loopback"],
+        &["bandwidth", "tuning", "firewall"],
+    );
+    let cni = CniConfig::with_cache_dir(vec![dir.clone()], state.join("cache"));
+
+    // The seed-style chain, both capabilities.
+    let bw = conflist("bandwidth.conflist", &state, |_| {});
+    let pod = Netns::new("spawnbw");
+    let rt = runtime(
+        &pod,
+        json!({"portMappings": [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}],
+               "bandwidth": {"ingressRate": 8_000_000, "ingressBurst": 800_000,
+                             "egressRate": 8_000_000, "egressBurst": 800_000}}),
+    );
+    cni.add_network_list(&bw, &rt).expect("bandwidth chain ADD");
+    let ifb = sh("ip", &["-o", "link", "show", "type", "ifb"]);
+    assert!(ifb.contains("bwp"), "bandwidth made no ifb: {ifb:?}");
+    let qdiscs = sh("tc", &["qdisc", "show"]);
+    assert!(qdiscs.matches("qdisc tbf").count() == 2, "a TBF each way: {qdiscs}");
+    cni.del_network_list(&bw, &rt).expect("bandwidth chain DEL");
+    assert_eq!(sh("ip", &["-o", "link", "show", "type", "ifb"]).trim(), "", "DEL leaves no ifb");
+    drop(pod);
+
+    // podman's default chain, with tuning given work to do: an MTU and an IFNAME sysctl.
+    let podman = conflist("podman-firewall.conflist", &state, |c| {
+        c["plugins"][3] = json!({"type": "tuning", "mtu": 1400, "dataDir": state.join("tuning"),
+                                 "sysctl": {"net.ipv4.conf.IFNAME.arp_ignore": "1"}});
+    });
+    let pod = Netns::new("spawnpm");
+    let rt = runtime(&pod, json!({"portMappings": [{"hostPort": 18081, "containerPort": 80, "protocol": "tcp"}]}));
+    let result = cni.add_network_list(&podman, &rt).expect("podman chain ADD");
+    let ip = result.ips[0].address.ip().to_string();
+    assert!(pod.ip(&["link", "show", "eth0"]).contains("mtu 1400"), "tuning set no MTU");
+    assert_eq!(pod.sh("cat", &["/proc/sys/net/ipv4/conf/eth0/arp_ignore"]).trim(), "1", "tuning set no sysctl");
+    let filter = sh("iptables-save", &["-t", "filter"]);
+    assert!(filter.contains(&format!("-A CNI-FORWARD -d {ip}/32")), "firewall let nothing through for {ip}: {filter}");
+    cni.del_network_list(&podman, &rt).expect("podman chain DEL");
+    let filter = sh("iptables-save", &["-t", "filter"]);
+    assert!(!filter.contains(&format!("{ip}/32")), "DEL left {ip}'s rules: {filter}");
+    drop(pod);
+
+    let none = Spawned::default();
+    let iptables = Spawned { processes: 2, programs: vec!["iptables-save".into(), "iptables-restore".into()] };
+    for (plugin, want) in [("bandwidth", &none), ("tuning", &none), ("firewall", &iptables)] {
+        for command in ["ADD", "DEL"] {
+            let got = spawned(&traces, &format!("{plugin}.{command}"), &bin.join(plugin));
+            assert_eq!(&got, want, "{plugin} {command} started other processes than stated");
+        }
+    }
+    // Nothing else of the chains ran traced (a CHECK or a second ADD would show here).
+    let names: Vec<String> = std::fs::read_dir(&traces)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().split('.').take(2).collect::<Vec<_>>().join("."))
+        .collect();
+    for n in &names {
+        assert!(
+            [
+                "calibration",
+                "bandwidth.ADD",
+                "bandwidth.DEL",
+                "tuning.ADD",
+                "tuning.DEL",
+                "firewall.ADD",
+                "firewall.DEL"
+            ]
+            .iter()
+            .any(|k| n.starts_with(k)),
+            "unexpected trace {n}"
+        );
+    }
+}
