@@ -16,7 +16,7 @@
 
 pub mod sublink;
 
-use crate::firewall::{self, IpMasq};
+use crate::firewall::{self, IpMasq, Masquerade};
 use crate::sysctl::{self, Family};
 use crate::{IpFamily, Link, NetNs, Netlink, RouteSpec};
 use ipnetwork::IpNetwork;
@@ -24,7 +24,7 @@ use libcni::conf::kind;
 use libcni::conf::Attachment;
 use libcni::gojson;
 use libcni::invoke;
-use libcni::types::{CniResult, IpConfig, Route};
+use libcni::types::{CniResult, Interface, IpConfig, Route};
 use libcni::{code, Error, Errors, Request, Result};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -417,6 +417,26 @@ pub fn chained(prev: Option<&CniResult>, own: CniResult) -> CniResult {
     out
 }
 
+/// The result's entry for the pod's interface `name` in `ns`, with the MAC `link` has now.
+pub fn pod_interface(name: &str, link: &Link, ns: &NetNs) -> Interface {
+    Interface {
+        name: name.to_string(),
+        mac: link.mac_string(),
+        sandbox: Some(ns.path().display().to_string()),
+        ..Default::default()
+    }
+}
+
+/// The masquerade rules of the attachment `req` names, in `network`, for `addresses`.
+pub fn masquerade<'i>(req: &Request, network: &str, addresses: impl Iterator<Item = &'i IpConfig>) -> Masquerade {
+    Masquerade {
+        network: network.to_string(),
+        container_id: req.container_id.clone(),
+        ifname: req.ifname.clone(),
+        addresses: addresses.map(|ip| ip.address).collect(),
+    }
+}
+
 /// An interface plugin's ADD: runs `steps` with an [`Undo`] that runs when they fail; on success
 /// their result, chained after prevResult ([`chained`]).
 pub fn add_or_undo<'a>(req: &Request, steps: impl FnOnce(&mut Undo<'a>) -> Result<CniResult>) -> Result<CniResult> {
@@ -527,12 +547,7 @@ pub fn single_interface_result<'a>(
         result.dns = dns.clone();
     }
     let now = cont.link_by_index(link.index)?.unwrap_or_else(|| link.clone());
-    result.interfaces = vec![libcni::types::Interface {
-        name: req.ifname.clone(),
-        mac: now.mac_string(),
-        sandbox: Some(ns.path().display().to_string()),
-        ..Default::default()
-    }];
+    result.interfaces = vec![pod_interface(&req.ifname, &now, ns)];
     Ok(result)
 }
 

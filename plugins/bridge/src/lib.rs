@@ -11,7 +11,7 @@ use ipnetwork::IpNetwork;
 use libcni::invoke;
 use libcni::types::{CniResult, Interface, IpConfig};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
-use netkit::firewall::{self, BackendKind, Firewall, Masquerade};
+use netkit::firewall::{self, BackendKind, Firewall};
 use netkit::iface::{self, is_v4, MasqueradeDel, Undo};
 use netkit::sysctl::{self, Family};
 use netkit::{Link, NetNs, Netlink};
@@ -250,12 +250,7 @@ fn add<'a>(
     result.interfaces = vec![
         Interface { name: conf.bridge.clone(), mac: br_now.mac_string(), ..Default::default() },
         Interface { name: host_name, mac: host_link.mac_string(), ..Default::default() },
-        Interface {
-            name: req.ifname.clone(),
-            mac: cont_now.mac_string(),
-            sandbox: Some(ns.path().display().to_string()),
-            ..Default::default()
-        },
+        iface::pod_interface(&req.ifname, &cont_now, ns),
     ];
     if let Some(l) = vlan_gateway {
         // Listed after the pod's interface, as the reference does: ips[].interface stays 2.
@@ -281,16 +276,6 @@ pub(crate) fn skip_link_local_dad(ifname: &str) {
     let _ = sysctl::set_if(ifname, Family::V6, "accept_dad", "0");
 }
 
-/// The masquerade rules of this attachment for `addresses`.
-fn masquerade<'i>(req: &Request, conf: &BridgeConf, addresses: impl Iterator<Item = &'i IpConfig>) -> Masquerade {
-    Masquerade {
-        network: conf.network.clone(),
-        container_id: req.container_id.clone(),
-        ifname: req.ifname.clone(),
-        addresses: addresses.map(|ip| ip.address).collect(),
-    }
-}
-
 /// ADD's masquerade step, after the pod's interface is configured; a failed ADD removes the rules
 /// (registered before the call: a backend that fails half-way may have added some).
 fn add_masquerade<'a>(
@@ -303,7 +288,7 @@ fn add_masquerade<'a>(
     undo.push(move || {
         let _ = fw.del_masquerade(&conf.network, &req.container_id, &req.ifname);
     });
-    fw.add_masquerade(&masquerade(req, conf, ips.iter()))?;
+    fw.add_masquerade(&iface::masquerade(req, &conf.network, ips.iter()))?;
     libcni::fault_point("masquerade-added")
 }
 
@@ -398,7 +383,7 @@ fn check(req: &Request, conf: &BridgeConf, prev: &CniResult, ns: &NetNs, fw: Opt
         firewall::check_macspoof(&conf.network, &req.container_id, &req.ifname)?;
     }
     if let Some(fw) = fw {
-        fw.check_masquerade(&masquerade(req, conf, iface::own_ips(prev, sandbox_idx)))?;
+        fw.check_masquerade(&iface::masquerade(req, &conf.network, iface::own_ips(prev, sandbox_idx)))?;
     }
     Ok(())
 }

@@ -117,7 +117,7 @@ fn check_compares_masquerade_with_the_pods_own_addresses() {
     let conf = config::parse(&req).unwrap();
     let mut prev = CniResult { ips: ips(), ..Default::default() };
     prev.ips.push(IpConfig { address: "10.9.9.9/24".parse().unwrap(), gateway: None, interface: Some(0) });
-    let m = masquerade(&req, &conf, iface::own_ips(&prev, Some(2)));
+    let m = iface::masquerade(&req, &conf.network, iface::own_ips(&prev, Some(2)));
     let fw = RecordingFirewall::default();
     fw.check_masquerade(&m).unwrap();
     assert_eq!(fw.calls(), ["check_masquerade net c1 eth0 10.1.2.7/24"]);

@@ -112,16 +112,13 @@ fn add<'a>(
     }
     if let Some(link) = moved {
         result.interfaces = vec![Interface {
-            name: link.name.clone(),
-            mac: link.mac_string(),
             // The MTU the device had on the host: DEL puts it back (results from 1.0.0 on carry it).
             mtu: Some(link.mtu),
-            sandbox: Some(ns.path().display().to_string()),
             pci_id: match &conf.selector {
                 Selector::Pci(addr) => Some(addr.clone()),
                 _ => None,
             },
-            ..Default::default()
+            ..iface::pod_interface(&link.name, &link, ns)
         }];
     }
     if let Some(dns) = &conf.dns {

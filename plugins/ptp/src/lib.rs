@@ -13,7 +13,7 @@ use ipnetwork::IpNetwork;
 use libcni::invoke;
 use libcni::types::{CniResult, Interface, IpConfig};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
-use netkit::firewall::{self, Firewall, Masquerade};
+use netkit::firewall::{self, Firewall};
 use netkit::iface::{self, is_v4, MasqueradeDel, Undo};
 use netkit::sysctl::{self, Family};
 use netkit::{IpFamily, Link, NetNs, Netlink, RouteSpec};
@@ -121,17 +121,12 @@ fn add<'a>(
         undo.push(move || {
             let _ = fw.del_masquerade(&conf.network, &req.container_id, &req.ifname);
         });
-        fw.add_masquerade(&masquerade(req, conf, result.ips.iter()))?;
+        fw.add_masquerade(&iface::masquerade(req, &conf.network, result.ips.iter()))?;
     }
     let cont_now = cont.link_by_index(cont_link.index)?.unwrap_or(cont_link);
     result.interfaces = vec![
         Interface { name: host_name, mac: host_link.mac_string(), ..Default::default() },
-        Interface {
-            name: req.ifname.clone(),
-            mac: cont_now.mac_string(),
-            sandbox: Some(ns.path().display().to_string()),
-            ..Default::default()
-        },
+        iface::pod_interface(&req.ifname, &cont_now, ns),
     ];
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
@@ -205,16 +200,6 @@ fn configure_host_end(host: &Netlink, link: &Link, ips: &[IpConfig]) -> Result<(
     Ok(())
 }
 
-/// The masquerade rules of this attachment for `addresses`.
-fn masquerade<'i>(req: &Request, conf: &PtpConf, addresses: impl Iterator<Item = &'i IpConfig>) -> Masquerade {
-    Masquerade {
-        network: conf.network.clone(),
-        container_id: req.container_id.clone(),
-        ifname: req.ifname.clone(),
-        addresses: addresses.map(|ip| ip.address).collect(),
-    }
-}
-
 /// CHECK (code 103 on a difference): the pod's interface, addresses and routes as prevResult
 /// says ([`iface::check_pod`]), the host end with each gateway and a route to each pod address,
 /// and the masquerade rules.
@@ -247,7 +232,7 @@ fn check(req: &Request, conf: &PtpConf, prev: &CniResult, ns: &NetNs) -> Result<
         }
     }
     if let Some(m) = conf.ip_masq {
-        firewall::open(m.backend).check_masquerade(&masquerade(req, conf, own.into_iter()))?;
+        firewall::open(m.backend).check_masquerade(&iface::masquerade(req, &conf.network, own.into_iter()))?;
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ use crate::{Link, NetNs, Netlink};
 use libcni::gojson::Spelled;
 use libcni::invoke;
 use libcni::skel::validate_ifname;
-use libcni::types::{CniResult, Dns, Interface};
+use libcni::types::{CniResult, Dns};
 use libcni::{code, Error, Errors, Request, Result};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -175,12 +175,7 @@ fn add_link<'a>(
     let link = cont
         .link_by_index(index)?
         .ok_or_else(|| Error::network(format!("{} vanished from {}", req.ifname, ns.path().display())))?;
-    result.interfaces = vec![Interface {
-        name: req.ifname.clone(),
-        mac: link.mac_string(),
-        sandbox: Some(ns.path().display().to_string()),
-        ..Default::default()
-    }];
+    result.interfaces = vec![super::pod_interface(&req.ifname, &link, ns)];
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
     }
