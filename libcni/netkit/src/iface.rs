@@ -9,10 +9,13 @@
 //! 5. forwarding sysctls for the families in use ([`enable_forwarding`]);
 //!
 //! each successful step registering its reversal in an [`Undo`] that a failed ADD runs. CHECK
-//! compares the pod's interface with prevResult ([`check_pod`], Go's
-//! `ip.ValidateExpectedInterfaceIPs` and `ValidateExpectedRoute`); DEL removes the pod's link, or
-//! a veth's host end stranded by a namespace that is gone ([`del_pod_link`]). A chained ADD
-//! outputs the previous result with its own appended ([`chained`]).
+//! starts with prevResult, the namespace and IPAM ([`check_start`]) and compares the pod's
+//! interface with prevResult ([`check_pod`], Go's `ip.ValidateExpectedInterfaceIPs` and
+//! `ValidateExpectedRoute`); DEL removes the pod's link, or a veth's host end stranded by a
+//! namespace that is gone ([`del_pod_link`]). A chained ADD outputs the previous result with its
+//! own appended ([`chained`]); a chained plugin gets its prevResult from [`chained_prev_result`].
+//! A plugin that masquerades (bridge, ptp) shares its STATUS, GC and DEL of the rules
+//! ([`status_masquerading`], [`gc_masquerading`], [`del_masquerade`]).
 
 pub mod sublink;
 
