@@ -46,6 +46,7 @@ const LOCALNET: &str = "CNI-LOCALNET";
 const LOCALNET_RULE: &str = "-A CNI-LOCALNET ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP";
 const LOCK_DIR: &str = "/run/cni-rs";
 const LOCK_FILE: &str = "/run/cni-rs/iptables.lock";
+const XTABLES_LOCK: &str = "/run/xtables.lock";
 /// multiport takes at most 15 ports per rule.
 const MULTIPORT_MAX: usize = 15;
 const ATTEMPTS: usize = 3;
@@ -229,8 +230,25 @@ fn restore(ipv: Ipv, table: &str, lines: &[String], what: &str) -> Result<()> {
 /// writable /run we go on unlocked: the retry below still converges.
 fn lock() -> Option<nix::fcntl::Flock<File>> {
     let _ = std::fs::create_dir_all(LOCK_DIR);
-    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(LOCK_FILE).ok()?;
+    flock(LOCK_FILE)
+}
+
+/// The xtables lock iptables takes (`-w`), held while we write the tables in process.
+fn xtables_lock() -> Option<nix::fcntl::Flock<File>> {
+    flock(XTABLES_LOCK)
+}
+
+fn flock(path: &str) -> Option<nix::fcntl::Flock<File>> {
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).ok()?;
     nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).ok()
+}
+
+/// Whether the `iptables` on PATH (or in the system directories) is iptables-nft: it resolves to
+/// `xtables-nft-multi` or `iptables-nft`. Found without running it; false when there is none.
+pub(crate) fn nft_based() -> bool {
+    let target = super::exec::find("iptables").and_then(|p| std::fs::canonicalize(p).ok());
+    let name = target.as_ref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
+    name.is_some_and(|n| n.starts_with("xtables-nft") || n.starts_with("iptables-nft"))
 }
 
 /// Reads the table and applies the lines `plan` derives from it; a failed restore (someone else

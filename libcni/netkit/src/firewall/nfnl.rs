@@ -70,7 +70,10 @@ const NFTA_HOOK_HOOKNUM: u16 = 1;
 const NFTA_HOOK_PRIORITY: u16 = 2;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
+const NFTA_RULE_HANDLE: u16 = 3;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
+/// NFTA_RULE_COMPAT { PROTO, FLAGS }: what iptables-nft adds to every rule (zeros without `-p`).
+const NFTA_RULE_COMPAT: u16 = 5;
 const NFTA_RULE_USERDATA: u16 = 7;
 const NFTA_SET_TABLE: u16 = 1;
 const NFTA_SET_NAME: u16 = 2;
@@ -169,6 +172,7 @@ impl Family {
 pub(crate) enum Hook {
     Prerouting,
     Input,
+    Forward,
     Output,
     Postrouting,
 }
@@ -178,6 +182,7 @@ impl Hook {
         match self {
             Hook::Prerouting => 0,
             Hook::Input => 1,
+            Hook::Forward => 2,
             Hook::Output => 3,
             Hook::Postrouting => 4,
         }
@@ -216,6 +221,7 @@ pub(crate) enum Verdict {
     Accept,
     Drop,
     Jump(String),
+    Return,
 }
 
 impl Verdict {
@@ -224,6 +230,7 @@ impl Verdict {
             Verdict::Drop => 0,
             Verdict::Accept => 1,
             Verdict::Jump(_) => -3,
+            Verdict::Return => -5,
         }
     }
     fn chain(&self) -> Option<&str> {
@@ -383,6 +390,7 @@ pub(crate) enum MetaKey {
     /// The packet mark (`meta mark`).
     Mark,
     Iifname,
+    Oifname,
     Nfproto,
     L4proto,
 }
@@ -393,6 +401,7 @@ impl MetaKey {
             MetaKey::Protocol => 1,
             MetaKey::Mark => 3,
             MetaKey::Iifname => 6,
+            MetaKey::Oifname => 7,
             MetaKey::Nfproto => 15,
             MetaKey::L4proto => 16,
         }
@@ -455,6 +464,10 @@ pub(crate) enum Expr {
     Nat { dnat: bool, v6: bool, addr: Reg, proto: Option<Reg> },
     /// `masq`.
     Masq,
+    /// `counter` (starting from zero packets and bytes).
+    Counter,
+    /// An xtables match (iptables-nft's compat expression): its name, revision and struct.
+    Match { name: &'static str, rev: u32, info: Vec<u8> },
 }
 
 impl Expr {
@@ -470,6 +483,8 @@ impl Expr {
             Expr::Verdict(_) => "immediate",
             Expr::Nat { .. } => "nat",
             Expr::Masq => "masq",
+            Expr::Counter => "counter",
+            Expr::Match { .. } => "match",
         }
     }
 
@@ -547,6 +562,15 @@ impl Expr {
                 }
             }
             Expr::Masq => {}
+            Expr::Counter => {
+                a.bytes(1, &[0; 8]); // NFTA_COUNTER_BYTES
+                a.bytes(2, &[0; 8]); // NFTA_COUNTER_PACKETS
+            }
+            Expr::Match { name, rev, info } => {
+                a.str(1, name); // NFTA_MATCH_NAME
+                a.u32(2, *rev); // NFTA_MATCH_REV
+                a.bytes(3, info); // NFTA_MATCH_INFO
+            }
         }
     }
 }
@@ -831,6 +855,34 @@ impl Rule {
         self.exprs.push(Expr::Masq);
         self
     }
+
+    /// `ip daddr A` / `ip6 daddr A`.
+    pub(crate) fn daddr(self, addr: IpAddr) -> Rule {
+        self.addr_cmp(false, addr, CmpOp::Eq)
+    }
+
+    /// `iifname` (`oifname` when `out`) compared with the name and its NUL, as iptables-nft
+    /// compiles `-i`/`-o` without a wildcard.
+    pub(crate) fn ifname(mut self, out: bool, name: &str, op: CmpOp) -> Rule {
+        let key = if out { MetaKey::Oifname } else { MetaKey::Iifname };
+        self.exprs.push(Expr::Meta { key, dreg: Reg::R1 });
+        let data = name.bytes().chain([0]).collect();
+        self.exprs.push(Expr::Cmp { sreg: Reg::R1, op, data });
+        self
+    }
+
+    /// Appends an expression as it is.
+    pub(crate) fn expr(mut self, e: Expr) -> Rule {
+        self.exprs.push(e);
+        self
+    }
+
+    /// The NFTA_RULE_EXPRESSIONS payload, as [`ChainListing::rules`] holds a listed rule's.
+    pub(crate) fn encoded(&self) -> Vec<u8> {
+        let mut a = Attrs::default();
+        self.exprs.iter().for_each(|e| e.put(&mut a));
+        a.buf
+    }
 }
 
 /// A lookup key of these fields, none of them masked.
@@ -976,6 +1028,7 @@ const ELEMENTS_PER_MSG: usize = 256;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Batch {
     msgs: Vec<Msg>,
+    genid: Option<u32>,
 }
 
 impl Batch {
@@ -986,6 +1039,13 @@ impl Batch {
     /// The number of messages.
     pub(crate) fn len(&self) -> usize {
         self.msgs.len()
+    }
+
+    /// Each message's type (without the subsystem), flags and attributes, for tests that compare
+    /// them with messages captured from other tools.
+    #[cfg(test)]
+    pub(crate) fn messages(&self) -> Vec<(u16, u16, Vec<u8>)> {
+        self.msgs.iter().map(|m| (m.ty, m.flags, m.attrs.clone())).collect()
     }
 
     fn push(&mut self, ty: u16, flags: u16, family: Family, what: String, f: impl FnOnce(&mut Attrs)) {
@@ -1017,12 +1077,12 @@ impl Batch {
             a.str(NFTA_CHAIN_TABLE, table);
             a.str(NFTA_CHAIN_NAME, name);
             if let Some(b) = base {
-                a.str(NFTA_CHAIN_TYPE, b.kind.name());
-                a.u32(NFTA_CHAIN_POLICY, u32::from(b.policy_accept)); // NF_ACCEPT 1, NF_DROP 0
                 a.nested(NFTA_CHAIN_HOOK, |a| {
                     a.u32(NFTA_HOOK_HOOKNUM, b.hook.number());
                     a.u32(NFTA_HOOK_PRIORITY, b.priority as u32);
                 });
+                a.u32(NFTA_CHAIN_POLICY, u32::from(b.policy_accept)); // NF_ACCEPT 1, NF_DROP 0
+                a.str(NFTA_CHAIN_TYPE, b.kind.name());
             }
             if let Some(c) = comment {
                 let mut cut = c.len().min(COMMENT_MAX);
@@ -1193,15 +1253,7 @@ impl Batch {
         rule: Rule,
         comment: Option<&str>,
     ) {
-        let what = format!("add rule {} {table} {chain}", family.name());
-        self.push(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, family, what, |a| {
-            a.str(NFTA_RULE_TABLE, table);
-            a.str(NFTA_RULE_CHAIN, chain);
-            a.nested(NFTA_RULE_EXPRESSIONS, |a| {
-                for e in &rule.exprs {
-                    e.put(a);
-                }
-            });
+        self.rule_msg((family, table, chain), &rule, true, |a| {
             if let Some(c) = comment {
                 if c.len() > COMMENT_MAX {
                     a.invalid = Some(format!("comment of {} bytes (at most {COMMENT_MAX})", c.len()));
@@ -1211,11 +1263,56 @@ impl Batch {
         });
     }
 
+    /// A rule as iptables-nft adds it (`-A`, or `-I <chain> 1` when not `append`): with the
+    /// NFTA_RULE_COMPAT it writes (no protocol, no flags).
+    pub(crate) fn add_xt_rule(&mut self, (family, table, chain): (Family, &str, &str), rule: &Rule, append: bool) {
+        self.rule_msg((family, table, chain), rule, append, |a| {
+            a.nested(NFTA_RULE_COMPAT, |a| {
+                a.u32(1, 0); // NFTA_RULE_COMPAT_PROTO
+                a.u32(2, 0); // NFTA_RULE_COMPAT_FLAGS
+            })
+        });
+    }
+
+    /// NFT_MSG_NEWRULE: appended, or first in the chain.
+    fn rule_msg(&mut self, at: (Family, &str, &str), rule: &Rule, append: bool, tail: impl FnOnce(&mut Attrs)) {
+        let (family, table, chain) = at;
+        let verb = if append { "add" } else { "insert" };
+        let flags = if append { NLM_F_CREATE | NLM_F_APPEND } else { NLM_F_CREATE };
+        self.push(NFT_MSG_NEWRULE, flags, family, format!("{verb} rule {} {table} {chain}", family.name()), |a| {
+            a.str(NFTA_RULE_TABLE, table);
+            a.str(NFTA_RULE_CHAIN, chain);
+            a.nested(NFTA_RULE_EXPRESSIONS, |a| rule.exprs.iter().for_each(|e| e.put(a)));
+            tail(a);
+        });
+    }
+
+    /// `delete rule <family> <table> <chain> handle <handle>` (ENOENT if it is gone).
+    pub(crate) fn delete_rule(&mut self, (family, table, chain): (Family, &str, &str), handle: u64) {
+        let what = format!("delete rule {} {table} {chain} handle {handle}", family.name());
+        self.push(NFT_MSG_DELRULE, 0, family, what, |a| {
+            a.str(NFTA_RULE_TABLE, table);
+            a.str(NFTA_RULE_CHAIN, chain);
+            a.bytes(NFTA_RULE_HANDLE, &handle.to_be_bytes());
+        });
+    }
+
+    /// Makes the kernel refuse the batch with ERESTART ([`GENERATION_CHANGED`]) when the ruleset
+    /// is no longer at `generation` ([`generation`]): what was read before is still what the
+    /// batch changes.
+    pub(crate) fn at_generation(&mut self, generation: u32) {
+        self.genid = Some(generation);
+    }
+
     /// The batch as sent: BATCH_BEGIN (sequence `seq`), the messages (`seq + 1 + i`), BATCH_END.
     fn encode(&self, seq: u32) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         let res_id = NFNL_SUBSYS_NFTABLES.to_be_bytes();
-        nlmsg(&mut out, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, [0, 0, res_id[0], res_id[1]], &[]);
+        let mut begin = Attrs::default();
+        if let Some(g) = self.genid {
+            begin.u32(1, g); // NFNL_BATCH_GENID
+        }
+        nlmsg(&mut out, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, [0, 0, res_id[0], res_id[1]], &begin.buf);
         for (i, m) in self.msgs.iter().enumerate() {
             if m.too_long || m.attrs.len() > u32::MAX as usize / 2 {
                 return Err(Error::network(format!("nft {}: message too long for netlink", m.what)));
@@ -1334,6 +1431,8 @@ impl Batch {
 pub(crate) struct ChainListing {
     pub base: bool,
     pub comments: Vec<Option<String>>,
+    /// Each rule's handle and expressions ([`Rule::encoded`]'s form, counters at zero).
+    pub rules: Vec<(u64, Vec<u8>)>,
 }
 
 /// Lists one chain: NFT_MSG_GETCHAIN (is it there, does it have a hook), then a dump of its
@@ -1353,12 +1452,37 @@ pub(crate) fn list_chain(family: Family, table: &str, chain: &str) -> Result<Opt
     attrs.str(NFTA_RULE_CHAIN, chain);
     // None: gone since it was looked up (a parallel DEL).
     let Some(rules) = get(family, NFT_MSG_GETRULE, true, &attrs, &what)? else { return Ok(None) };
-    let comments = rules
+    let rules: Vec<&[u8]> = rules.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWRULE).map(|(_, r)| &r[..]).collect();
+    let attr = |rule: &[u8], ty: u16| attr_iter(rule).find(|(t, _)| *t == ty).map(|(_, v)| v.to_vec());
+    let comments = rules.iter().map(|r| attr(r, NFTA_RULE_USERDATA).and_then(|v| udata_comment(&v))).collect();
+    let rules = rules
         .iter()
-        .filter(|(ty, _)| *ty == NFT_MSG_NEWRULE)
-        .map(|(_, rule)| attr_iter(rule).find(|(t, _)| *t == NFTA_RULE_USERDATA).and_then(|(_, v)| udata_comment(v)))
+        .map(|r| {
+            let handle = attr(r, NFTA_RULE_HANDLE).and_then(|h| h.try_into().ok()).map_or(0, u64::from_be_bytes);
+            let mut exprs = Attrs::default();
+            for (_, e) in attr_iter(&attr(r, NFTA_RULE_EXPRESSIONS).unwrap_or_default()) {
+                match attr(e, NFTA_EXPR_NAME) {
+                    Some(name) if name == b"counter\0" => Expr::Counter.put(&mut exprs),
+                    _ => exprs.bytes(NFTA_LIST_ELEM | NLA_F_NESTED, e),
+                }
+            }
+            (handle, exprs.buf)
+        })
         .collect();
-    Ok(Some(ChainListing { base, comments }))
+    Ok(Some(ChainListing { base, comments, rules }))
+}
+
+/// ERESTART: a batch [`Batch::at_generation`] was refused because the ruleset changed.
+pub(crate) const GENERATION_CHANGED: i32 = 85;
+
+/// The ruleset's generation (NFT_MSG_GETGEN), for [`Batch::at_generation`].
+pub(crate) fn generation() -> Result<u32> {
+    let answers = get(Family::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation")?.unwrap_or_default();
+    let id = answers.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWGEN).flat_map(|(_, m)| attr_iter(m)).find(|(t, _)| *t == 1);
+    match id.and_then(|(_, v)| <[u8; 4]>::try_from(v).ok()) {
+        Some(v) => Ok(u32::from_be_bytes(v)),
+        None => Err(Error::network("nft get generation: the kernel gave none")),
+    }
 }
 
 /// Whether the kernel answers nf_tables requests (NFT_MSG_GETGEN); false when it cannot tell.

@@ -24,12 +24,24 @@
 //!
 //! The per-IP rules carry no owner (the reference's shape), so DEL removes the rules of the
 //! addresses it is given; the shared chains and the isolation rules stay (other pods use them).
-//! Each operation reads the family's filter table once (`iptables-save -t filter`) and applies
-//! its change with one `iptables-restore --noflush`, under the backend's lock.
+//!
+//! Where `iptables` is iptables-nft ([`super::nft_based`]), the rules are written over nf_tables
+//! netlink in process, each encoded as iptables-nft 1.8.9 encodes it (payload + cmp for `-s`/`-d`,
+//! meta + cmp of the name and its NUL for `-i`/`-o`, the xtables `comment` and `conntrack` (rev 3)
+//! matches, a counter, the verdict, and NFTA_RULE_COMPAT), into the `ip`/`ip6 filter` tables
+//! iptables-nft uses, creating the table and the FORWARD base chain (hook forward, priority 0,
+//! policy accept) as iptables-nft does when they are missing. Every operation lists the chains it
+//! touches and sends its change as one batch tied to the ruleset generation it read (a concurrent
+//! change makes the kernel refuse it, and it is read and planned again), under the xtables lock.
+//! A rule is found by comparing expressions, as `iptables -C`/`-D` find it, and deleted by handle.
+//! Where `iptables` is iptables-legacy, each operation reads the family's filter table once
+//! (`iptables-save -t filter`) and applies its change with one `iptables-restore --noflush`.
 
-use super::{apply, host, lock, quote, saved_comment, Ipv, NatTable};
+use super::{apply, host, lock, quote, Ipv, NatTable};
 use crate::firewall::check_failed;
+use crate::firewall::nfnl::{self, BaseChain, Batch, ChainType, CmpOp, Expr, Family, Hook, Verdict};
 use libcni::{Errors, Result};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 const FORWARD: &str = "FORWARD";
@@ -38,8 +50,12 @@ const STAGE1: &str = "CNI-ISOLATION-STAGE-1";
 const STAGE2: &str = "CNI-ISOLATION-STAGE-2";
 const PRIV_COMMENT: &str = "CNI firewall plugin rules";
 const ADMIN_COMMENT: &str = "CNI firewall plugin admin overrides";
+const SAME_BRIDGE: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge)";
+const ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: isolated)";
+const SHARED_ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)";
 /// The reference's default admin chain.
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
+const ATTEMPTS: usize = 3;
 
 /// How traffic into a bridge's pods from elsewhere is treated (`ingressPolicy`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,129 +77,305 @@ pub struct ForwardRules {
     pub isolation: Option<Isolation>,
 }
 
-/// `-m comment --comment "<c>"` as iptables-save prints it.
-fn comment(c: &str) -> String {
-    format!("-m comment --comment {}", quote(c))
+/// One rule of the layout, in the shapes iptables takes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct XRule {
+    pub chain: String,
+    /// `-i <name>`.
+    pub iif: Option<String>,
+    /// `-o <name>`, or `! -o <name>` when negated.
+    pub oif: Option<(String, bool)>,
+    /// `-s <ip>/32`, `-d <ip>/32` (/128 for IPv6).
+    pub src: Option<IpAddr>,
+    pub dst: Option<IpAddr>,
+    /// `-m conntrack --ctstate RELATED,ESTABLISHED`.
+    pub related: bool,
+    /// `-m comment --comment <text>`.
+    pub comment: Option<String>,
+    /// `-j <target>`: ACCEPT, DROP, RETURN or a chain.
+    pub target: String,
 }
 
-fn priv_rule() -> String {
-    format!("{} -j {PRIV_CHAIN}", comment(PRIV_COMMENT))
+fn rule(chain: &str, comment: Option<&str>, target: &str) -> XRule {
+    XRule { chain: chain.into(), comment: comment.map(Into::into), target: target.into(), ..XRule::default() }
 }
 
-fn admin_rule(admin: &str) -> String {
-    format!("{} -j {admin}", comment(ADMIN_COMMENT))
-}
+impl XRule {
+    /// The rule as iptables-save prints it after `-A <chain> `.
+    pub(crate) fn text(&self) -> String {
+        let mut s: Vec<String> = Vec::new();
+        s.extend(self.src.map(|ip| format!("-s {}", host(ip))));
+        s.extend(self.dst.map(|ip| format!("-d {}", host(ip))));
+        s.extend(self.iif.as_ref().map(|i| format!("-i {i}")));
+        s.extend(self.oif.as_ref().map(|(o, not)| format!("{}-o {o}", if *not { "! " } else { "" })));
+        s.extend(self.comment.as_ref().map(|c| format!("-m comment --comment {}", quote(c))));
+        if self.related {
+            s.push("-m conntrack --ctstate RELATED,ESTABLISHED".into());
+        }
+        s.push(format!("-j {}", self.target));
+        s.join(" ")
+    }
 
-/// The two per-IP rules (chain-relative, as after `-A CNI-FORWARD `).
-fn pod_rules(ip: &IpAddr) -> [String; 2] {
-    let h = host(*ip);
-    [format!("-d {h} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"), format!("-s {h} -j ACCEPT")]
-}
-
-fn policy_comment(isolated: bool) -> String {
-    let name = if isolated { "isolated" } else { "same-bridge" };
-    format!("CNI firewall plugin rules (ingressPolicy: {name})")
-}
-
-fn shared_comment(isolated: bool) -> String {
-    if isolated {
-        "CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)".to_string()
-    } else {
-        policy_comment(false)
+    /// The rule's expressions as iptables-nft writes them into a table of `family`.
+    pub(crate) fn nft(&self, family: Family) -> nfnl::Rule {
+        let mut r = nfnl::Rule::new(family);
+        if let Some(i) = &self.iif {
+            r = r.ifname(false, i, CmpOp::Eq);
+        }
+        if let Some((o, not)) = &self.oif {
+            r = r.ifname(true, o, if *not { CmpOp::Neq } else { CmpOp::Eq });
+        }
+        if let Some(ip) = self.src {
+            r = r.saddr(ip);
+        }
+        if let Some(ip) = self.dst {
+            r = r.daddr(ip);
+        }
+        if let Some(c) = &self.comment {
+            // struct xt_comment_info: the text in 256 bytes, NUL padded.
+            let mut info = vec![0u8; 256];
+            info[..c.len().min(255)].copy_from_slice(&c.as_bytes()[..c.len().min(255)]);
+            r = r.expr(Expr::Match { name: "comment", rev: 0, info });
+        }
+        if self.related {
+            // struct xt_conntrack_mtinfo3 (168 bytes): match_flags XT_CONNTRACK_STATE at 146,
+            // state_mask RELATED|ESTABLISHED at 150.
+            let mut info = vec![0u8; 168];
+            info[146..148].copy_from_slice(&1u16.to_ne_bytes());
+            info[150..152].copy_from_slice(&6u16.to_ne_bytes());
+            r = r.expr(Expr::Match { name: "conntrack", rev: 3, info });
+        }
+        let verdict = match self.target.as_str() {
+            "ACCEPT" => Verdict::Accept,
+            "DROP" => Verdict::Drop,
+            "RETURN" => Verdict::Return,
+            chain => Verdict::Jump(chain.into()),
+        };
+        r.expr(Expr::Counter).verdict(verdict)
     }
 }
 
-/// A saved rule without its `-m comment --comment ...` match, for comparisons that accept either
-/// upstream version's comments.
-fn without_comment(rule: &str) -> String {
-    match saved_comment(rule) {
-        Some((_, span)) => format!("{}{}", &rule[..span.start], &rule[span.end..]),
-        None => rule.to_string(),
+/// A change to a family's filter table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// `-N <chain>`; for FORWARD (iptables-nft without it yet) the table and base chain.
+    Chain(String),
+    /// `-I <chain> 1 <rule>`.
+    Insert(XRule),
+    /// `-A <chain> <rule>`.
+    Append(XRule),
+    /// `-D <chain> <rule>`.
+    Delete(XRule),
+}
+
+impl Op {
+    /// The op as an iptables-restore line.
+    pub(crate) fn line(&self) -> String {
+        match self {
+            Op::Chain(c) => format!("-N {c}"),
+            Op::Insert(r) => format!("-I {} 1 {}", r.chain, r.text()),
+            Op::Append(r) => format!("-A {} {}", r.chain, r.text()),
+            Op::Delete(r) => format!("-D {} {}", r.chain, r.text()),
+        }
     }
 }
 
-fn has_uncommented(t: &NatTable, line: &str) -> bool {
-    let want = without_comment(line);
-    t.rules.iter().any(|r| without_comment(r) == want)
+/// A family's filter table as read: iptables-save's text, or the chains listed over netlink.
+pub(crate) trait View {
+    fn has_chain(&self, chain: &str) -> bool;
+    fn has(&self, r: &XRule) -> bool;
+    /// `r` with any of the isolation comments either upstream version writes.
+    fn has_like(&self, r: &XRule) -> bool {
+        [SAME_BRIDGE, ISOLATED, SHARED_ISOLATED].iter().any(|c| self.has(&XRule { comment: Some(c.to_string()), ..r.clone() }))
+    }
 }
 
-/// The restore lines that add `r`'s rules for `ipv` to the table `t` shows (nothing already there).
-pub(crate) fn add_lines(t: &NatTable, r: &ForwardRules, ipv: Ipv) -> Vec<String> {
+impl View for NatTable {
+    fn has_chain(&self, chain: &str) -> bool {
+        NatTable::has_chain(self, chain)
+    }
+    fn has(&self, r: &XRule) -> bool {
+        self.has_rule(&format!("-A {} {}", r.chain, r.text()))
+    }
+}
+
+/// Chains of an `ip`/`ip6 filter` table listed over netlink, at one ruleset generation.
+pub(crate) struct Listed {
+    pub family: Family,
+    pub generation: u32,
+    pub chains: BTreeMap<String, nfnl::ChainListing>,
+}
+
+impl Listed {
+    fn read(family: Family, chains: &[&str]) -> Result<Listed> {
+        let generation = nfnl::generation()?;
+        let mut listed = Listed { family, generation, chains: BTreeMap::new() };
+        for c in chains {
+            if let Some(l) = nfnl::list_chain(family, "filter", c)? {
+                listed.chains.insert(c.to_string(), l);
+            }
+        }
+        Ok(listed)
+    }
+
+    fn handle(&self, r: &XRule) -> Option<u64> {
+        let want = r.nft(self.family).encoded();
+        self.chains.get(&r.chain)?.rules.iter().find(|(_, e)| *e == want).map(|(h, _)| *h)
+    }
+
+    /// The batch that applies `ops`, tied to the generation read.
+    pub(crate) fn batch(&self, ops: &[Op]) -> Batch {
+        let mut b = Batch::new();
+        b.at_generation(self.generation);
+        for op in ops {
+            match op {
+                Op::Chain(c) if c == FORWARD => {
+                    b.add_table(self.family, "filter");
+                    let base = BaseChain { hook: Hook::Forward, priority: 0, kind: ChainType::Filter, policy_accept: true };
+                    b.add_chain(self.family, "filter", FORWARD, Some(base), None);
+                }
+                Op::Chain(c) => b.add_chain(self.family, "filter", c, None, None),
+                Op::Insert(r) | Op::Append(r) => {
+                    b.add_xt_rule((self.family, "filter", &r.chain), &r.nft(self.family), matches!(op, Op::Append(_)))
+                }
+                Op::Delete(r) => b.delete_rule((self.family, "filter", &r.chain), self.handle(r).unwrap_or(0)),
+            }
+        }
+        b
+    }
+}
+
+impl View for Listed {
+    fn has_chain(&self, chain: &str) -> bool {
+        self.chains.contains_key(chain)
+    }
+    fn has(&self, r: &XRule) -> bool {
+        self.handle(r).is_some()
+    }
+}
+
+fn family(ipv: Ipv) -> Family {
+    match ipv {
+        Ipv::V4 => Family::Ip,
+        Ipv::V6 => Family::Ip6,
+    }
+}
+
+/// Reads the family's table, plans with `plan` and applies it: over netlink where iptables is
+/// iptables-nft (again from a fresh read when the ruleset changed in between), else with
+/// iptables-save/-restore.
+fn transact(ipv: Ipv, chains: &[&str], what: &str, plan: impl Fn(&dyn View) -> Vec<Op>) -> Result<()> {
+    if !super::nft_based() {
+        let _guard = lock();
+        return apply(ipv, "filter", what, None, |t| Ok(plan(t).iter().map(Op::line).collect()));
+    }
+    let _guard = super::xtables_lock();
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        let listed = Listed::read(family(ipv), chains).map_err(|e| e.context(what))?;
+        let ops = plan(&listed);
+        if ops.is_empty() {
+            return Ok(());
+        }
+        match listed.batch(&ops).send() {
+            Ok(()) => return Ok(()),
+            Err(e) if e.errno == Some(nfnl::GENERATION_CHANGED) => last = Some(e),
+            Err(e) => return Err(e.context(what)),
+        }
+    }
+    Err(last.map_or_else(|| libcni::Error::network(what), |e| e.context(what)))
+}
+
+fn priv_rule() -> XRule {
+    rule(FORWARD, Some(PRIV_COMMENT), PRIV_CHAIN)
+}
+
+fn admin_rule(admin: &str) -> XRule {
+    rule(PRIV_CHAIN, Some(ADMIN_COMMENT), admin)
+}
+
+/// The two per-IP rules.
+fn pod_rules(ip: &IpAddr) -> [XRule; 2] {
+    let related = XRule { dst: Some(*ip), related: true, ..rule(PRIV_CHAIN, None, "ACCEPT") };
+    [related, XRule { src: Some(*ip), ..rule(PRIV_CHAIN, None, "ACCEPT") }]
+}
+
+fn of_family(addresses: &[IpAddr], ipv: Ipv) -> Vec<&IpAddr> {
+    addresses.iter().filter(|ip| Ipv::of(ip) == ipv).collect()
+}
+
+/// What adds `r`'s rules for `ipv` to the table `t` shows (nothing already there).
+pub(crate) fn add_ops(t: &dyn View, r: &ForwardRules, ipv: Ipv) -> Vec<Op> {
     let mut out = Vec::new();
-    let ips: Vec<&IpAddr> = r.addresses.iter().filter(|ip| Ipv::of(ip) == ipv).collect();
+    let ips = of_family(&r.addresses, ipv);
     if ips.is_empty() {
         return out;
     }
-    for chain in [PRIV_CHAIN, r.admin_chain.as_str()] {
+    for chain in [FORWARD, PRIV_CHAIN, r.admin_chain.as_str()] {
         if !t.has_chain(chain) {
-            out.push(format!("-N {chain}"));
+            out.push(Op::Chain(chain.to_string()));
         }
     }
-    if !t.has_rule(&format!("-A {FORWARD} {}", priv_rule())) {
-        out.push(format!("-I {FORWARD} 1 {}", priv_rule()));
+    if !t.has(&priv_rule()) {
+        out.push(Op::Insert(priv_rule()));
     }
-    if !t.has_rule(&format!("-A {PRIV_CHAIN} {}", admin_rule(&r.admin_chain))) {
-        out.push(format!("-I {PRIV_CHAIN} 1 {}", admin_rule(&r.admin_chain)));
+    if !t.has(&admin_rule(&r.admin_chain)) {
+        out.push(Op::Insert(admin_rule(&r.admin_chain)));
     }
     for ip in &ips {
         for rule in pod_rules(ip) {
-            let line = format!("-A {PRIV_CHAIN} {rule}");
-            if !t.has_rule(&line) && !out.contains(&line) {
-                out.push(line);
+            if !t.has(&rule) && !out.contains(&Op::Append(rule.clone())) {
+                out.push(Op::Append(rule));
             }
         }
     }
     if let Some(iso) = &r.isolation {
-        isolation_lines(t, iso, &mut out);
+        isolation_ops(t, iso, &mut out);
     }
     out
 }
 
-fn isolation_lines(t: &NatTable, iso: &Isolation, out: &mut Vec<String>) {
-    let (br, pc, sc) = (&iso.bridge, comment(&policy_comment(iso.isolated)), comment(&shared_comment(iso.isolated)));
+fn isolation_ops(t: &dyn View, iso: &Isolation, out: &mut Vec<Op>) {
+    let br = &iso.bridge;
+    let (pc, sc) = if iso.isolated { (ISOLATED, SHARED_ISOLATED) } else { (SAME_BRIDGE, SAME_BRIDGE) };
     for chain in [STAGE1, STAGE2] {
         if !t.has_chain(chain) {
-            out.push(format!("-N {chain}"));
+            out.push(Op::Chain(chain.to_string()));
         }
     }
     // The jump to stage 1 goes first in FORWARD, before the jump to CNI-FORWARD.
-    if t.rules_of(FORWARD).all(|r| !r.ends_with(&format!(" -j {STAGE1}"))) {
-        out.push(format!("-I {FORWARD} 1 {sc} -j {STAGE1}"));
-    }
-    let insert_first = |chain: &str, rule: String, out: &mut Vec<String>| {
-        if !has_uncommented(t, &format!("-A {chain} {rule}")) {
-            out.push(format!("-I {chain} 1 {rule}"));
-        }
+    let bridge = |chain, oif: Option<(String, bool)>, comment, target| XRule {
+        iif: (chain == STAGE1).then(|| br.clone()),
+        oif,
+        ..rule(chain, Some(comment), target)
     };
-    insert_first(STAGE1, format!("-i {br} ! -o {br} {pc} -j {STAGE2}"), out);
+    let mut first = vec![rule(FORWARD, Some(sc), STAGE1), bridge(STAGE1, Some((br.clone(), true)), pc, STAGE2)];
     if iso.isolated {
-        insert_first(STAGE1, format!("-i {br} -o {br} {pc} -j DROP"), out);
+        first.push(bridge(STAGE1, Some((br.clone(), false)), pc, "DROP"));
     }
-    insert_first(STAGE2, format!("-o {br} {sc} -j DROP"), out);
+    first.push(bridge(STAGE2, Some((br.clone(), false)), sc, "DROP"));
+    out.extend(first.into_iter().filter(|r| !t.has_like(r)).map(Op::Insert));
     for chain in [STAGE1, STAGE2] {
-        if !has_uncommented(t, &format!("-A {chain} {sc} -j RETURN")) {
-            out.push(format!("-A {chain} {sc} -j RETURN"));
+        if !t.has_like(&rule(chain, Some(sc), "RETURN")) {
+            out.push(Op::Append(rule(chain, Some(sc), "RETURN")));
         }
     }
 }
 
-/// The restore lines that remove the per-IP rules of `addresses` for `ipv` that are there.
-pub(crate) fn del_lines(t: &NatTable, addresses: &[IpAddr], ipv: Ipv) -> Vec<String> {
+/// What removes the per-IP rules of `addresses` for `ipv` that are there.
+pub(crate) fn del_ops(t: &dyn View, addresses: &[IpAddr], ipv: Ipv) -> Vec<Op> {
     let mut out = Vec::new();
-    for ip in addresses.iter().filter(|ip| Ipv::of(ip) == ipv) {
-        for rule in pod_rules(ip) {
-            let line = format!("-D {PRIV_CHAIN} {rule}");
-            if t.has_rule(&format!("-A {PRIV_CHAIN} {rule}")) && !out.contains(&line) {
-                out.push(line);
-            }
+    for rule in of_family(addresses, ipv).into_iter().flat_map(pod_rules) {
+        if t.has(&rule) && !out.contains(&Op::Delete(rule.clone())) {
+            out.push(Op::Delete(rule));
         }
     }
     out
 }
 
 /// The first rule of `r` for `ipv` the table lacks (CHECK), as an error naming it.
-pub(crate) fn check_table(t: &NatTable, r: &ForwardRules, ipv: Ipv) -> Result<()> {
-    let ips: Vec<&IpAddr> = r.addresses.iter().filter(|ip| Ipv::of(ip) == ipv).collect();
+pub(crate) fn check_table(t: &dyn View, r: &ForwardRules, ipv: Ipv) -> Result<()> {
+    let ips = of_family(&r.addresses, ipv);
     if ips.is_empty() {
         return Ok(());
     }
@@ -196,13 +388,14 @@ pub(crate) fn check_table(t: &NatTable, r: &ForwardRules, ipv: Ipv) -> Result<()
             return Err(check_failed(format!("firewall: chain {chain} is missing from the {family} filter table")));
         }
     }
-    let mut wanted =
-        vec![format!("-A {FORWARD} {}", priv_rule()), format!("-A {PRIV_CHAIN} {}", admin_rule(&r.admin_chain))];
-    for ip in ips {
-        wanted.extend(pod_rules(ip).into_iter().map(|rule| format!("-A {PRIV_CHAIN} {rule}")));
-    }
-    match wanted.iter().find(|w| !t.has_rule(w)) {
-        Some(missing) => Err(check_failed(format!("firewall: rule missing from the {family} filter table: {missing}"))),
+    let mut wanted = vec![priv_rule(), admin_rule(&r.admin_chain)];
+    wanted.extend(ips.into_iter().flat_map(pod_rules));
+    match wanted.iter().find(|w| !t.has(w)) {
+        Some(m) => Err(check_failed(format!(
+            "firewall: rule missing from the {family} filter table: -A {} {}",
+            m.chain,
+            m.text()
+        ))),
         None => Ok(()),
     }
 }
@@ -211,15 +404,19 @@ fn families(addresses: &[IpAddr]) -> Vec<Ipv> {
     [Ipv::V4, Ipv::V6].into_iter().filter(|v| addresses.iter().any(|ip| Ipv::of(ip) == *v)).collect()
 }
 
+/// The chains an operation reads.
+fn chains(admin: &str) -> [&str; 5] {
+    [FORWARD, PRIV_CHAIN, admin, STAGE1, STAGE2]
+}
+
 /// Adds `r`'s rules; a family that fails leaves the pod's rules of the families done before removed.
 pub fn add(r: &ForwardRules) -> Result<()> {
-    let _guard = lock();
     let what = "firewall: add the pod's forwarding rules";
     let mut done = Vec::new();
     for ipv in families(&r.addresses) {
-        if let Err(e) = apply(ipv, "filter", what, None, |t| Ok(add_lines(t, r, ipv))) {
+        if let Err(e) = transact(ipv, &chains(&r.admin_chain), what, |t| add_ops(t, r, ipv)) {
             for undo in done {
-                let _ = apply(undo, "filter", what, None, |t| Ok(del_lines(t, &r.addresses, undo)));
+                let _ = transact(undo, &[PRIV_CHAIN], what, |t| del_ops(t, &r.addresses, undo));
             }
             return Err(e);
         }
@@ -230,12 +427,10 @@ pub fn add(r: &ForwardRules) -> Result<()> {
 
 /// Removes the per-IP rules of `addresses`; what is not there is success.
 pub fn del(addresses: &[IpAddr]) -> Result<()> {
-    let _guard = lock();
     let mut errs = Errors::new();
     for ipv in families(addresses) {
-        errs.record(apply(ipv, "filter", "firewall: delete the pod's forwarding rules", None, |t| {
-            Ok(del_lines(t, addresses, ipv))
-        }));
+        let what = "firewall: delete the pod's forwarding rules";
+        errs.record(transact(ipv, &[PRIV_CHAIN], what, |t| del_ops(t, addresses, ipv)));
     }
     errs.finish()
 }
@@ -243,14 +438,27 @@ pub fn del(addresses: &[IpAddr]) -> Result<()> {
 /// Code 103 naming the first of `r`'s rules (chains, jumps, per-IP rules) that is missing.
 pub fn check(r: &ForwardRules) -> Result<()> {
     for ipv in families(&r.addresses) {
-        let t = super::save_table(ipv, "filter")?;
-        check_table(&t, r, ipv)?;
+        if super::nft_based() {
+            check_table(&Listed::read(family(ipv), &chains(&r.admin_chain))?, r, ipv)?;
+        } else {
+            check_table(&super::save_table(ipv, "filter")?, r, ipv)?;
+        }
     }
     Ok(())
 }
 
-/// Ok when the iptables tools are installed (code 50 naming the missing one when not).
+/// Ok when the rules can be written: the kernel answers nf_tables where iptables is
+/// iptables-nft, the iptables tools are installed otherwise (code 50 naming what is missing).
 pub fn status() -> Result<()> {
+    if super::nft_based() {
+        return match nfnl::kernel_answers() {
+            true => Ok(()),
+            false => Err(libcni::Error::new(
+                libcni::code::NOT_AVAILABLE,
+                "firewall: iptables is iptables-nft but the kernel does not answer nf_tables requests",
+            )),
+        };
+    }
     for tool in ["iptables-save", "iptables-restore", "ip6tables-save", "ip6tables-restore"] {
         if super::super::exec::find(tool).is_none() {
             return Err(libcni::Error::new(
@@ -275,12 +483,16 @@ mod tests {
         }
     }
 
+    fn lines(ops: Vec<Op>) -> Vec<String> {
+        ops.iter().map(Op::line).collect()
+    }
+
     #[test]
     fn empty_table_gets_the_reference_layout() {
         let t = NatTable::parse("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\nCOMMIT\n", "filter");
-        let lines = add_lines(&t, &rules(&["10.1.0.2", "fd00::2"], Some(("br0", false))), Ipv::V4);
+        let added = lines(add_ops(&t, &rules(&["10.1.0.2", "fd00::2"], Some(("br0", false))), Ipv::V4));
         assert_eq!(
-            lines,
+            added,
             vec![
                 "-N CNI-FORWARD",
                 "-N CNI-ADMIN",
@@ -297,9 +509,9 @@ mod tests {
                 "-A CNI-ISOLATION-STAGE-2 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j RETURN",
             ]
         );
-        let v6 = add_lines(&t, &rules(&["10.1.0.2", "fd00::2"], None), Ipv::V6);
+        let v6 = lines(add_ops(&t, &rules(&["10.1.0.2", "fd00::2"], None), Ipv::V6));
         assert!(v6.contains(&"-A CNI-FORWARD -s fd00::2/128 -j ACCEPT".to_string()), "{v6:?}");
-        assert!(add_lines(&t, &rules(&["10.1.0.2"], None), Ipv::V6).is_empty());
+        assert!(add_ops(&t, &rules(&["10.1.0.2"], None), Ipv::V6).is_empty());
     }
 
     #[test]
@@ -316,18 +528,18 @@ mod tests {
             -A CNI-ISOLATION-STAGE-2 -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j DROP\n\
             -A CNI-ISOLATION-STAGE-2 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j RETURN\nCOMMIT\n";
         let t = NatTable::parse(save, "filter");
-        assert!(add_lines(&t, &rules(&["10.1.0.2"], Some(("br0", false))), Ipv::V4).is_empty());
+        assert!(add_ops(&t, &rules(&["10.1.0.2"], Some(("br0", false))), Ipv::V4).is_empty());
         assert!(check_table(&t, &rules(&["10.1.0.2"], None), Ipv::V4).is_ok());
         let err = check_table(&t, &rules(&["10.1.0.3"], None), Ipv::V4).unwrap_err();
         assert_eq!(err.code, libcni::code::CHECK_FAILED);
         assert!(err.msg.contains("-d 10.1.0.3/32 -m conntrack"), "{}", err.msg);
         // A second bridge gets its own stage rules, first in each chain.
-        let other = add_lines(&t, &rules(&["10.2.0.2"], Some(("br1", false))), Ipv::V4);
+        let other = lines(add_ops(&t, &rules(&["10.2.0.2"], Some(("br1", false))), Ipv::V4));
         assert!(other.iter().any(|l| l.starts_with("-I CNI-ISOLATION-STAGE-1 1 -i br1 ! -o br1 ")), "{other:?}");
         assert!(other.iter().any(|l| l.starts_with("-I CNI-ISOLATION-STAGE-2 1 -o br1 ")), "{other:?}");
         assert!(!other.iter().any(|l| l.contains("RETURN") || l.starts_with("-I FORWARD")), "{other:?}");
         assert_eq!(
-            del_lines(&t, &["10.1.0.2".parse().unwrap(), "10.9.9.9".parse().unwrap()], Ipv::V4),
+            lines(del_ops(&t, &["10.1.0.2".parse().unwrap(), "10.9.9.9".parse().unwrap()], Ipv::V4)),
             vec![
                 "-D CNI-FORWARD -d 10.1.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
                 "-D CNI-FORWARD -s 10.1.0.2/32 -j ACCEPT"
@@ -335,10 +547,46 @@ mod tests {
         );
     }
 
+    /// The messages iptables-nft 1.8.9 sent for each rule shape (iptables-nft-1.8.9.txt).
+    fn captured() -> BTreeMap<String, (u16, u16, Vec<u8>)> {
+        let hex = |h: &str| (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect();
+        let num = |s: &str| u16::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+        include_str!("iptables-nft-1.8.9.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f[0].to_string(), (num(f[1]) & 0xff, num(f[2]), hex(f[3])))
+            })
+            .collect()
+    }
+
+    /// The NEWRULE and base NEWCHAIN messages of an ADD into empty tables, named by shape.
+    fn ours(family: Family, r: &ForwardRules, ipv: Ipv, names: &[&str]) -> Vec<(String, (u16, u16, Vec<u8>))> {
+        let empty = Listed { family, generation: 0, chains: BTreeMap::new() };
+        let msgs = empty.batch(&add_ops(&empty, r, ipv)).messages();
+        // NFT_MSG_NEWCHAIN with a hook (the base chain) and NFT_MSG_NEWRULE, as iptables sends them.
+        let wanted = msgs.into_iter().filter(|(ty, _, a)| *ty == 6 || (*ty == 3 && a.len() > 40));
+        names.iter().zip(wanted).map(|(n, (ty, flags, a))| (n.to_string(), (ty, flags | 1, a))).collect()
+    }
+
     #[test]
-    fn comments_are_stripped_with_their_quotes() {
-        assert_eq!(without_comment("-A X -o br0 -m comment --comment \"a \\\" b\" -j DROP"), "-A X -o br0 -j DROP");
-        assert_eq!(without_comment("-A X -m comment --comment plain -j RETURN"), "-A X -j RETURN");
-        assert_eq!(without_comment("-A X -j RETURN"), "-A X -j RETURN");
+    fn rules_encode_byte_for_byte_as_iptables_nft_1_8_9_writes_them() {
+        let cap = captured();
+        let same = rules(&["10.1.0.2", "fd00::2"], Some(("cni-br0", false)));
+        let mut got = ours(Family::Ip, &same, Ipv::V4, &[
+            "forward_base", "forward_jump", "admin_jump", "v4_related", "v4_source", "stage1_jump",
+            "stage1_bridge", "stage2_bridge", "", "stage_return",
+        ]);
+        got.extend(ours(Family::Ip6, &same, Ipv::V6, &["", "", "", "v6_related", "v6_source"]));
+        let isolated = rules(&["10.1.0.2"], Some(("cni-br0", true)));
+        got.extend(ours(Family::Ip, &isolated, Ipv::V4, &["", "", "", "", "", "", "", "stage1_isolated"]));
+        let got: BTreeMap<_, _> = got.into_iter().filter(|(n, _)| !n.is_empty()).collect();
+        assert_eq!(got.len(), cap.len());
+        for (name, want) in &cap {
+            let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+            let mine = &got[name];
+            assert_eq!((mine.0, mine.1, hex(&mine.2)), (want.0, want.1, hex(&want.2)), "{name}");
+        }
     }
 }

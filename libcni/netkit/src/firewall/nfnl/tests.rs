@@ -436,7 +436,7 @@ add rule inet {T} base ip saddr 10.0.0.1 masquerade comment "x"
             c.comments,
             vec![Some("masq4=10.0.0.1".to_string()), None, Some("anyports4=tcp . 8080;snat4=10.0.0.3".to_string())]
         );
-        assert_eq!(list_chain(f, &t, "empty").unwrap(), Some(ChainListing { base: false, comments: vec![] }));
+        assert_eq!(list_chain(f, &t, "empty").unwrap(), Some(ChainListing { base: false, comments: vec![], rules: vec![] }));
         let base = list_chain(f, &t, "base").unwrap().unwrap();
         assert!(base.base);
         assert_eq!(base.comments, vec![Some("x".to_string())]);
