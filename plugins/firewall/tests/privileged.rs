@@ -413,24 +413,70 @@ fn podman_shape_conflist_passes_the_pods_traffic() {
     node.ok("del", &name, &pod.path);
 }
 
-/// A failed ADD undoes itself: when the IPv6 rules cannot be written (an ip6tables-restore that
-/// fails stands in for a broken ip6tables), the IPv4 rules already written are removed again.
+/// A failed ADD undoes itself: when the IPv6 rules cannot be written (the node's `ip6 filter`
+/// table has a CNI-FORWARD base chain, which nothing can jump to), the IPv4 rules already written
+/// are removed again.
 #[test]
 fn add_that_fails_for_one_family_leaves_no_rule_of_the_other() {
     let node = Node::new();
-    let fake = TempDir::new("fwfake");
-    let tool = fake.path().join("ip6tables-restore");
-    std::fs::write(&tool, "#!/bin/sh\ncat >/dev/null\necho 'ip6tables-restore: broken on purpose' >&2\nexit 1\n")
-        .unwrap();
-    must(&format!("chmod 755 {}", tool.display()));
+    let n = &node.ns.name;
+    must(&format!(
+        "ip netns exec {n} nft add table ip6 filter && ip netns exec {n} nft add chain ip6 filter CNI-FORWARD \
+         '{{ type filter hook input priority 0; policy accept; }}'"
+    ));
     let conf = ref_conf(&["10.78.0.2/24", "fd78::2/64"], json!({}));
-    let mut cmd = netns_exec(&node.ns.name, ours());
-    cmd.env("PATH", format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", fake.path().display()));
-    let out = Call::new("ADD", "c1", &node.remote.path).run(cmd, &conf);
-    assert!(!out.status.success(), "ADD succeeded with a broken ip6tables-restore");
+    let out = direct(&node, &ours(), "ADD", "c1", &conf);
+    assert!(!out.status.success(), "ADD succeeded with IPv6 rules that cannot be written");
     let err: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(err["code"], 100, "{err}");
-    assert!(err["msg"].as_str().unwrap().contains("broken on purpose"), "{err}");
+    assert!(err["msg"].as_str().unwrap().contains("ip6 filter FORWARD"), "{err}");
     let rules = node.filter();
     assert!(!rules.contains("10.78.0.2"), "the failed ADD left its IPv4 rules:\n{rules}");
+}
+
+/// DEL succeeds when the pod's rules, or all of CNI-FORWARD, are already gone, and removes what
+/// is left of them; the other pod's rules stay.
+#[test]
+fn del_with_the_rules_already_gone_succeeds() {
+    let node = Node::new();
+    let (one, two) = (ref_conf(&["10.78.0.2/24", "fd78::2/64"], json!({})), ref_conf(&["10.78.0.3/24"], json!({})));
+    direct_ok(&node, &ours(), "ADD", "c1", &one);
+    direct_ok(&node, &ours(), "ADD", "c2", &two);
+    node.ns.exec("iptables", &["-D", "CNI-FORWARD", "-s", "10.78.0.2/32", "-j", "ACCEPT"]);
+    direct_ok(&node, &ours(), "DEL", "c1", &one);
+    let rules = node.filter();
+    assert!(!rules.contains("10.78.0.2") && !rules.contains("fd78::2"), "DEL left rules:\n{rules}");
+    assert!(rules.contains("-A CNI-FORWARD -s 10.78.0.3/32 -j ACCEPT"), "DEL removed another pod's rule:\n{rules}");
+    direct_ok(&node, &ours(), "DEL", "c1", &one);
+    must(&format!(
+        "ip netns exec {n} iptables -F CNI-FORWARD && ip netns exec {n} ip6tables -F CNI-FORWARD",
+        n = node.ns.name
+    ));
+    direct_ok(&node, &ours(), "DEL", "c2", &two);
+}
+
+/// IPv6: ADD writes the /128 rules (ip6tables lists the reference's lines), CHECK finds a missing
+/// one, DEL removes them.
+#[test]
+fn ipv6_rules_add_check_and_del() {
+    let node = Node::new();
+    let conf = ref_conf(&["fd78::5/64"], json!({}));
+    direct_ok(&node, &ours(), "ADD", "c6", &conf);
+    let rules = node.filter();
+    for line in [
+        "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD",
+        "-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN",
+        "-A CNI-FORWARD -d fd78::5/128 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        "-A CNI-FORWARD -s fd78::5/128 -j ACCEPT",
+    ] {
+        assert!(rules.contains(line), "missing {line}:\n{rules}");
+    }
+    direct_ok(&node, &ours(), "CHECK", "c6", &conf);
+    direct_ok(&node, REFERENCE, "CHECK", "c6", &conf);
+    node.ns.exec("ip6tables", &["-D", "CNI-FORWARD", "-s", "fd78::5/128", "-j", "ACCEPT"]);
+    let out = direct(&node, &ours(), "CHECK", "c6", &conf);
+    let said = text(&out.stdout);
+    assert!(!out.status.success() && said.contains("-s fd78::5/128 -j ACCEPT"), "{said}");
+    direct_ok(&node, &ours(), "DEL", "c6", &conf);
+    assert!(!node.filter().contains("fd78::5"), "DEL left rules:\n{}", node.filter());
 }

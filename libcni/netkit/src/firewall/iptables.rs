@@ -44,7 +44,6 @@ const MARK_MASQ: &str = "CNI-HOSTPORT-MASQ";
 const LOCALNET: &str = "CNI-LOCALNET";
 /// The drop as iptables-save prints it.
 const LOCALNET_RULE: &str = "-A CNI-LOCALNET ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP";
-const LOCK_DIR: &str = "/run/cni-rs";
 const LOCK_FILE: &str = "/run/cni-rs/iptables.lock";
 const XTABLES_LOCK: &str = "/run/xtables.lock";
 /// multiport takes at most 15 ports per rule.
@@ -226,19 +225,11 @@ fn restore(ipv: Ipv, table: &str, lines: &[String], what: &str) -> Result<()> {
     run_ok(ipv.restore_tool(), &["--noflush", "-w"], Some(&restore_text(table, lines)), what).map(|_| ())
 }
 
-/// Serializes our read-modify-write cycles (the xtables lock covers one process only). Without a
-/// writable /run we go on unlocked: the retry below still converges.
-fn lock() -> Option<nix::fcntl::Flock<File>> {
-    let _ = std::fs::create_dir_all(LOCK_DIR);
-    flock(LOCK_FILE)
-}
-
-/// The xtables lock iptables takes (`-w`), held while we write the tables in process.
-fn xtables_lock() -> Option<nix::fcntl::Flock<File>> {
-    flock(XTABLES_LOCK)
-}
-
-fn flock(path: &str) -> Option<nix::fcntl::Flock<File>> {
+/// Serializes our read-modify-write cycles with [`LOCK_FILE`] (the xtables lock covers one
+/// process only), and our in-process writes with iptables' own with [`XTABLES_LOCK`] (what `-w`
+/// takes). Without a writable /run we go on unlocked: the retry below still converges.
+fn lock(path: &str) -> Option<nix::fcntl::Flock<File>> {
+    let _ = std::path::Path::new(path).parent().map(std::fs::create_dir_all);
     let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).ok()?;
     nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).ok()
 }
@@ -254,7 +245,7 @@ pub(crate) fn nft_based() -> bool {
 /// Reads the table and applies the lines `plan` derives from it; a failed restore (someone else
 /// changed the table between the two) is retried from a fresh read.
 fn transact(ipv: Ipv, what: &str, plan: impl Fn(&NatTable) -> Vec<String>) -> Result<()> {
-    let _guard = lock();
+    let _guard = lock(LOCK_FILE);
     apply(ipv, "nat", what, None, |t| Ok(plan(t)))
 }
 
@@ -267,19 +258,31 @@ fn apply(
     mut saved: Option<NatTable>,
     plan: impl Fn(&NatTable) -> Result<Vec<String>>,
 ) -> Result<()> {
+    let read = || saved.take().map_or_else(|| save_table(ipv, table), Ok);
+    cycle(what, read, plan, |_, lines| restore(ipv, table, &lines, what), |_| true)
+}
+
+/// Reads a table, plans a change from it and writes the change (nothing when the plan is empty);
+/// a write refused with an error `again` accepts (the table changed since it was read) is planned
+/// again from a fresh read, up to [`ATTEMPTS`] times.
+fn cycle<T, C>(
+    what: &str,
+    mut read: impl FnMut() -> Result<T>,
+    plan: impl Fn(&T) -> Result<Vec<C>>,
+    write: impl Fn(&T, Vec<C>) -> Result<()>,
+    again: impl Fn(&Error) -> bool,
+) -> Result<()> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        let t = match saved.take() {
-            Some(t) => t,
-            None => save_table(ipv, table).map_err(|e| e.context(what))?,
-        };
-        let lines = plan(&t)?;
-        if lines.is_empty() {
+        let t = read().map_err(|e| e.context(what))?;
+        let change = plan(&t)?;
+        if change.is_empty() {
             return Ok(());
         }
-        match restore(ipv, table, &lines, what) {
+        match write(&t, change) {
             Ok(()) => return Ok(()),
-            Err(e) => last = Some(e),
+            Err(e) if again(&e) => last = Some(e),
+            Err(e) => return Err(e),
         }
     }
     Err(last.unwrap_or_else(|| Error::network(format!("{what}: failed"))))
@@ -629,7 +632,7 @@ impl Firewall for IptablesBackend {
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("add port mappings for container {}", p.container_id);
-        let _guard = lock();
+        let _guard = lock(LOCK_FILE);
         // Every family is read and checked for a port another container holds before anything is
         // added, so a refused ADD adds nothing; each restore then checks again on what it applies to.
         let mut saved = Vec::new();

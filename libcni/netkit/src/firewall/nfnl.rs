@@ -167,26 +167,14 @@ impl Family {
     }
 }
 
-/// A netfilter hook a base chain attaches to.
+/// A netfilter hook a base chain attaches to (the value is its number).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hook {
-    Prerouting,
-    Input,
-    Forward,
-    Output,
-    Postrouting,
-}
-
-impl Hook {
-    fn number(self) -> u32 {
-        match self {
-            Hook::Prerouting => 0,
-            Hook::Input => 1,
-            Hook::Forward => 2,
-            Hook::Output => 3,
-            Hook::Postrouting => 4,
-        }
-    }
+    Prerouting = 0,
+    Input = 1,
+    Forward = 2,
+    Output = 3,
+    Postrouting = 4,
 }
 
 /// A base chain's type.
@@ -382,54 +370,32 @@ impl Reg {
     }
 }
 
-/// `meta` keys.
+/// `meta` keys (the value is NFT_META_*).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MetaKey {
     /// The ethertype (`meta protocol`).
-    Protocol,
+    Protocol = 1,
     /// The packet mark (`meta mark`).
-    Mark,
-    Iifname,
-    Oifname,
-    Nfproto,
-    L4proto,
+    Mark = 3,
+    Iifname = 6,
+    Oifname = 7,
+    Nfproto = 15,
+    L4proto = 16,
 }
 
-impl MetaKey {
-    fn number(self) -> u32 {
-        match self {
-            MetaKey::Protocol => 1,
-            MetaKey::Mark => 3,
-            MetaKey::Iifname => 6,
-            MetaKey::Oifname => 7,
-            MetaKey::Nfproto => 15,
-            MetaKey::L4proto => 16,
-        }
-    }
-}
-
-/// Where a payload load starts.
+/// Where a payload load starts (the value is NFT_PAYLOAD_*_HEADER).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PayloadBase {
-    Link,
-    Network,
-    Transport,
+    Link = 0,
+    Network = 1,
+    Transport = 2,
 }
 
-/// `ct` keys.
+/// `ct` keys (the value is NFT_CT_*).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CtKey {
-    State,
-    Status,
-}
-
-impl CtKey {
-    fn number(self) -> u32 {
-        match self {
-            CtKey::State => 0,
-            CtKey::Status => 2,
-        }
-    }
+    State = 0,
+    Status = 2,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -499,17 +465,12 @@ impl Expr {
     fn put_data(&self, a: &mut Attrs) {
         match self {
             Expr::Meta { key, dreg } => {
-                a.u32(2, key.number()); // NFTA_META_KEY
+                a.u32(2, *key as u32); // NFTA_META_KEY
                 a.u32(1, dreg.0); // NFTA_META_DREG
             }
             Expr::Payload { base, offset, len, dreg } => {
-                let base = match base {
-                    PayloadBase::Link => 0,
-                    PayloadBase::Network => 1,
-                    PayloadBase::Transport => 2,
-                };
                 a.u32(1, dreg.0); // NFTA_PAYLOAD_DREG
-                a.u32(2, base); // NFTA_PAYLOAD_BASE
+                a.u32(2, *base as u32); // NFTA_PAYLOAD_BASE
                 a.u32(3, *offset); // NFTA_PAYLOAD_OFFSET
                 a.u32(4, *len); // NFTA_PAYLOAD_LEN
             }
@@ -526,7 +487,7 @@ impl Expr {
                 a.nested(5, |a| a.bytes(NFTA_DATA_VALUE, xor)); // NFTA_BITWISE_XOR
             }
             Expr::Ct { key, dreg } => {
-                a.u32(2, key.number()); // NFTA_CT_KEY
+                a.u32(2, *key as u32); // NFTA_CT_KEY
                 a.u32(1, dreg.0); // NFTA_CT_DREG
             }
             Expr::FibDaddrType { dreg } => {
@@ -535,7 +496,7 @@ impl Expr {
                 a.u32(1, dreg.0); // NFTA_FIB_DREG
             }
             Expr::MetaSet { key, sreg } => {
-                a.u32(2, key.number()); // NFTA_META_KEY
+                a.u32(2, *key as u32); // NFTA_META_KEY
                 a.u32(3, sreg.0); // NFTA_META_SREG
             }
             Expr::Lookup { set, sreg, dreg, invert } => {
@@ -881,7 +842,7 @@ impl Rule {
     pub(crate) fn encoded(&self) -> Vec<u8> {
         let mut a = Attrs::default();
         self.exprs.iter().for_each(|e| e.put(&mut a));
-        a.buf
+        unflag(&a.buf)
     }
 }
 
@@ -1028,7 +989,9 @@ const ELEMENTS_PER_MSG: usize = 256;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Batch {
     msgs: Vec<Msg>,
-    genid: Option<u32>,
+    /// The kernel refuses the batch with ERESTART ([`GENERATION_CHANGED`]) when the ruleset is
+    /// no longer at this generation ([`generation`]): what was read is still what it changes.
+    pub genid: Option<u32>,
 }
 
 impl Batch {
@@ -1039,13 +1002,6 @@ impl Batch {
     /// The number of messages.
     pub(crate) fn len(&self) -> usize {
         self.msgs.len()
-    }
-
-    /// Each message's type (without the subsystem), flags and attributes, for tests that compare
-    /// them with messages captured from other tools.
-    #[cfg(test)]
-    pub(crate) fn messages(&self) -> Vec<(u16, u16, Vec<u8>)> {
-        self.msgs.iter().map(|m| (m.ty, m.flags, m.attrs.clone())).collect()
     }
 
     fn push(&mut self, ty: u16, flags: u16, family: Family, what: String, f: impl FnOnce(&mut Attrs)) {
@@ -1078,7 +1034,7 @@ impl Batch {
             a.str(NFTA_CHAIN_NAME, name);
             if let Some(b) = base {
                 a.nested(NFTA_CHAIN_HOOK, |a| {
-                    a.u32(NFTA_HOOK_HOOKNUM, b.hook.number());
+                    a.u32(NFTA_HOOK_HOOKNUM, b.hook as u32);
                     a.u32(NFTA_HOOK_PRIORITY, b.priority as u32);
                 });
                 a.u32(NFTA_CHAIN_POLICY, u32::from(b.policy_accept)); // NF_ACCEPT 1, NF_DROP 0
@@ -1297,13 +1253,6 @@ impl Batch {
         });
     }
 
-    /// Makes the kernel refuse the batch with ERESTART ([`GENERATION_CHANGED`]) when the ruleset
-    /// is no longer at `generation` ([`generation`]): what was read before is still what the
-    /// batch changes.
-    pub(crate) fn at_generation(&mut self, generation: u32) {
-        self.genid = Some(generation);
-    }
-
     /// The batch as sent: BATCH_BEGIN (sequence `seq`), the messages (`seq + 1 + i`), BATCH_END.
     fn encode(&self, seq: u32) -> Result<Vec<u8>> {
         let mut out = Vec::new();
@@ -1466,29 +1415,25 @@ pub(crate) fn list_chain(family: Family, table: &str, chain: &str) -> Result<Opt
                     _ => exprs.bytes(NFTA_LIST_ELEM | NLA_F_NESTED, e),
                 }
             }
-            (handle, exprs.buf)
+            (handle, unflag(&exprs.buf))
         })
         .collect();
     Ok(Some(ChainListing { base, comments, rules }))
 }
 
-/// ERESTART: a batch [`Batch::at_generation`] was refused because the ruleset changed.
+/// ERESTART: a batch with a [`Batch::genid`] was refused because the ruleset changed.
 pub(crate) const GENERATION_CHANGED: i32 = 85;
 
-/// The ruleset's generation (NFT_MSG_GETGEN), for [`Batch::at_generation`].
+/// The ruleset's generation (NFT_MSG_GETGEN), for [`Batch::genid`]; an error also when the
+/// kernel does not answer nf_tables requests.
 pub(crate) fn generation() -> Result<u32> {
     let answers = get(Family::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation")?.unwrap_or_default();
-    let id = answers.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWGEN).flat_map(|(_, m)| attr_iter(m)).find(|(t, _)| *t == 1);
+    let id =
+        answers.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWGEN).flat_map(|(_, m)| attr_iter(m)).find(|(t, _)| *t == 1);
     match id.and_then(|(_, v)| <[u8; 4]>::try_from(v).ok()) {
         Some(v) => Ok(u32::from_be_bytes(v)),
         None => Err(Error::network("nft get generation: the kernel gave none")),
     }
-}
-
-/// Whether the kernel answers nf_tables requests (NFT_MSG_GETGEN); false when it cannot tell.
-pub(crate) fn kernel_answers() -> bool {
-    let answers = get(Family::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation");
-    answers.is_ok_and(|a| a.unwrap_or_default().iter().any(|(ty, _)| *ty == NFT_MSG_NEWGEN))
 }
 
 /// The elements of a set as the kernel lists them: the one with `key` (NFT_MSG_GETSETELEM for
@@ -1635,6 +1580,22 @@ fn attr_iter(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
         b = &b[len.next_multiple_of(4).min(b.len())..];
         Some((ty, value))
     })
+}
+
+/// Attributes with NLA_F_NESTED cleared in every nest that has it (the kernel lists the nests
+/// inside an expression without it, whatever it was given).
+fn unflag(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Attrs::default();
+    while b.len() >= 4 {
+        let (len, ty) = (usize::from(u16::from_ne_bytes([b[0], b[1]])), u16::from_ne_bytes([b[2], b[3]]));
+        let Some(value) = b.get(4..len) else { break };
+        match ty & NLA_F_NESTED {
+            0 => out.bytes(ty, value),
+            _ => out.bytes(ty & !NLA_F_NESTED, &unflag(value)),
+        }
+        b = &b[len.next_multiple_of(4).min(b.len())..];
+    }
+    out.buf
 }
 
 /// The comment TLV of a rule's user data (NFTNL_UDATA_RULE_COMMENT), without its NUL.

@@ -37,7 +37,7 @@
 //! Where `iptables` is iptables-legacy, each operation reads the family's filter table once
 //! (`iptables-save -t filter`) and applies its change with one `iptables-restore --noflush`.
 
-use super::{apply, host, lock, quote, Ipv, NatTable};
+use super::{apply, cycle, host, lock, quote, Ipv, NatTable};
 use crate::firewall::check_failed;
 use crate::firewall::nfnl::{self, BaseChain, Batch, ChainType, CmpOp, Expr, Family, Hook, Verdict};
 use libcni::{Errors, Result};
@@ -55,7 +55,6 @@ const ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: isolated)";
 const SHARED_ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)";
 /// The reference's default admin chain.
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
-const ATTEMPTS: usize = 3;
 
 /// How traffic into a bridge's pods from elsewhere is treated (`ingressPolicy`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,33 +117,22 @@ impl XRule {
 
     /// The rule's expressions as iptables-nft writes them into a table of `family`.
     pub(crate) fn nft(&self, family: Family) -> nfnl::Rule {
-        let mut r = nfnl::Rule::new(family);
-        if let Some(i) = &self.iif {
-            r = r.ifname(false, i, CmpOp::Eq);
-        }
-        if let Some((o, not)) = &self.oif {
-            r = r.ifname(true, o, if *not { CmpOp::Neq } else { CmpOp::Eq });
-        }
-        if let Some(ip) = self.src {
-            r = r.saddr(ip);
-        }
-        if let Some(ip) = self.dst {
-            r = r.daddr(ip);
-        }
-        if let Some(c) = &self.comment {
-            // struct xt_comment_info: the text in 256 bytes, NUL padded.
-            let mut info = vec![0u8; 256];
-            info[..c.len().min(255)].copy_from_slice(&c.as_bytes()[..c.len().min(255)]);
-            r = r.expr(Expr::Match { name: "comment", rev: 0, info });
-        }
-        if self.related {
-            // struct xt_conntrack_mtinfo3 (168 bytes): match_flags XT_CONNTRACK_STATE at 146,
-            // state_mask RELATED|ESTABLISHED at 150.
-            let mut info = vec![0u8; 168];
-            info[146..148].copy_from_slice(&1u16.to_ne_bytes());
-            info[150..152].copy_from_slice(&6u16.to_ne_bytes());
-            r = r.expr(Expr::Match { name: "conntrack", rev: 3, info });
-        }
+        let r = self.iif.iter().fold(nfnl::Rule::new(family), |r, i| r.ifname(false, i, CmpOp::Eq));
+        let r = self.oif.iter().fold(r, |r, (o, not)| r.ifname(true, o, if *not { CmpOp::Neq } else { CmpOp::Eq }));
+        let r = self.src.into_iter().fold(r, nfnl::Rule::saddr);
+        let r = self.dst.into_iter().fold(r, nfnl::Rule::daddr);
+        // struct xt_comment_info: the text in 256 bytes, NUL padded.
+        let comment = |c: &String| {
+            let info = c.bytes().take(255).chain(std::iter::repeat(0)).take(256).collect();
+            Expr::Match { name: "comment", rev: 0, info }
+        };
+        let r = self.comment.iter().map(comment).fold(r, nfnl::Rule::expr);
+        // struct xt_conntrack_mtinfo3 (168 bytes): match_flags XT_CONNTRACK_STATE at 146,
+        // state_mask RELATED|ESTABLISHED at 150 (host byte order).
+        let mut info = vec![0u8; 168];
+        info[146..148].copy_from_slice(&1u16.to_ne_bytes());
+        info[150..152].copy_from_slice(&6u16.to_ne_bytes());
+        let r = if self.related { r.expr(Expr::Match { name: "conntrack", rev: 3, info }) } else { r };
         let verdict = match self.target.as_str() {
             "ACCEPT" => Verdict::Accept,
             "DROP" => Verdict::Drop,
@@ -186,7 +174,9 @@ pub(crate) trait View {
     fn has(&self, r: &XRule) -> bool;
     /// `r` with any of the isolation comments either upstream version writes.
     fn has_like(&self, r: &XRule) -> bool {
-        [SAME_BRIDGE, ISOLATED, SHARED_ISOLATED].iter().any(|c| self.has(&XRule { comment: Some(c.to_string()), ..r.clone() }))
+        [SAME_BRIDGE, ISOLATED, SHARED_ISOLATED]
+            .iter()
+            .any(|c| self.has(&XRule { comment: Some(c.to_string()), ..r.clone() }))
     }
 }
 
@@ -207,7 +197,8 @@ pub(crate) struct Listed {
 }
 
 impl Listed {
-    fn read(family: Family, chains: &[&str]) -> Result<Listed> {
+    fn read(ipv: Ipv, chains: &[&str]) -> Result<Listed> {
+        let family = if ipv == Ipv::V4 { Family::Ip } else { Family::Ip6 };
         let generation = nfnl::generation()?;
         let mut listed = Listed { family, generation, chains: BTreeMap::new() };
         for c in chains {
@@ -226,12 +217,13 @@ impl Listed {
     /// The batch that applies `ops`, tied to the generation read.
     pub(crate) fn batch(&self, ops: &[Op]) -> Batch {
         let mut b = Batch::new();
-        b.at_generation(self.generation);
+        b.genid = Some(self.generation);
         for op in ops {
             match op {
                 Op::Chain(c) if c == FORWARD => {
                     b.add_table(self.family, "filter");
-                    let base = BaseChain { hook: Hook::Forward, priority: 0, kind: ChainType::Filter, policy_accept: true };
+                    let base =
+                        BaseChain { hook: Hook::Forward, priority: 0, kind: ChainType::Filter, policy_accept: true };
                     b.add_chain(self.family, "filter", FORWARD, Some(base), None);
                 }
                 Op::Chain(c) => b.add_chain(self.family, "filter", c, None, None),
@@ -254,36 +246,17 @@ impl View for Listed {
     }
 }
 
-fn family(ipv: Ipv) -> Family {
-    match ipv {
-        Ipv::V4 => Family::Ip,
-        Ipv::V6 => Family::Ip6,
-    }
-}
-
 /// Reads the family's table, plans with `plan` and applies it: over netlink where iptables is
 /// iptables-nft (again from a fresh read when the ruleset changed in between), else with
 /// iptables-save/-restore.
 fn transact(ipv: Ipv, chains: &[&str], what: &str, plan: impl Fn(&dyn View) -> Vec<Op>) -> Result<()> {
     if !super::nft_based() {
-        let _guard = lock();
+        let _guard = lock(super::LOCK_FILE);
         return apply(ipv, "filter", what, None, |t| Ok(plan(t).iter().map(Op::line).collect()));
     }
-    let _guard = super::xtables_lock();
-    let mut last = None;
-    for _ in 0..ATTEMPTS {
-        let listed = Listed::read(family(ipv), chains).map_err(|e| e.context(what))?;
-        let ops = plan(&listed);
-        if ops.is_empty() {
-            return Ok(());
-        }
-        match listed.batch(&ops).send() {
-            Ok(()) => return Ok(()),
-            Err(e) if e.errno == Some(nfnl::GENERATION_CHANGED) => last = Some(e),
-            Err(e) => return Err(e.context(what)),
-        }
-    }
-    Err(last.map_or_else(|| libcni::Error::network(what), |e| e.context(what)))
+    let _guard = lock(super::XTABLES_LOCK);
+    let write = |l: &Listed, ops: Vec<Op>| l.batch(&ops).send().map_err(|e| e.context(what));
+    cycle(what, || Listed::read(ipv, chains), |l| Ok(plan(l)), write, |e| e.errno == Some(nfnl::GENERATION_CHANGED))
 }
 
 fn priv_rule() -> XRule {
@@ -379,10 +352,7 @@ pub(crate) fn check_table(t: &dyn View, r: &ForwardRules, ipv: Ipv) -> Result<()
     if ips.is_empty() {
         return Ok(());
     }
-    let family = match ipv {
-        Ipv::V4 => "iptables",
-        Ipv::V6 => "ip6tables",
-    };
+    let family = if ipv == Ipv::V4 { "iptables" } else { "ip6tables" };
     for chain in [PRIV_CHAIN, r.admin_chain.as_str()] {
         if !t.has_chain(chain) {
             return Err(check_failed(format!("firewall: chain {chain} is missing from the {family} filter table")));
@@ -439,7 +409,7 @@ pub fn del(addresses: &[IpAddr]) -> Result<()> {
 pub fn check(r: &ForwardRules) -> Result<()> {
     for ipv in families(&r.addresses) {
         if super::nft_based() {
-            check_table(&Listed::read(family(ipv), &chains(&r.admin_chain))?, r, ipv)?;
+            check_table(&Listed::read(ipv, &chains(&r.admin_chain))?, r, ipv)?;
         } else {
             check_table(&super::save_table(ipv, "filter")?, r, ipv)?;
         }
@@ -451,142 +421,18 @@ pub fn check(r: &ForwardRules) -> Result<()> {
 /// iptables-nft, the iptables tools are installed otherwise (code 50 naming what is missing).
 pub fn status() -> Result<()> {
     if super::nft_based() {
-        return match nfnl::kernel_answers() {
-            true => Ok(()),
-            false => Err(libcni::Error::new(
-                libcni::code::NOT_AVAILABLE,
-                "firewall: iptables is iptables-nft but the kernel does not answer nf_tables requests",
-            )),
-        };
+        let nft = |e: libcni::Error| format!("firewall: iptables is iptables-nft, but nf_tables: {}", e.msg);
+        return nfnl::generation().map(|_| ()).map_err(|e| libcni::Error::new(libcni::code::NOT_AVAILABLE, nft(e)));
     }
-    for tool in ["iptables-save", "iptables-restore", "ip6tables-save", "ip6tables-restore"] {
-        if super::super::exec::find(tool).is_none() {
-            return Err(libcni::Error::new(
-                libcni::code::NOT_AVAILABLE,
-                format!("firewall: {tool} not found in PATH or the system directories"),
-            ));
-        }
+    let tools = ["iptables-save", "iptables-restore", "ip6tables-save", "ip6tables-restore"];
+    match tools.into_iter().find(|tool| super::super::exec::find(tool).is_none()) {
+        Some(tool) => Err(libcni::Error::new(
+            libcni::code::NOT_AVAILABLE,
+            format!("firewall: {tool} not found in PATH or the system directories"),
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod tests {
-    use super::*;
-
-    fn rules(ips: &[&str], iso: Option<(&str, bool)>) -> ForwardRules {
-        ForwardRules {
-            admin_chain: DEFAULT_ADMIN_CHAIN.to_string(),
-            addresses: ips.iter().map(|s| s.parse().unwrap()).collect(),
-            isolation: iso.map(|(b, i)| Isolation { bridge: b.to_string(), isolated: i }),
-        }
-    }
-
-    fn lines(ops: Vec<Op>) -> Vec<String> {
-        ops.iter().map(Op::line).collect()
-    }
-
-    #[test]
-    fn empty_table_gets_the_reference_layout() {
-        let t = NatTable::parse("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\nCOMMIT\n", "filter");
-        let added = lines(add_ops(&t, &rules(&["10.1.0.2", "fd00::2"], Some(("br0", false))), Ipv::V4));
-        assert_eq!(
-            added,
-            vec![
-                "-N CNI-FORWARD",
-                "-N CNI-ADMIN",
-                "-I FORWARD 1 -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD",
-                "-I CNI-FORWARD 1 -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN",
-                "-A CNI-FORWARD -d 10.1.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-                "-A CNI-FORWARD -s 10.1.0.2/32 -j ACCEPT",
-                "-N CNI-ISOLATION-STAGE-1",
-                "-N CNI-ISOLATION-STAGE-2",
-                "-I FORWARD 1 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j CNI-ISOLATION-STAGE-1",
-                "-I CNI-ISOLATION-STAGE-1 1 -i br0 ! -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j CNI-ISOLATION-STAGE-2",
-                "-I CNI-ISOLATION-STAGE-2 1 -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j DROP",
-                "-A CNI-ISOLATION-STAGE-1 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j RETURN",
-                "-A CNI-ISOLATION-STAGE-2 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j RETURN",
-            ]
-        );
-        let v6 = lines(add_ops(&t, &rules(&["10.1.0.2", "fd00::2"], None), Ipv::V6));
-        assert!(v6.contains(&"-A CNI-FORWARD -s fd00::2/128 -j ACCEPT".to_string()), "{v6:?}");
-        assert!(add_ops(&t, &rules(&["10.1.0.2"], None), Ipv::V6).is_empty());
-    }
-
-    #[test]
-    fn present_rules_are_not_added_again_whatever_their_upstream_comment() {
-        let save = "*filter\n:FORWARD DROP [0:0]\n:CNI-FORWARD - [0:0]\n:CNI-ADMIN - [0:0]\n\
-            :CNI-ISOLATION-STAGE-1 - [0:0]\n:CNI-ISOLATION-STAGE-2 - [0:0]\n\
-            -A FORWARD -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j CNI-ISOLATION-STAGE-1\n\
-            -A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD\n\
-            -A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN\n\
-            -A CNI-FORWARD -d 10.1.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
-            -A CNI-FORWARD -s 10.1.0.2/32 -j ACCEPT\n\
-            -A CNI-ISOLATION-STAGE-1 -i br0 ! -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j CNI-ISOLATION-STAGE-2\n\
-            -A CNI-ISOLATION-STAGE-1 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j RETURN\n\
-            -A CNI-ISOLATION-STAGE-2 -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j DROP\n\
-            -A CNI-ISOLATION-STAGE-2 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j RETURN\nCOMMIT\n";
-        let t = NatTable::parse(save, "filter");
-        assert!(add_ops(&t, &rules(&["10.1.0.2"], Some(("br0", false))), Ipv::V4).is_empty());
-        assert!(check_table(&t, &rules(&["10.1.0.2"], None), Ipv::V4).is_ok());
-        let err = check_table(&t, &rules(&["10.1.0.3"], None), Ipv::V4).unwrap_err();
-        assert_eq!(err.code, libcni::code::CHECK_FAILED);
-        assert!(err.msg.contains("-d 10.1.0.3/32 -m conntrack"), "{}", err.msg);
-        // A second bridge gets its own stage rules, first in each chain.
-        let other = lines(add_ops(&t, &rules(&["10.2.0.2"], Some(("br1", false))), Ipv::V4));
-        assert!(other.iter().any(|l| l.starts_with("-I CNI-ISOLATION-STAGE-1 1 -i br1 ! -o br1 ")), "{other:?}");
-        assert!(other.iter().any(|l| l.starts_with("-I CNI-ISOLATION-STAGE-2 1 -o br1 ")), "{other:?}");
-        assert!(!other.iter().any(|l| l.contains("RETURN") || l.starts_with("-I FORWARD")), "{other:?}");
-        assert_eq!(
-            lines(del_ops(&t, &["10.1.0.2".parse().unwrap(), "10.9.9.9".parse().unwrap()], Ipv::V4)),
-            vec![
-                "-D CNI-FORWARD -d 10.1.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-                "-D CNI-FORWARD -s 10.1.0.2/32 -j ACCEPT"
-            ]
-        );
-    }
-
-    /// The messages iptables-nft 1.8.9 sent for each rule shape (iptables-nft-1.8.9.txt).
-    fn captured() -> BTreeMap<String, (u16, u16, Vec<u8>)> {
-        let hex = |h: &str| (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect();
-        let num = |s: &str| u16::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
-        include_str!("iptables-nft-1.8.9.txt")
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f[0].to_string(), (num(f[1]) & 0xff, num(f[2]), hex(f[3])))
-            })
-            .collect()
-    }
-
-    /// The NEWRULE and base NEWCHAIN messages of an ADD into empty tables, named by shape.
-    fn ours(family: Family, r: &ForwardRules, ipv: Ipv, names: &[&str]) -> Vec<(String, (u16, u16, Vec<u8>))> {
-        let empty = Listed { family, generation: 0, chains: BTreeMap::new() };
-        let msgs = empty.batch(&add_ops(&empty, r, ipv)).messages();
-        // NFT_MSG_NEWCHAIN with a hook (the base chain) and NFT_MSG_NEWRULE, as iptables sends them.
-        let wanted = msgs.into_iter().filter(|(ty, _, a)| *ty == 6 || (*ty == 3 && a.len() > 40));
-        names.iter().zip(wanted).map(|(n, (ty, flags, a))| (n.to_string(), (ty, flags | 1, a))).collect()
-    }
-
-    #[test]
-    fn rules_encode_byte_for_byte_as_iptables_nft_1_8_9_writes_them() {
-        let cap = captured();
-        let same = rules(&["10.1.0.2", "fd00::2"], Some(("cni-br0", false)));
-        let mut got = ours(Family::Ip, &same, Ipv::V4, &[
-            "forward_base", "forward_jump", "admin_jump", "v4_related", "v4_source", "stage1_jump",
-            "stage1_bridge", "stage2_bridge", "", "stage_return",
-        ]);
-        got.extend(ours(Family::Ip6, &same, Ipv::V6, &["", "", "", "v6_related", "v6_source"]));
-        let isolated = rules(&["10.1.0.2"], Some(("cni-br0", true)));
-        got.extend(ours(Family::Ip, &isolated, Ipv::V4, &["", "", "", "", "", "", "", "stage1_isolated"]));
-        let got: BTreeMap<_, _> = got.into_iter().filter(|(n, _)| !n.is_empty()).collect();
-        assert_eq!(got.len(), cap.len());
-        for (name, want) in &cap {
-            let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-            let mine = &got[name];
-            assert_eq!((mine.0, mine.1, hex(&mine.2)), (want.0, want.1, hex(&want.2)), "{name}");
-        }
-    }
-}
+mod tests;
