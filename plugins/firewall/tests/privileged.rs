@@ -480,3 +480,30 @@ fn ipv6_rules_add_check_and_del() {
     direct_ok(&node, &ours(), "DEL", "c6", &conf);
     assert!(!node.filter().contains("fd78::5"), "DEL left rules:\n{}", node.filter());
 }
+
+/// On a node whose iptables is iptables-legacy (here: a PATH whose iptables tools lead to
+/// xtables-legacy-multi), the rules go through iptables-save/-restore into the legacy tables, and
+/// nothing into nf_tables; CHECK and DEL work there too.
+#[test]
+fn legacy_iptables_keeps_the_save_restore_path() {
+    let node = Node::new();
+    let fake = TempDir::new("fwlegacy");
+    for tool in ["iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"] {
+        std::os::unix::fs::symlink("/usr/sbin/xtables-legacy-multi", fake.path().join(tool)).unwrap();
+    }
+    let conf = ref_conf(&["10.78.0.7/24"], json!({}));
+    let run = |command: &str| {
+        let mut cmd = netns_exec(&node.ns.name, ours());
+        cmd.env("PATH", format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", fake.path().display()));
+        let out = Call::new(command, "c7", &node.remote.path).run(cmd, &conf);
+        assert!(out.status.success(), "{command} on legacy iptables: {}{}", text(&out.stdout), text(&out.stderr));
+    };
+    run("ADD");
+    let legacy = text(&node.ns.exec("iptables-legacy-save", &["-t", "filter"]).stdout);
+    assert!(legacy.contains("-A CNI-FORWARD -s 10.78.0.7/32 -j ACCEPT"), "no legacy rule:\n{legacy}");
+    assert!(!node.filter().contains("10.78.0.7"), "the rules went to nf_tables:\n{}", node.filter());
+    run("CHECK");
+    run("DEL");
+    let legacy = text(&node.ns.exec("iptables-legacy-save", &["-t", "filter"]).stdout);
+    assert!(!legacy.contains("10.78.0.7"), "DEL left legacy rules:\n{legacy}");
+}

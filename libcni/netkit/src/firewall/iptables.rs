@@ -68,29 +68,16 @@ impl Ipv {
             Ipv::V4
         }
     }
-    fn save_tool(self) -> &'static str {
+    /// `v4` for IPv4, `v6` for IPv6.
+    pub(crate) fn pick<T>(self, v4: T, v6: T) -> T {
         match self {
-            Ipv::V4 => "iptables-save",
-            Ipv::V6 => "ip6tables-save",
+            Ipv::V4 => v4,
+            Ipv::V6 => v6,
         }
     }
-    fn restore_tool(self) -> &'static str {
-        match self {
-            Ipv::V4 => "iptables-restore",
-            Ipv::V6 => "ip6tables-restore",
-        }
-    }
-    fn multicast(self) -> &'static str {
-        match self {
-            Ipv::V4 => "224.0.0.0/4",
-            Ipv::V6 => "ff00::/8",
-        }
-    }
-    fn host_prefix(self) -> u8 {
-        match self {
-            Ipv::V4 => 32,
-            Ipv::V6 => 128,
-        }
+    /// `iptables<suffix>` or `ip6tables<suffix>`.
+    fn tool(self, suffix: &str) -> String {
+        format!("{}{suffix}", self.pick("iptables", "ip6tables"))
     }
 }
 
@@ -133,7 +120,7 @@ fn quote(token: &str) -> String {
 
 /// `<ip>/32` or `<ip>/128`.
 pub(crate) fn host(ip: IpAddr) -> String {
-    format!("{ip}/{}", Ipv::of(&ip).host_prefix())
+    format!("{ip}/{}", Ipv::of(&ip).pick(32, 128))
 }
 
 fn subnet(a: &IpNetwork) -> String {
@@ -217,12 +204,12 @@ fn restore_text(table: &str, lines: &[String]) -> String {
 }
 
 fn save_table(ipv: Ipv, table: &str) -> Result<NatTable> {
-    let out = run_ok(ipv.save_tool(), &["-t", table], None, &format!("read the {table} table"))?;
+    let out = run_ok(&ipv.tool("-save"), &["-t", table], None, &format!("read the {table} table"))?;
     Ok(NatTable::parse(&out, table))
 }
 
 fn restore(ipv: Ipv, table: &str, lines: &[String], what: &str) -> Result<()> {
-    run_ok(ipv.restore_tool(), &["--noflush", "-w"], Some(&restore_text(table, lines)), what).map(|_| ())
+    run_ok(&ipv.tool("-restore"), &["--noflush", "-w"], Some(&restore_text(table, lines)), what).map(|_| ())
 }
 
 /// Serializes our read-modify-write cycles with [`LOCK_FILE`] (the xtables lock covers one
@@ -237,7 +224,12 @@ fn lock(path: &str) -> Option<nix::fcntl::Flock<File>> {
 /// Whether the `iptables` on PATH (or in the system directories) is iptables-nft: it resolves to
 /// `xtables-nft-multi` or `iptables-nft`. Found without running it; false when there is none.
 pub(crate) fn nft_based() -> bool {
-    let target = super::exec::find("iptables").and_then(|p| std::fs::canonicalize(p).ok());
+    super::exec::find("iptables").is_some_and(|p| resolves_to_nft(&p))
+}
+
+/// Whether `iptables` resolves (through its symlinks) to `xtables-nft-multi` or `iptables-nft`.
+fn resolves_to_nft(iptables: &std::path::Path) -> bool {
+    let target = std::fs::canonicalize(iptables).ok();
     let name = target.as_ref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
     name.is_some_and(|n| n.starts_with("xtables-nft") || n.starts_with("iptables-nft"))
 }
@@ -290,11 +282,11 @@ fn cycle<T, C>(
 
 /// Whether the family's nat table can be read at all (ip6tables may be absent or IPv6 disabled).
 fn usable(ipv: Ipv) -> std::result::Result<(), Error> {
-    let out = run(ipv.save_tool(), &["-t", "nat"], None)?;
+    let out = run(&ipv.tool("-save"), &["-t", "nat"], None)?;
     if out.success {
         Ok(())
     } else {
-        Err(Error::new(code::NOT_AVAILABLE, format!("{} -t nat failed: {}", ipv.save_tool(), one_line(&out.stderr))))
+        Err(Error::new(code::NOT_AVAILABLE, format!("{} -t nat failed: {}", ipv.tool("-save"), one_line(&out.stderr))))
     }
 }
 
@@ -518,7 +510,8 @@ pub(crate) fn masq_add_lines(t: &NatTable, m: &Masquerade, ipv: Ipv) -> Vec<Stri
             entries.push(entry);
         }
     }
-    rules.push(format!("-A {chain} ! -d {} -m comment --comment {note} -j MASQUERADE", ipv.multicast()));
+    let multicast = ipv.pick("224.0.0.0/4", "ff00::/8");
+    rules.push(format!("-A {chain} ! -d {multicast} -m comment --comment {note} -j MASQUERADE"));
     out.extend(rules);
     out.extend(entries);
     out

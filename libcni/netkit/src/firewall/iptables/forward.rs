@@ -198,7 +198,7 @@ pub(crate) struct Listed {
 
 impl Listed {
     fn read(ipv: Ipv, chains: &[&str]) -> Result<Listed> {
-        let family = if ipv == Ipv::V4 { Family::Ip } else { Family::Ip6 };
+        let family = ipv.pick(Family::Ip, Family::Ip6);
         let generation = nfnl::generation()?;
         let mut listed = Listed { family, generation, chains: BTreeMap::new() };
         for c in chains {
@@ -284,17 +284,10 @@ pub(crate) fn add_ops(t: &dyn View, r: &ForwardRules, ipv: Ipv) -> Vec<Op> {
     if ips.is_empty() {
         return out;
     }
-    for chain in [FORWARD, PRIV_CHAIN, r.admin_chain.as_str()] {
-        if !t.has_chain(chain) {
-            out.push(Op::Chain(chain.to_string()));
-        }
-    }
-    if !t.has(&priv_rule()) {
-        out.push(Op::Insert(priv_rule()));
-    }
-    if !t.has(&admin_rule(&r.admin_chain)) {
-        out.push(Op::Insert(admin_rule(&r.admin_chain)));
-    }
+    out.extend(
+        [FORWARD, PRIV_CHAIN, &r.admin_chain].into_iter().filter(|c| !t.has_chain(c)).map(|c| Op::Chain(c.into())),
+    );
+    out.extend([priv_rule(), admin_rule(&r.admin_chain)].into_iter().filter(|x| !t.has(x)).map(Op::Insert));
     for ip in &ips {
         for rule in pod_rules(ip) {
             if !t.has(&rule) && !out.contains(&Op::Append(rule.clone())) {
@@ -311,11 +304,7 @@ pub(crate) fn add_ops(t: &dyn View, r: &ForwardRules, ipv: Ipv) -> Vec<Op> {
 fn isolation_ops(t: &dyn View, iso: &Isolation, out: &mut Vec<Op>) {
     let br = &iso.bridge;
     let (pc, sc) = if iso.isolated { (ISOLATED, SHARED_ISOLATED) } else { (SAME_BRIDGE, SAME_BRIDGE) };
-    for chain in [STAGE1, STAGE2] {
-        if !t.has_chain(chain) {
-            out.push(Op::Chain(chain.to_string()));
-        }
-    }
+    out.extend([STAGE1, STAGE2].into_iter().filter(|c| !t.has_chain(c)).map(|c| Op::Chain(c.into())));
     // The jump to stage 1 goes first in FORWARD, before the jump to CNI-FORWARD.
     let bridge = |chain, oif: Option<(String, bool)>, comment, target| XRule {
         iif: (chain == STAGE1).then(|| br.clone()),
@@ -352,7 +341,7 @@ pub(crate) fn check_table(t: &dyn View, r: &ForwardRules, ipv: Ipv) -> Result<()
     if ips.is_empty() {
         return Ok(());
     }
-    let family = if ipv == Ipv::V4 { "iptables" } else { "ip6tables" };
+    let family = ipv.pick("iptables", "ip6tables");
     for chain in [PRIV_CHAIN, r.admin_chain.as_str()] {
         if !t.has_chain(chain) {
             return Err(check_failed(format!("firewall: chain {chain} is missing from the {family} filter table")));
