@@ -76,8 +76,11 @@ fn present_rules_are_not_added_again_whatever_their_upstream_comment() {
     );
 }
 
+/// A netlink message: its nf_tables type, flags and attributes.
+type Message = (u16, u16, Vec<u8>);
+
 /// The messages iptables-nft 1.8.9 sent for each rule shape (iptables-nft-1.8.9.txt).
-fn captured() -> BTreeMap<String, (u16, u16, Vec<u8>)> {
+fn captured() -> BTreeMap<String, Message> {
     let hex = |h: &str| (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect();
     let num = |s: &str| u16::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
     include_str!("iptables-nft-1.8.9.txt")
@@ -91,7 +94,7 @@ fn captured() -> BTreeMap<String, (u16, u16, Vec<u8>)> {
 }
 
 /// The NEWRULE and base NEWCHAIN messages of an ADD into empty tables, named by shape.
-fn ours(family: Family, r: &ForwardRules, ipv: Ipv, names: &[&str]) -> Vec<(String, (u16, u16, Vec<u8>))> {
+fn ours(family: Family, r: &ForwardRules, ipv: Ipv, names: &[&str]) -> Vec<(String, Message)> {
     let empty = Listed { family, generation: 0, chains: BTreeMap::new() };
     let msgs = nfnl::tests::messages(&empty.batch(&add_ops(&empty, r, ipv)));
     // NFT_MSG_NEWCHAIN with a hook (the base chain) and NFT_MSG_NEWRULE, as iptables sends them.
