@@ -507,3 +507,53 @@ fn legacy_iptables_keeps_the_save_restore_path() {
     let legacy = text(&node.ns.exec("iptables-legacy-save", &["-t", "filter"]).stdout);
     assert!(!legacy.contains("10.78.0.7"), "DEL left legacy rules:\n{legacy}");
 }
+
+/// Sixteen ADDs at once (IPv4 and IPv6), while iptables itself keeps changing the ruleset, then
+/// sixteen DELs at once: every pod's rules are there exactly once, the shared jumps once, and
+/// nothing of the pods is left after DEL.
+#[test]
+fn concurrent_adds_and_dels_with_iptables_writing_alongside() {
+    let node = Node::new();
+    let n = node.ns.name.clone();
+    must(&format!("ip netns exec {n} iptables -N OTHER"));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let confs: Vec<Value> =
+        (10..26).map(|i| ref_conf(&[&format!("10.78.1.{i}/24"), &format!("fd78:1::{i}/64")], json!({}))).collect();
+    let node = &node;
+    let each = |command: &str| {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    must(&format!(
+                        "ip netns exec {n} iptables -A OTHER -j RETURN && ip netns exec {n} iptables -F OTHER"
+                    ));
+                }
+            });
+            let pods: Vec<_> = confs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| s.spawn(move || direct_ok(node, &ours(), command, &format!("c{i}"), c)))
+                .collect();
+            for p in pods {
+                p.join().unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        stop.store(false, std::sync::atomic::Ordering::Relaxed);
+    };
+    each("ADD");
+    let rules = node.filter();
+    for i in 10..26 {
+        for line in [
+            format!("-A CNI-FORWARD -s 10.78.1.{i}/32 -j ACCEPT"),
+            format!("-A CNI-FORWARD -s fd78:1::{i}/128 -j ACCEPT"),
+        ] {
+            assert_eq!(rules.matches(&format!("{line}\n")).count(), 1, "{line}:\n{rules}");
+        }
+    }
+    assert_eq!(rules.matches("-j CNI-FORWARD").count(), 2, "one jump per family:\n{rules}");
+    assert_eq!(rules.matches("-j CNI-ADMIN").count(), 2, "one admin jump per family:\n{rules}");
+    each("DEL");
+    let rules = node.filter();
+    assert!(!rules.contains("10.78.1.") && !rules.contains("fd78:1::"), "DEL left rules:\n{rules}");
+}
