@@ -1687,6 +1687,8 @@ fn host_device_cases(f: &Fixture) -> Vec<Case> {
         case("ipam.type a path", with(&f.base("host-device"), "ipam", json!({ "type": "/bin/sh" })), CONFIG),
         // A device the host does not have: nothing moved, no address taken.
         case("device not on the host", f.base("host-device").to_string(), 100),
+        case("dataDir relative", with(&f.base("host-device"), "dataDir", json!("run/hd")), CONFIG),
+        case("dataDir a number", with(&f.base("host-device"), "dataDir", json!(5)), CONFIG),
     ]
 }
 
