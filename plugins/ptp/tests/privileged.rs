@@ -5,7 +5,7 @@
 //! switches between the reference ptp (/usr/lib/cni) and ours. Privileged: makes its own
 //! namespaces and removes them even when an assertion fails.
 
-use cni_tests::{bin_dir, pings, reservations, run, sh, unique, Netns, RemoteHost, TempDir};
+use cni_tests::{bin_dir, pings, reservations, run, sh, unique, Attachments, Netns, RemoteHost, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use libcni::version::{at_least, SUPPORTED};
@@ -16,25 +16,12 @@ use std::path::{Path, PathBuf};
 const REFERENCE: &str = "/usr/lib/cni";
 
 struct Net {
+    /// Declared first, so its cleanup DELs run before the data directory goes.
+    attached: Attachments,
     list: NetworkConfigList,
     cni: CniConfig,
     data: TempDir,
     cache: TempDir,
-    /// Every attachment ADDed (by ours or the reference), DELed again by ours when the test ends,
-    /// before the data directory goes: a failed assertion between ADD and DEL leaves no
-    /// masquerade rule, nft element or reservation on the host (DEL is idempotent, so the
-    /// attachments a test DELed itself cost one more DEL).
-    added: std::cell::RefCell<Vec<RuntimeConf>>,
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for rt in self.added.take() {
-            if let Err(e) = self.cni.del_network_list(&self.list, &rt) {
-                eprintln!("cleanup DEL of {} on {}: {e}", rt.container_id, self.list.name);
-            }
-        }
-    }
 }
 
 /// A dual-stack ptp + host-local network on 10.202.<n>.0/<v4_prefix> and fd00:202:<n>::/64 with
@@ -57,7 +44,7 @@ fn network(version: &str, n: u8, v4_prefix: u8, extra: Value) -> Net {
     let list = json!({ "cniVersion": version, "name": unique("ptpnet"), "plugins": [ptp] });
     let list = NetworkConfigList::from_bytes(list.to_string().as_bytes()).expect("conflist");
     let cni = CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf());
-    Net { list, cni, data, cache, added: Default::default() }
+    Net { attached: Attachments::new(&cni, &list), list, cni, data, cache }
 }
 
 impl Net {
@@ -66,16 +53,12 @@ impl Net {
         CniConfig::with_cache_dir(vec![dir.to_path_buf()], self.cache.path().to_path_buf())
     }
 
-    /// ADD through `cni` (ours or the reference's), the attachment first recorded for the
-    /// cleanup DEL (a failed ADD may leave a part its own undo missed).
-    fn add_with(&self, cni: &CniConfig, rt: &RuntimeConf) -> libcni::Result<CniResult> {
-        self.added.borrow_mut().push(rt.clone());
-        cni.add_network_list(&self.list, rt)
+    fn add(&self, rt: &RuntimeConf) -> libcni::Result<CniResult> {
+        self.attached.add(rt)
     }
 
-    /// ADD with our plugins.
-    fn add(&self, rt: &RuntimeConf) -> libcni::Result<CniResult> {
-        self.add_with(&self.cni, rt)
+    fn add_with(&self, cni: &CniConfig, rt: &RuntimeConf) -> libcni::Result<CniResult> {
+        self.attached.add_with(cni, rt)
     }
 }
 
