@@ -110,7 +110,8 @@ impl NetNs {
     /// An exclusive lock on the namespace itself (flock on its nsfs inode, which every path to
     /// the namespace shares), held until the returned value is dropped: serialises plugins that
     /// read the namespace's state and then change it on what they read (the first free routing
-    /// table for a VRF), without a file on disk. Waits for the holder to finish.
+    /// table for a VRF or for sbr), without a file on disk. The reference's sbr takes the same
+    /// lock. Waits for the holder to finish.
     pub fn lock(&self) -> Result<nix::fcntl::Flock<std::os::fd::OwnedFd>> {
         let what = || format!("lock netns {}", self.path.display());
         let fd = self.file.as_fd().try_clone_to_owned().map_err(|e| Error::io(what(), &e))?;
