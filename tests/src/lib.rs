@@ -218,6 +218,48 @@ impl Drop for LinkGuard {
     }
 }
 
+/// The attachments of one network a test ADDs, each DELed again (with our plugins) when this
+/// drops, passed or failed: a failed assertion between ADD and DEL leaves no masquerade rule, nft
+/// element or reservation on the host. DEL is idempotent, so an attachment the test DELed itself
+/// costs one more DEL. Declare it before (drop it before) the data directory IPAM uses.
+pub struct Attachments {
+    cni: libcni::runtime::CniConfig,
+    list: libcni::conflist::NetworkConfigList,
+    added: std::cell::RefCell<Vec<libcni::runtime::RuntimeConf>>,
+}
+
+impl Attachments {
+    pub fn new(cni: &libcni::runtime::CniConfig, list: &libcni::conflist::NetworkConfigList) -> Attachments {
+        Attachments { cni: cni.clone(), list: list.clone(), added: Default::default() }
+    }
+
+    /// ADD through `cni` (ours, or the reference's plugins), the attachment recorded first (a
+    /// failed ADD may leave a part its own undo missed).
+    pub fn add_with(
+        &self,
+        cni: &libcni::runtime::CniConfig,
+        rt: &libcni::runtime::RuntimeConf,
+    ) -> libcni::Result<libcni::CniResult> {
+        self.added.borrow_mut().push(rt.clone());
+        cni.add_network_list(&self.list, rt)
+    }
+
+    /// ADD with our plugins.
+    pub fn add(&self, rt: &libcni::runtime::RuntimeConf) -> libcni::Result<libcni::CniResult> {
+        self.add_with(&self.cni, rt)
+    }
+}
+
+impl Drop for Attachments {
+    fn drop(&mut self) {
+        for rt in self.added.take() {
+            if let Err(e) = self.cni.del_network_list(&self.list, &rt) {
+                eprintln!("cleanup DEL of {} on {}: {e}", rt.container_id, self.list.name);
+            }
+        }
+    }
+}
+
 /// A directory removed on drop.
 pub struct TempDir(pub PathBuf);
 

@@ -408,10 +408,13 @@ fn netns_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
     let file = f.scratch.path().join("data").join("netns-file");
     let dir = f.scratch.path().join("data").join("netns-dir");
     let missing = f.scratch.path().join("data").join("no-such-netns");
+    let fifo = f.scratch.path().join("data").join("netns-fifo");
     vec![
         env_case("CNI_NETNS missing on ADD", &base, vec![("CNI_NETNS", None)], ENV),
         env_case("CNI_NETNS a regular file", &base, vec![("CNI_NETNS", Some(file.display().to_string()))], ENV),
         env_case("CNI_NETNS a directory", &base, vec![("CNI_NETNS", Some(dir.display().to_string()))], ENV),
+        // Refused without being opened: opening a FIFO would wait for a writer for good.
+        env_case("CNI_NETNS a FIFO", &base, vec![("CNI_NETNS", Some(fifo.display().to_string()))], ENV),
         env_case("CNI_NETNS does not exist", &base, vec![("CNI_NETNS", Some(missing.display().to_string()))], ENV),
         env_case(
             "CNI_NETNS not a netns (/proc/self/ns/uts)",
@@ -1046,6 +1049,12 @@ fn run_table(f: &Fixture, plugin: &str, cases: &[Case]) {
     std::fs::write(f.scratch.path().join("data").join("netns-file"), "not a netns").expect("write");
     std::fs::write(f.scratch.path().join("data").join("netns-empty"), "").expect("write");
     std::fs::create_dir_all(f.scratch.path().join("data").join("netns-dir")).expect("mkdir");
+    let fifo = f.scratch.path().join("data").join("netns-fifo");
+    if !fifo.exists() {
+        let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo {}", fifo.display());
+    }
     let bin = bin_dir().join(plugin);
     let mut failures = Vec::new();
     for c in cases {
@@ -1687,6 +1696,8 @@ fn host_device_cases(f: &Fixture) -> Vec<Case> {
         case("ipam.type a path", with(&f.base("host-device"), "ipam", json!({ "type": "/bin/sh" })), CONFIG),
         // A device the host does not have: nothing moved, no address taken.
         case("device not on the host", f.base("host-device").to_string(), 100),
+        case("dataDir relative", with(&f.base("host-device"), "dataDir", json!("run/hd")), CONFIG),
+        case("dataDir a number", with(&f.base("host-device"), "dataDir", json!(5)), CONFIG),
     ]
 }
 

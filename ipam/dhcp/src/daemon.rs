@@ -11,6 +11,7 @@ use crate::client::{self, Conn, Failure, Identity, Settings};
 use crate::config::DEFAULT_SOCKET;
 use crate::packet::Reply;
 use crate::proto::{self, Answer, Call, LeaseInfo, LeaseKey, LeaseRequest, RouteInfo};
+use netkit::netns::NetNs;
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -351,6 +352,15 @@ impl Daemon {
             Identity { client_id: client_id.clone(), request: req.request.clone(), provide: req.provide.clone() };
         let settings = self.settings;
         let ifname = req.key.ifname.clone();
+        // Whoever can reach the socket names the path: only a network namespace is ever opened and
+        // entered, anything else is refused at once (code 4), before any retry.
+        // (A path that does not exist is left to the attempt below, which reports it gone.)
+        match NetNs::open(&netns) {
+            Err(e) if !netkit::is_not_found(&e) => {
+                return error(e.code, format!("no DHCP lease for {} on {ifname}: {}", req.key.display(), e.msg))
+            }
+            _ => {}
+        }
         let ack = client::with_retries(
             &settings,
             || {

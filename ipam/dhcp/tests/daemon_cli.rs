@@ -153,3 +153,45 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// Whoever reaches the socket names the netns path the daemon enters: a regular file, a directory
+/// or a FIFO is refused at once with code 4 and a message naming the path and what it is, never
+/// opened (a FIFO's open would hang the call) nor retried; the daemon keeps serving.
+#[test]
+fn a_path_that_is_not_a_network_namespace_is_refused_at_once() {
+    use dhcp::proto::{Answer, Call, LeaseKey, LeaseRequest};
+    use std::io::{BufRead, BufReader, Write};
+    let dir = TempDir::new("dhcp-notns");
+    let sock = dir.path().join("dhcp.sock");
+    let mut child = KillOnDrop(spawn(&bin_dir().join("dhcp"), &["daemon", "-socketpath", sock.to_str().unwrap()]));
+    assert!(wait_for(Duration::from_secs(5), || UnixStream::connect(&sock).is_ok()), "no socket");
+    let file = dir.path().join("file");
+    std::fs::write(&file, "x").unwrap();
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for (path, what) in [(file.as_path(), "a regular file"), (dir.path(), "a directory"), (fifo.as_path(), "a pipe")] {
+        let call = Call::Allocate(LeaseRequest {
+            key: LeaseKey { container_id: "ctr".into(), network: "net".into(), ifname: "eth0".into() },
+            netns: path.display().to_string(),
+            request: Vec::new(),
+            provide: Vec::new(),
+            suppress_gateway: false,
+        });
+        let mut stream = UnixStream::connect(&sock).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream.write_all(format!("{}\n", serde_json::to_string(&call).unwrap()).as_bytes()).unwrap();
+        let mut line = String::new();
+        BufReader::new(&stream)
+            .read_line(&mut line)
+            .unwrap_or_else(|e| panic!("no answer within 5 s for {what} as the netns: {e}"));
+        let answer: Answer = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        let Answer::Error { code, msg } = answer else { panic!("{what}: {line}") };
+        assert_eq!(code, 4, "{what}: {msg}");
+        let want = format!("{} is not a network namespace (it is {what})", path.display());
+        assert!(msg.contains(&want) && msg.contains("ctr/net/eth0"), "{what}: {msg}");
+    }
+    assert!(matches!(dhcp::proto::call(&sock, &Call::Status), Ok(Answer::Done)), "the daemon stopped serving");
+    terminate(&mut child.0);
+    let status = child.0.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "SIGTERM after the refusals");
+}

@@ -180,6 +180,20 @@ pub fn execute<P: Plugin>(plugin: &P, env: &HashMap<String, String>, stdin: &mut
     }
 }
 
+/// ADD's result as the configuration's version prints it. A plugin builds its result in the native
+/// (newest) shape whatever version it is labelled with, as the reference's plugins build a current
+/// result and convert it when printing: so one without addresses cannot be printed as 0.1.0 or
+/// 0.2.0 (`cannot convert: no valid IP addresses`, upstream's error), whether it has interfaces or
+/// not. The plugin's DEL then undoes the ADD, so the failure leaves nothing behind.
+fn add_output<P: Plugin>(plugin: &P, req: &Request, result: CniResult) -> Result<String> {
+    let native = CniResult { cni_version: String::new(), ..result };
+    native.to_pretty(&req.conf.cni_version).inspect_err(|_| {
+        if let Err(e) = plugin.del(req) {
+            eprintln!("undo of an ADD whose result cannot be printed: DEL failed: {e}");
+        }
+    })
+}
+
 fn pretty(v: &Value) -> String {
     let mut buf = Vec::new();
     let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
@@ -291,7 +305,7 @@ fn dispatch<P: Plugin>(
     match command {
         Command::Add => {
             let result = plugin.add(&req)?;
-            result.to_pretty(&req.conf.cni_version)
+            add_output(plugin, &req, result)
         }
         Command::Del => plugin.del(&req).map(|()| String::new()),
         Command::Check => plugin.check(&req).map(|()| String::new()),
@@ -560,5 +574,55 @@ mod tests {
         let mut e = env("DEL");
         e.remove("CNI_NETNS");
         assert_eq!(run_with(&e, CONF).0, 0);
+    }
+
+    /// A plugin whose ADD makes an interface but no address, and which counts its DELs.
+    #[derive(Default)]
+    struct NoAddress {
+        with_interface: bool,
+        dels: std::cell::Cell<u32>,
+    }
+    impl Plugin for NoAddress {
+        fn add(&self, req: &Request) -> Result<CniResult> {
+            let interfaces = if self.with_interface {
+                vec![crate::types::Interface { name: req.ifname.clone(), ..Default::default() }]
+            } else {
+                Vec::new()
+            };
+            Ok(CniResult { cni_version: req.conf.cni_version.clone(), interfaces, ..Default::default() })
+        }
+        fn del(&self, _: &Request) -> Result<()> {
+            self.dels.set(self.dels.get() + 1);
+            Ok(())
+        }
+        fn check(&self, _: &Request) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A result without addresses has no 0.1.0/0.2.0 form: upstream's error (as its plugins print
+    /// it), and DEL undoes the ADD; from 0.3.0 on it prints, with its interface.
+    #[test]
+    fn add_without_addresses_fails_on_0_1_and_0_2_and_is_undone() {
+        for with_interface in [false, true] {
+            for version in version::SUPPORTED {
+                let plugin = NoAddress { with_interface, ..Default::default() };
+                let conf = format!(r#"{{"cniVersion":"{version}","name":"net","type":"fake"}}"#);
+                let out = execute(&plugin, &env("ADD"), &mut conf.as_bytes());
+                let v: Value = serde_json::from_str(&out.stdout).unwrap();
+                let what = format!("{version}, interface: {with_interface}: {v}");
+                if version::at_least(version, "0.3.0") {
+                    assert_eq!(out.exit_code, 0, "{what}");
+                    assert_eq!(v["cniVersion"], version, "{what}");
+                    assert_eq!(v["interfaces"][0]["name"].as_str(), with_interface.then_some("eth0"), "{what}");
+                    assert_eq!(plugin.dels.get(), 0, "{what}");
+                } else {
+                    assert_eq!(out.exit_code, 1, "{what}");
+                    assert_eq!(v["code"], code::INCOMPATIBLE_VERSION, "{what}");
+                    assert_eq!(v["msg"], "cannot convert: no valid IP addresses", "{what}");
+                    assert_eq!(plugin.dels.get(), 1, "{what}: the ADD was not undone");
+                }
+            }
+        }
     }
 }

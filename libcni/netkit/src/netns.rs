@@ -7,7 +7,7 @@
 use libcni::{code, Error, Request, Result};
 use nix::sched::CloneFlags;
 use nix::sys::stat::SFlag;
-use nix::sys::statfs::{fstatfs, NSFS_MAGIC, PROC_SUPER_MAGIC};
+use nix::sys::statfs::{fstatfs, NSFS_MAGIC};
 use std::fs::File;
 use std::io;
 use std::marker::PhantomData;
@@ -35,13 +35,15 @@ impl NetNs {
     /// A path that does not exist is an error with ENOENT (see [`crate::is_not_found`]); one that
     /// exists but is not a network namespace is an `INVALID_ENV` (4) error:
     /// `CNI_NETNS /x is not a network namespace (it is a regular file)`.
+    ///
+    /// Nothing but a namespace is ever opened: the path is first looked up without opening what
+    /// it names (`O_PATH`: no device's open routine runs, no FIFO is waited on), must be on nsfs,
+    /// and only then is that very inode opened, through `/proc/self/fd`.
     pub fn open(path: impl AsRef<Path>) -> Result<NetNs> {
         let path = path.as_ref();
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| open_error(path, &e))?;
+        let probe = probe(path)?;
+        check_on_nsfs(&probe, path)?;
+        let file = reopen(&probe, path)?;
         check_is_netns(&file, path)?;
         Ok(NetNs { file, path: path.to_path_buf() })
     }
@@ -63,14 +65,16 @@ impl NetNs {
     /// namespace is still an error (code 4).
     pub fn open_for_del(path: impl AsRef<Path>) -> Result<Option<NetNs>> {
         let path = path.as_ref();
-        let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC).open(path) {
-            Ok(file) => file,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => return Ok(None),
-            Err(e) => return Err(open_error(path, &e)),
+        let probe = match probe(path) {
+            Ok(probe) => probe,
+            Err(e) if crate::errno(&e) == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(e),
         };
-        if is_unmounted_mount_point(&file, path)? {
+        if is_unmounted_mount_point(&probe, path)? {
             return Ok(None);
         }
+        check_on_nsfs(&probe, path)?;
+        let file = reopen(&probe, path)?;
         check_is_netns(&file, path)?;
         Ok(Some(NetNs { file, path: path.to_path_buf() }))
     }
@@ -101,6 +105,18 @@ impl NetNs {
     /// plugin's own namespace as `CNI_NETNS` is a mistake worth catching).
     pub fn same_as_current(&self) -> Result<bool> {
         self.same_as(&NetNs::current()?)
+    }
+
+    /// An exclusive lock on the namespace itself (flock on its nsfs inode, which every path to
+    /// the namespace shares), held until the returned value is dropped: serialises plugins that
+    /// read the namespace's state and then change it on what they read (the first free routing
+    /// table for a VRF or for sbr), without a file on disk. The reference's sbr takes the same
+    /// lock. Waits for the holder to finish.
+    pub fn lock(&self) -> Result<nix::fcntl::Flock<std::os::fd::OwnedFd>> {
+        let what = || format!("lock netns {}", self.path.display());
+        let fd = self.file.as_fd().try_clone_to_owned().map_err(|e| Error::io(what(), &e))?;
+        nix::fcntl::Flock::lock(fd, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| Error::io(what(), &io::Error::from(e)))
     }
 
     /// Moves the calling thread into this namespace until the guard is dropped.
@@ -190,11 +206,30 @@ fn open_error(path: &Path, err: &io::Error) -> Error {
     }
 }
 
-/// An empty regular file outside nsfs and procfs: what is left of a namespace bind mount.
+/// `path` looked up but not opened (`O_PATH`), symlinks followed as the reference follows them:
+/// enough for fstat and fstatfs, and nothing of what it names runs.
+fn probe(path: &Path) -> Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| open_error(path, &e))
+}
+
+/// Opens the inode `probe` holds (checked to be on nsfs), not whatever `path` names by now.
+fn reopen(probe: &File, path: &Path) -> Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", probe.as_raw_fd()))
+        .map_err(|e| Error::io(format_args!("open netns {}", path.display()), &e))
+}
+
+/// An empty regular file outside nsfs: what is left of a namespace bind mount.
 fn is_unmounted_mount_point(file: &File, path: &Path) -> Result<bool> {
     let fs = fstatfs(file.as_fd())
         .map_err(|e| Error::io(format_args!("statfs netns {}", path.display()), &io::Error::from(e)))?;
-    if fs.filesystem_type() == NSFS_MAGIC || fs.filesystem_type() == PROC_SUPER_MAGIC {
+    if fs.filesystem_type() == NSFS_MAGIC {
         return Ok(false);
     }
     let meta = file.metadata().map_err(|e| Error::io(format_args!("stat netns {}", path.display()), &e))?;
@@ -232,13 +267,16 @@ fn refuse_own(req: &Request, ns: &NetNs) -> Result<()> {
     Ok(())
 }
 
-fn check_is_netns(file: &File, path: &Path) -> Result<()> {
-    let not_netns =
-        |what: &str| Error::env(format!("CNI_NETNS {} is not a network namespace ({what})", path.display()));
+fn not_netns(path: &Path, what: &str) -> Error {
+    Error::env(format!("CNI_NETNS {} is not a network namespace ({what})", path.display()))
+}
+
+/// A namespace file lives on nsfs; `/proc/<pid>/ns/net` resolves to it. Anything else (a procfs
+/// file that is not such a link included) is refused, saying what it is.
+fn check_on_nsfs(file: &File, path: &Path) -> Result<()> {
     let fs = fstatfs(file.as_fd())
         .map_err(|e| Error::io(format_args!("statfs netns {}", path.display()), &io::Error::from(e)))?;
-    let fs_type = fs.filesystem_type();
-    if fs_type != NSFS_MAGIC && fs_type != PROC_SUPER_MAGIC {
+    if fs.filesystem_type() != NSFS_MAGIC {
         let meta = file.metadata().map_err(|e| Error::io(format_args!("stat netns {}", path.display()), &e))?;
         let mode = SFlag::from_bits_truncate(meta.mode() & libc::S_IFMT);
         let kind = match mode {
@@ -250,15 +288,20 @@ fn check_is_netns(file: &File, path: &Path) -> Result<()> {
             SFlag::S_IFSOCK => "it is a socket",
             _ => "it is not on nsfs",
         };
-        return Err(not_netns(kind));
+        return Err(not_netns(path, kind));
     }
+    Ok(())
+}
+
+/// The opened nsfs file is a network namespace, not one of another type.
+fn check_is_netns(file: &File, path: &Path) -> Result<()> {
     // SAFETY: NS_GET_NSTYPE takes no argument and only reads the namespace behind a valid fd.
     let ns_type = unsafe { libc::ioctl(file.as_raw_fd(), NS_GET_NSTYPE as _) };
     if ns_type < 0 {
-        return Err(not_netns("it is not a namespace file"));
+        return Err(not_netns(path, "it is not a namespace file"));
     }
     if ns_type != libc::CLONE_NEWNET {
-        return Err(not_netns(&format!("it is a namespace of another type, {}", ns_type_name(ns_type))));
+        return Err(not_netns(path, &format!("it is a namespace of another type, {}", ns_type_name(ns_type))));
     }
     Ok(())
 }

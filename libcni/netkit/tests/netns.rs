@@ -34,6 +34,23 @@ fn open_rejects_a_regular_file_and_a_directory() {
     let e = NetNs::open("/proc/self/status").unwrap_err();
     assert_eq!(e.code, code::INVALID_ENV, "{e}");
 
+    // What it names is never opened: a FIFO (whose open would wait for a writer forever) and a
+    // character device are refused at once, for ADD and DEL alike.
+    let fifo = dir.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let probe = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send((NetNs::open(&probe).map(drop), NetNs::open_for_del(&probe).map(drop)));
+    });
+    let (add, del) = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("opening a FIFO as a netns hangs");
+    for e in [add.unwrap_err(), del.unwrap_err()] {
+        assert_eq!(e.code, code::INVALID_ENV, "{e}");
+        assert!(e.msg.ends_with("is not a network namespace (it is a pipe)"), "{e}");
+    }
+    let e = NetNs::open("/dev/null").unwrap_err();
+    assert!(e.msg.ends_with("is not a network namespace (it is a character device)"), "{e}");
+
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -2,12 +2,14 @@
 //! bridge keys with real effects: MAC, MTU, hairpin, port isolation, promisc, no gateway, L2 only,
 //! forceAddress, masquerade to a host with no route back, and undo of a failed ADD.
 
-use cni_tests::{bin_dir, bridge_ports, pings, run, sh, unique, LinkGuard, Netns, RemoteHost, TempDir};
+use cni_tests::{bin_dir, bridge_ports, pings, run, sh, unique, Attachments, LinkGuard, Netns, RemoteHost, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use serde_json::{json, Map, Value};
 
 struct Net {
+    /// Declared first: every attachment ADDed is DELed again before the bridge and data go.
+    attached: Attachments,
     list: NetworkConfigList,
     cni: CniConfig,
     _data: TempDir,
@@ -29,7 +31,13 @@ fn network(bridge_keys: Value, subnet: Option<&str>) -> Net {
     let list = json!({ "cniVersion": "1.1.0", "name": unique("netb"), "plugins": [plugin] });
     let list = NetworkConfigList::from_bytes(list.to_string().as_bytes()).expect("conflist");
     let cni = CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf());
-    Net { list, cni, _data: data, _cache: cache, bridge: LinkGuard(bridge) }
+    Net { attached: Attachments::new(&cni, &list), list, cni, _data: data, _cache: cache, bridge: LinkGuard(bridge) }
+}
+
+impl Net {
+    fn add(&self, rt: &RuntimeConf) -> libcni::Result<libcni::CniResult> {
+        self.attached.add(rt)
+    }
 }
 
 fn rt(ns: &Netns) -> RuntimeConf {
@@ -51,7 +59,7 @@ fn mac_mtu_hairpin_isolation() {
     let mut caps = Map::new();
     caps.insert("mac".into(), json!("0a:58:0a:c9:01:63"));
     r.capability_args = caps;
-    let result = net.cni.add_network_list(&net.list, &r).expect("ADD");
+    let result = net.add(&r).expect("ADD");
     let link = pod.sh("ip", &["-o", "link", "show", "eth0"]);
     assert!(link.contains("0a:58:0a:c9:01:63"), "runtimeConfig.mac not applied: {link}");
     assert!(link.contains("mtu 1400"), "mtu not applied in the pod: {link}");
@@ -77,7 +85,7 @@ fn check_fails_when_the_pod_lost_its_address() {
     let net = network(json!({ "isGateway": true }), Some("10.201.2.0/24"));
     let pod = Netns::new("cnbc");
     let r = rt(&pod);
-    let result = net.cni.add_network_list(&net.list, &r).expect("ADD");
+    let result = net.add(&r).expect("ADD");
     net.cni.check_network_list(&net.list, &r).expect("CHECK right after ADD");
     let addr = result.ips[0].address.to_string();
     pod.sh("ip", &["addr", "del", &addr, "dev", "eth0"]);
@@ -92,14 +100,14 @@ fn no_gateway_and_l2_only() {
     let net = network(json!({}), Some("10.201.3.0/24"));
     let pod = Netns::new("cnbn");
     let r = rt(&pod);
-    net.cni.add_network_list(&net.list, &r).expect("ADD");
+    net.add(&r).expect("ADD");
     assert!(!sh("ip", &["-o", "-4", "addr", "show", &net.bridge.0]).contains("inet "), "bridge got an address");
     net.cni.del_network_list(&net.list, &r).expect("DEL");
 
     let l2 = network(json!({}), None);
     let pod = Netns::new("cnbl");
     let r = rt(&pod);
-    let result = l2.cni.add_network_list(&l2.list, &r).expect("L2 ADD");
+    let result = l2.add(&r).expect("L2 ADD");
     assert!(result.ips.is_empty());
     assert!(pod.sh("ip", &["-o", "link", "show", "eth0"]).contains("UP"), "L2 pod interface is down");
     l2.cni.check_network_list(&l2.list, &r).expect("L2 CHECK");
@@ -113,7 +121,7 @@ fn conflicting_bridge_address_needs_force_address() {
     sh("ip", &["addr", "add", "10.201.4.254/24", "dev", &net.bridge.0]);
     let pod = Netns::new("cnbf");
     let r = rt(&pod);
-    let err = net.cni.add_network_list(&net.list, &r).expect_err("a conflicting address must fail");
+    let err = net.add(&r).expect_err("a conflicting address must fail");
     assert!(err.msg.contains("forceAddress"), "{err}");
     // The failed ADD undid itself: no port, no pod interface, no reservation.
     assert!(bridge_ports(&net.bridge.0).is_empty());
@@ -123,7 +131,7 @@ fn conflicting_bridge_address_needs_force_address() {
     let forced = network(json!({ "isGateway": true, "forceAddress": true }), Some("10.201.5.0/24"));
     sh("ip", &["link", "add", &forced.bridge.0, "type", "bridge"]);
     sh("ip", &["addr", "add", "10.201.5.254/24", "dev", &forced.bridge.0]);
-    forced.cni.add_network_list(&forced.list, &r).expect("ADD with forceAddress");
+    forced.add(&r).expect("ADD with forceAddress");
     let addrs = sh("ip", &["-o", "-4", "addr", "show", &forced.bridge.0]);
     assert!(addrs.contains("10.201.5.1/24") && !addrs.contains("10.201.5.254"), "{addrs}");
     forced.cni.del_network_list(&forced.list, &r).expect("DEL");
@@ -135,8 +143,8 @@ fn failed_ipam_undoes_the_veth() {
     let net = network(json!({ "isGateway": true }), Some("10.201.6.0/30"));
     let (a, b) = (Netns::new("cnbu"), Netns::new("cnbv"));
     let (ra, rb) = (rt(&a), rt(&b));
-    net.cni.add_network_list(&net.list, &ra).expect("first ADD");
-    let err = net.cni.add_network_list(&net.list, &rb).expect_err("second ADD must exhaust the range");
+    net.add(&ra).expect("first ADD");
+    let err = net.add(&rb).expect_err("second ADD must exhaust the range");
     assert_eq!(err.code, 101, "{err}");
     assert!(!b.exec("ip", &["link", "show", "eth0"]).status.success(), "pod interface left after failed ADD");
     let ports = bridge_ports(&net.bridge.0);
@@ -154,7 +162,7 @@ fn masquerade_reaches_a_host_with_no_route_back() {
         let pod = Netns::new("cnbm");
         let _remote = RemoteHost::up();
         let r = rt(&pod);
-        net.cni.add_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: ADD: {e}"));
+        net.add(&r).unwrap_or_else(|e| panic!("{backend}: ADD: {e}"));
         assert!(pings(&pod, RemoteHost::ADDR), "{backend}: the pod cannot reach the remote host through masquerade");
         net.cni.check_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: CHECK: {e}"));
         net.cni.del_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: DEL: {e}"));
@@ -172,7 +180,7 @@ fn macspoofchk_drops_frames_with_another_source_mac() {
     let net = network(json!({ "isGateway": true, "macspoofchk": true }), Some("10.201.8.0/24"));
     let pod = Netns::new("cnbs");
     let r = rt(&pod);
-    let result = net.cni.add_network_list(&net.list, &r).expect("ADD");
+    let result = net.add(&r).expect("ADD");
     let mac = result.interfaces[2].mac.clone().expect("pod MAC");
     assert!(pings(&pod, "10.201.8.1"), "the pod cannot reach its gateway with its own MAC");
     net.cni.check_network_list(&net.list, &r).expect("CHECK");
@@ -198,7 +206,7 @@ fn host_veth_name_collision_never_touches_the_other_link() {
     let peer = unique("cnbo");
     sh("ip", &["link", "add", &taken, "type", "veth", "peer", "name", &peer]);
     let _other = LinkGuard(taken.clone());
-    let result = net.cni.add_network_list(&net.list, &r).expect("ADD despite the taken name");
+    let result = net.add(&r).expect("ADD despite the taken name");
     assert_ne!(result.interfaces[1].name, taken);
     assert!(pings(&pod, "10.201.9.1"));
     net.cni.check_network_list(&net.list, &r).expect("CHECK");
@@ -212,18 +220,10 @@ fn gc_removes_masquerade_and_spoof_checks_of_attachments_not_kept() {
     let net = network(json!({ "isGateway": true, "ipMasq": true, "macspoofchk": true }), Some("10.201.10.0/24"));
     let (a, b) = (Netns::new("cnbg"), Netns::new("cnbh"));
     let (ra, rb) = (rt(&a), rt(&b));
-    // Whatever the assertions say, both attachments are deleted at the end (DEL works without cache).
-    struct DelOnDrop<'a>(&'a Net, [&'a RuntimeConf; 2]);
-    impl Drop for DelOnDrop<'_> {
-        fn drop(&mut self) {
-            for r in self.1 {
-                let _ = self.0.cni.del_network_list(&self.0.list, r);
-            }
-        }
-    }
-    let _cleanup = DelOnDrop(&net, [&ra, &rb]);
-    let ip_a = net.cni.add_network_list(&net.list, &ra).expect("ADD a").ips[0].address.ip().to_string();
-    let result_b = net.cni.add_network_list(&net.list, &rb).expect("ADD b");
+    // Whatever the assertions say, both attachments are deleted at the end (Net's Attachments;
+    // DEL works without cache).
+    let ip_a = net.add(&ra).expect("ADD a").ips[0].address.ip().to_string();
+    let result_b = net.add(&rb).expect("ADD b");
     let (ip_b, port_b) = (result_b.ips[0].address.ip().to_string(), result_b.interfaces[1].name.clone());
     // Lose the runtime's cache of b, so only the plugin's own GC can find b's rules.
     let cache = net.cni.cache_dir.join("results").join(format!("{}-{}-eth0", net.list.name, rb.container_id));
@@ -313,16 +313,18 @@ fn go_style_keys_configure_the_same_network() {
         "IPAM": { "Type": "host-local", "Ranges": [[{ "Subnet": "10.201.11.0/24" }]], "DataDir": data.path() } });
     let list = json!({ "cniVersion": "1.1.0", "name": unique("netb"), "plugins": [plugin] });
     let list = NetworkConfigList::from_bytes(list.to_string().as_bytes()).expect("conflist");
+    let cni = CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf());
     let net = Net {
+        attached: Attachments::new(&cni, &list),
         list,
-        cni: CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf()),
+        cni,
         _data: data,
         _cache: cache,
         bridge: LinkGuard(bridge),
     };
     let pod = Netns::new("cnbg");
     let r = rt(&pod);
-    let result = net.cni.add_network_list(&net.list, &r).expect("ADD");
+    let result = net.add(&r).expect("ADD");
     assert_eq!(result.ips[0].address.to_string(), "10.201.11.2/24");
     let bridge_addr = sh("ip", &["-o", "-4", "addr", "show", &net.bridge.0]);
     assert!(bridge_addr.contains("10.201.11.1/24"), "IsGateway not applied: {bridge_addr}");

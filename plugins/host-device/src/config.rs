@@ -1,5 +1,5 @@
 //! The host-device plugin's keys (the reference's `device`, `hwaddr`, `kernelpath`, `pciBusID`,
-//! `runtimeConfig.deviceID`, `dns`, optional `ipam`), parsed and validated once.
+//! `runtimeConfig.deviceID`, `dns`, optional `ipam`; our own `dataDir`), parsed and validated once.
 
 use libcni::conf::kind;
 use libcni::gojson::{self, Spelled};
@@ -18,6 +18,7 @@ struct Raw {
     kernelpath: Option<Spelled<String>>,
     #[serde(rename = "pciBusID")]
     pci_bus_id: Option<Spelled<String>>,
+    data_dir: Option<String>,
 }
 
 /// Which host device to move, in the reference's order of precedence: `device`, `hwaddr`,
@@ -42,7 +43,14 @@ pub struct HostDeviceConf {
     pub ipam_type: Option<String>,
     /// Replaces IPAM's DNS when set.
     pub dns: Option<Dns>,
+    /// Where ADD keeps the device's own alias (ours, not the reference's: it overwrites the alias
+    /// with the host name for good), so DEL can give it back.
+    pub data_dir: PathBuf,
 }
+
+/// `dataDir` unless the configuration names another: under /run, as the kernel state it
+/// describes does not outlive a reboot either.
+pub const DEFAULT_DATA_DIR: &str = "/run/cni/host-device";
 
 /// `DDDD:BB:DD.F`, as sysfs names PCI devices.
 pub fn is_pci_address(s: &str) -> bool {
@@ -132,7 +140,8 @@ pub fn parse(req: &Request) -> Result<HostDeviceConf> {
     if let Some(t) = ipam_type.as_deref().filter(|t| !libcni::invoke::valid_plugin_type(t)) {
         return Err(Error::config(format!("invalid ipam type {t:?}: a plugin name cannot contain '/'")));
     }
-    Ok(HostDeviceConf { selector, ipam_type, dns: req.conf.dns.clone().filter(|d| *d != Dns::default()) })
+    let data_dir = netkit::saved::dir(raw.data_dir, DEFAULT_DATA_DIR, "host-device")?;
+    Ok(HostDeviceConf { selector, ipam_type, dns: req.conf.dns.clone().filter(|d| *d != Dns::default()), data_dir })
 }
 
 #[cfg(test)]

@@ -1,7 +1,10 @@
 //! host-device: moves an existing device of the host (a NIC, an SR-IOV VF, a macvlan...) into the
 //! pod, renamed to CNI_IFNAME, with addresses from IPAM when there is an `ipam` section; DEL moves
 //! it back under its host name. As the reference, the host name travels in the device's alias
-//! (IFLA_IFALIAS), so either plugin returns a device the other moved in. A PCI device bound to a
+//! (IFLA_IFALIAS), so either plugin returns a device the other moved in. The alias the device had
+//! is kept in `<dataDir>/<containerID>_<ifname>.json` and given back on DEL (the reference leaves
+//! the host name in the alias for good); a device the reference moved in keeps its alias as the
+//! reference leaves it. A PCI device bound to a
 //! userspace (DPDK) driver has no network interface to move: ADD only runs IPAM, as the reference.
 
 pub mod config;
@@ -12,7 +15,8 @@ use libcni::types::{CniResult, Interface};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
 use netkit::iface::{self, Undo};
 use netkit::{Link, NetNs, Netlink};
-use std::path::Path;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 pub struct HostDevice;
 
@@ -45,13 +49,19 @@ impl Plugin for HostDevice {
             errs.record(invoke::delegate_del(ipam, req));
         }
         let mtu = recorded(req).and_then(|i| i.mtu);
-        match netkit::container_netns_for_del(req) {
-            Ok(Some(ns)) => {
-                errs.record(move_out(&ns, &req.ifname, mtu));
-            }
-            Ok(None) => {
-                errs.record(rename_returned(req, mtu));
-            }
+        let returned = match netkit::container_netns_for_del(req) {
+            Ok(Some(ns)) => move_out(&ns, &req.ifname, mtu),
+            Ok(None) => rename_returned(req, mtu),
+            Err(e) => Err(e),
+        };
+        match returned {
+            // The device is out of the pod (or gone with it): its own alias back, if ADD kept it.
+            Ok(()) => match netkit::saved::dir_for_del(&req.raw, config::DEFAULT_DATA_DIR, "host-device") {
+                Ok(dir) => {
+                    errs.record(restore_alias(&saved_path(&dir, req)));
+                }
+                Err(e) => eprintln!("host-device: DEL cannot give the device its alias back: {e}"),
+            },
             Err(e) => errs.push(e),
         }
         errs.finish()
@@ -98,7 +108,10 @@ fn add<'a>(
 ) -> Result<CniResult> {
     let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
     let moved = match find_device(host, &conf.selector, Path::new("/sys"))? {
-        Some(dev) => Some(move_in(host, cont, ns, dev, &req.ifname, undo)?),
+        Some(dev) => {
+            let saved = saved_path(&conf.data_dir, req);
+            Some(move_in(host, cont, ns, dev, &req.ifname, saved, undo)?)
+        }
         None => None,
     };
     if let Some(ipam) = &conf.ipam_type {
@@ -135,6 +148,7 @@ fn move_in<'a>(
     ns: &'a NetNs,
     dev: Link,
     ifname: &'a str,
+    saved: PathBuf,
     undo: &mut Undo<'a>,
 ) -> Result<Link> {
     let what = |e: Error, step: &str| e.context(format_args!("{step} host device {}", dev.name));
@@ -142,12 +156,18 @@ fn move_in<'a>(
         return Err(Error::config("host-device cannot move lo: name a network device"));
     }
     let (index, was_up, old_alias) = (dev.index, dev.up, dev.alias.clone().unwrap_or_default());
+    // Kept before the alias changes, so that DEL finds it whenever the device can be in the pod.
+    let record = Saved { name: dev.name.clone(), alias: old_alias.clone(), index, mac: dev.mac_string() };
+    let bytes = serde_json::to_vec(&record)
+        .map_err(|e| Error::new(code::INTERNAL, format!("host-device: encode the saved alias: {e}")))?;
+    netkit::saved::write(&saved, &bytes, "host-device: save the alias of the device")?;
     // A failed ADD gives the device back as it was: up if it was, its own alias.
     undo.push(move || {
         let _ = host.set_alias(index, &old_alias);
         if was_up {
             let _ = host.set_up(index);
         }
+        let _ = netkit::saved::remove(&saved, "host-device");
     });
     host.set_down(index).map_err(|e| what(e, "set down"))?;
     host.set_alias(index, &dev.name).map_err(|e| what(e, "record the host name in the alias of"))?;
@@ -188,6 +208,44 @@ fn move_out(ns: &NetNs, ifname: &str, mtu: Option<u32>) -> Result<()> {
     cont.set_netns_named(link.index, &home, &name)
         .map_err(|e| e.context(format_args!("return {ifname} from {} as {name}", ns.path().display())))?;
     restore_mtu(&host, &name, mtu)
+}
+
+/// What ADD keeps of the device on the host, for DEL.
+#[derive(Debug, Serialize, Deserialize)]
+struct Saved {
+    /// Its host name (also in its alias while it is in the pod).
+    name: String,
+    /// Its alias on the host, empty for none.
+    alias: String,
+    index: u32,
+    mac: Option<String>,
+}
+
+/// `<dataDir>/<containerID>_<ifname>.json`.
+fn saved_path(dir: &Path, req: &Request) -> PathBuf {
+    netkit::saved::path(dir, &req.container_id, &req.ifname)
+}
+
+/// DEL, once the device is out of the pod: the device back on the host under the saved name,
+/// still carrying that name as its alias (as moving it in left it) and the same device (its index
+/// or MAC), gets its own alias back (none when it had none). Then the file goes: whatever was not
+/// found is not there to restore. Nothing saved (the reference moved the device in): nothing to do.
+fn restore_alias(saved: &Path) -> Result<()> {
+    let Some(bytes) = netkit::saved::read(saved, "host-device")? else { return Ok(()) };
+    match serde_json::from_slice::<Saved>(&bytes) {
+        Ok(s) => {
+            let host = Netlink::open()?;
+            let ours = |l: &Link| {
+                l.alias.as_deref() == Some(s.name.as_str()) && (l.index == s.index || l.mac_string() == s.mac)
+            };
+            if let Some(link) = host.link(&s.name)?.filter(ours) {
+                host.set_alias(link.index, &s.alias)
+                    .map_err(|e| e.context(format_args!("give {} its alias {:?} back", s.name, s.alias)))?;
+            }
+        }
+        Err(e) => eprintln!("host-device: {} is unreadable, so the alias stays: {e}", saved.display()),
+    }
+    netkit::saved::remove(saved, "host-device")
 }
 
 fn restore_mtu(host: &Netlink, name: &str, mtu: Option<u32>) -> Result<()> {

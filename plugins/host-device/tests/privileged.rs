@@ -5,7 +5,7 @@
 //! moved device on IPv4 and IPv6; every spec version, DEL twice, DEL with the pod gone, a failed
 //! ADD, each way of naming the device, and the reference plugin on the same device.
 
-use cni_tests::{bin_dir, pings, run, Netns};
+use cni_tests::{bin_dir, pings, run, Netns, TempDir};
 use libcni::version::{at_least, SUPPORTED};
 use serde_json::{json, Value};
 use std::io::Write;
@@ -21,6 +21,8 @@ struct Rig {
     wire: Netns,
     pod: Netns,
     n: u8,
+    /// The configuration's `dataDir`: where ADD keeps the device's alias.
+    data: TempDir,
 }
 
 impl Rig {
@@ -31,13 +33,14 @@ impl Rig {
         wire.ip(&["addr", "add", &format!("10.203.{n}.1/24"), "dev", "far"]);
         wire.ip(&["addr", "add", &format!("fd00:203:{n}::1/64"), "dev", "far", "nodad"]);
         wire.ip(&["link", "set", "far", "up"]);
-        Rig { host, wire, pod, n }
+        Rig { host, wire, pod, n, data: TempDir::new("cnhd") }
     }
 
     fn conf(&self, version: &str, extra: Value) -> Value {
         let n = self.n;
         let mut c = json!({
             "cniVersion": version, "name": "hdnet", "type": "host-device", "device": "hd0",
+            "dataDir": self.data.path(),
             "ipam": { "type": "static", "addresses": [
                 { "address": format!("10.203.{n}.2/24") }, { "address": format!("fd00:203:{n}::2/64") }
             ]}
@@ -130,6 +133,9 @@ fn host_device_on_every_version() {
         assert!(home.contains(&mac), "{version}: {home}");
         let want_mtu = if at_least(version, "1.0.0") { "mtu 1300" } else { "mtu 1400" };
         assert!(home.contains(want_mtu), "{version}: want {want_mtu}: {home}");
+        // Its own alias back (the reference leaves the host name there), and nothing kept on disk.
+        assert!(home.contains("alias orig"), "{version}: alias not restored: {home}");
+        assert_eq!(std::fs::read_dir(rig.data.path()).unwrap().count(), 0, "{version}: the saved alias stays");
         rig.ours("DEL", &with_prev(conf.clone(), &r));
         assert!(rig.host_link("hd0").is_some(), "{version}: the second DEL lost hd0");
         drop(rig.wire);
@@ -150,6 +156,7 @@ fn failed_add_returns_the_device() {
     assert!(!rig.pod_has("net1"), "net1 left in the pod");
     let home = rig.host_link("hd0").expect("hd0 back on the host");
     assert!(home.contains(",UP") && home.contains("alias orig"), "hd0 not restored: {home}");
+    assert_eq!(std::fs::read_dir(rig.data.path()).unwrap().count(), 0, "the failed ADD left its saved alias");
 }
 
 /// DEL after the pod's namespace is gone. A virtual device goes with the namespace and DEL
@@ -181,7 +188,8 @@ fn del_with_the_pod_gone() {
 #[test]
 fn hwaddr_kernelpath_and_no_ipam() {
     let rig = Rig::new(32);
-    rig.host.ip(&["link", "set", "hd0", "address", "0a:58:0a:cb:20:05"]);
+    // A device without an alias (the common case) has none again after DEL.
+    rig.host.ip(&["link", "set", "hd0", "address", "0a:58:0a:cb:20:05", "alias", ""]);
     for (extra, what) in [
         (json!({ "device": null, "hwaddr": "0A:58:0A:CB:20:05" }), "hwaddr"),
         // Under `ip netns exec`, /sys is the test host's: its virtual devices are hd0 and lo.
@@ -194,7 +202,8 @@ fn hwaddr_kernelpath_and_no_ipam() {
         let addrs = rig.pod.sh("ip", &["-4", "addr", "show", "net1"]);
         assert_eq!(addrs.contains("10.203.32.2"), what != "no ipam", "{what}: {addrs}");
         rig.ours("DEL", &with_prev(conf, &r));
-        assert!(rig.host_link("hd0").is_some(), "{what}: hd0 not back");
+        let home = rig.host_link("hd0").unwrap_or_else(|| panic!("{what}: hd0 not back"));
+        assert!(!home.contains("alias"), "{what}: DEL left an alias: {home}");
     }
     let (ok, v) = rig.call(&ours(), "ADD", &rig.pod.path, &rig.conf("1.0.0", json!({ "device": "nope0" })));
     assert!(!ok && v["msg"].as_str().unwrap_or("").contains("nope0"), "{v}");
@@ -211,10 +220,21 @@ fn compatible_with_the_reference_host_device() {
     assert!(ok, "reference ADD: {r}");
     assert!(pings(&rig.pod, "10.203.33.1"));
     rig.ours("DEL", &with_prev(conf.clone(), &r));
-    assert!(rig.host_link("hd0").is_some() && !rig.pod_has("net1"), "our DEL of the reference's device");
+    assert!(!rig.pod_has("net1"), "our DEL of the reference's device left it in the pod");
+    // The reference's ADD put the host name in the alias and kept no other: it stays, as the
+    // reference's own DEL leaves it.
+    let home = rig.host_link("hd0").expect("our DEL of the reference's device: hd0 back");
+    assert!(home.contains("alias hd0"), "{home}");
 
+    rig.host.ip(&["link", "set", "hd0", "alias", "orig"]);
     let r = rig.ours("ADD", &conf);
-    let (ok, v) = rig.call(Path::new(REFERENCE), "DEL", &rig.pod.path, &with_prev(conf, &r));
+    let (ok, v) = rig.call(Path::new(REFERENCE), "DEL", &rig.pod.path, &with_prev(conf.clone(), &r));
     assert!(ok, "reference DEL: {v}");
     assert!(rig.host_link("hd0").is_some() && !rig.pod_has("net1"), "the reference's DEL of our device");
+
+    // The reference's DEL of our device leaves our saved file: the next ADD of ours replaces it.
+    rig.host.ip(&["link", "set", "hd0", "alias", "orig"]);
+    let r = rig.ours("ADD", &conf);
+    rig.ours("DEL", &with_prev(conf, &r));
+    assert!(rig.host_link("hd0").unwrap().contains("alias orig"), "alias after an ADD over a stale saved file");
 }

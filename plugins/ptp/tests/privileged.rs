@@ -5,7 +5,7 @@
 //! switches between the reference ptp (/usr/lib/cni) and ours. Privileged: makes its own
 //! namespaces and removes them even when an assertion fails.
 
-use cni_tests::{bin_dir, pings, reservations, run, sh, unique, Netns, RemoteHost, TempDir};
+use cni_tests::{bin_dir, pings, reservations, run, sh, unique, Attachments, Netns, RemoteHost, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use libcni::version::{at_least, SUPPORTED};
@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 const REFERENCE: &str = "/usr/lib/cni";
 
 struct Net {
+    /// Declared first, so its cleanup DELs run before the data directory goes.
+    attached: Attachments,
     list: NetworkConfigList,
     cni: CniConfig,
     data: TempDir,
@@ -42,13 +44,21 @@ fn network(version: &str, n: u8, v4_prefix: u8, extra: Value) -> Net {
     let list = json!({ "cniVersion": version, "name": unique("ptpnet"), "plugins": [ptp] });
     let list = NetworkConfigList::from_bytes(list.to_string().as_bytes()).expect("conflist");
     let cni = CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf());
-    Net { list, cni, data, cache }
+    Net { attached: Attachments::new(&cni, &list), list, cni, data, cache }
 }
 
 impl Net {
     /// The same network and cache, run with the plugins in `dir`.
     fn with_plugins(&self, dir: &Path) -> CniConfig {
         CniConfig::with_cache_dir(vec![dir.to_path_buf()], self.cache.path().to_path_buf())
+    }
+
+    fn add(&self, rt: &RuntimeConf) -> libcni::Result<CniResult> {
+        self.attached.add(rt)
+    }
+
+    fn add_with(&self, cni: &CniConfig, rt: &RuntimeConf) -> libcni::Result<CniResult> {
+        self.attached.add_with(cni, rt)
     }
 }
 
@@ -119,8 +129,8 @@ fn attach_detach(version: &str, n: u8) {
     let pod1 = Netns::new("cnpa");
     let mut pod2 = Netns::new("cnpb");
     let (rt1, rt2) = (rt(&pod1), rt(&pod2));
-    let r1 = net.cni.add_network_list(&net.list, &rt1).unwrap_or_else(|e| panic!("{version}: ADD: {e}"));
-    let r2 = net.cni.add_network_list(&net.list, &rt2).unwrap_or_else(|e| panic!("{version}: ADD pod2: {e}"));
+    let r1 = net.add(&rt1).unwrap_or_else(|e| panic!("{version}: ADD: {e}"));
+    let r2 = net.add(&rt2).unwrap_or_else(|e| panic!("{version}: ADD pod2: {e}"));
     let (gw4, gw6) = (format!("10.202.{n}.1"), format!("fd00:202:{n}::1"));
     let (a4, a6, veth1) = (addr(&r1, true), addr(&r1, false), host_veth(&r1, &rt1));
 
@@ -209,8 +219,8 @@ fn failed_add_leaves_nothing() {
     let net = network("1.1.0", 40, 30, json!({ "ipMasq": true }));
     let (pod1, pod2) = (Netns::new("cnpc"), Netns::new("cnpd"));
     let (rt1, rt2) = (rt(&pod1), rt(&pod2));
-    net.cni.add_network_list(&net.list, &rt1).expect("ADD of the only pod that fits");
-    let e = net.cni.add_network_list(&net.list, &rt2).expect_err("the /30 is full");
+    net.add(&rt1).expect("ADD of the only pod that fits");
+    let e = net.add(&rt2).expect_err("the /30 is full");
     assert_eq!(e.code, libcni::code::RANGE_EXHAUSTED, "{e}");
     assert!(!pod2.exec("ip", &["link", "show", "eth0"]).status.success(), "eth0 left after the failed ADD");
     for attempt in 0..8 {
@@ -233,7 +243,7 @@ fn mtu_and_masquerade() {
         let pod = Netns::new("cnpm");
         let _remote = RemoteHost::up();
         let r = rt(&pod);
-        let res = net.cni.add_network_list(&net.list, &r).unwrap_or_else(|e| panic!("{backend}: ADD: {e}"));
+        let res = net.add(&r).unwrap_or_else(|e| panic!("{backend}: ADD: {e}"));
         assert!(pod.sh("ip", &["link", "show", "eth0"]).contains("mtu 1400"), "{backend}: pod mtu");
         assert!(sh("ip", &["link", "show", &host_veth(&res, &r)]).contains("mtu 1400"), "{backend}: host end mtu");
         assert!(pings(&pod, RemoteHost::ADDR), "{backend}: the pod cannot reach the remote host through masquerade");
@@ -267,10 +277,10 @@ fn compatible_with_the_reference_ptp() {
 
     let pod_ref = Netns::new("cnpf");
     let rt_ref = rt(&pod_ref);
-    let r_ref = theirs.add_network_list(&net.list, &rt_ref).expect("reference ADD");
+    let r_ref = net.add_with(&theirs, &rt_ref).expect("reference ADD");
     let pod_ours = Netns::new("cnpo");
     let rt_ours = rt(&pod_ours);
-    let r_ours = net.cni.add_network_list(&net.list, &rt_ours).expect("our ADD");
+    let r_ours = net.add(&rt_ours).expect("our ADD");
     assert_eq!(
         layout(&pod_ours, &r_ours, &rt_ours, n),
         layout(&pod_ref, &r_ref, &rt_ref, n),
@@ -306,7 +316,7 @@ fn compatible_with_the_reference_ptp() {
     let back = network("1.0.0", n + 1, 24, json!({ "ipMasq": true, "ipMasqBackend": "iptables" }));
     let pod = Netns::new("cnpg");
     let rt_back = rt(&pod);
-    let r = back.cni.add_network_list(&back.list, &rt_back).expect("our ADD on iptables");
+    let r = back.add(&rt_back).expect("our ADD on iptables");
     assert!(chain_of(&rt_back.container_id), "our iptables masquerade is not the reference's");
     let veth = host_veth(&r, &rt_back);
     back.with_plugins(&reference).del_network_list(&back.list, &rt_back).expect("reference DEL of our pod");

@@ -20,10 +20,7 @@ use libcni::types::IpConfig;
 use libcni::{code, CniResult, Error, Errors, Plugin, Request, Result};
 use netkit::netlink::{IpFamily, Netlink, RawRoute, RouteSpec, Rule};
 use netkit::netns::{container_netns, container_netns_for_del};
-use nix::fcntl::{Flock, FlockArg};
-use std::fs::File;
 use std::net::IpAddr;
-use std::path::Path;
 
 /// The first table the reference picks from.
 pub const FIRST_TABLE: u32 = 100;
@@ -41,14 +38,6 @@ pub fn addresses_of<'a>(prev: &'a CniResult, ifname: &str) -> Vec<&'a IpConfig> 
             _ => true,
         })
         .collect()
-}
-
-/// Holds the reference's lock: an exclusive flock on the netns file, so two sbr runs (ours or the
-/// reference's) on one pod never pick the same table.
-fn lock_netns(path: &Path) -> Result<Flock<File>> {
-    let file = File::open(path).map_err(|e| Error::io(format_args!("open netns {} to lock it", path.display()), &e))?;
-    Flock::lock(file, FlockArg::LockExclusive)
-        .map_err(|(_, errno)| Error::io(format_args!("lock netns {}", path.display()), &std::io::Error::from(errno)))
 }
 
 fn contains(net: &IpNetwork, ip: Option<IpAddr>) -> bool {
@@ -183,7 +172,9 @@ impl Plugin for Sbr {
             )));
         }
         let ns = container_netns(req)?;
-        let _lock = lock_netns(ns.path())?;
+        // The reference's lock: an exclusive flock on the netns, so two sbr runs (ours or the
+        // reference's) on one pod never pick the same table.
+        let _lock = ns.lock()?;
         let nl = Netlink::open_in(&ns)?;
         let link = nl.link(&req.ifname)?.ok_or_else(|| {
             Error::network(format!("interface {} not found in netns {}", req.ifname, ns.path().display()))
@@ -248,7 +239,7 @@ impl Plugin for Sbr {
         // A key that no longer validates does not say which rules to remove: go on without it.
         let conf = SbrConfig::from_request(req).unwrap_or_default();
         let Some(ns) = container_netns_for_del(req)? else { return Ok(()) };
-        let _lock = lock_netns(ns.path())?;
+        let _lock = ns.lock()?;
         let nl = Netlink::open_in(&ns)?;
         let link = nl.link(&req.ifname)?;
         let mut addrs: Vec<IpAddr> = Vec::new();

@@ -67,20 +67,12 @@ impl Config {
     /// Only what DEL needs: the data directory. A DEL whose other keys no longer validate still
     /// restores the link from the saved file.
     pub fn data_dir_for_del(req: &Request) -> Result<PathBuf> {
-        let dir = match req.raw.as_object().and_then(|o| gojson::get(o, "dataDir")) {
-            Some((_, Value::String(s))) => Some(s.clone()),
-            _ => None,
-        };
-        data_dir(dir)
+        netkit::saved::dir_for_del(&req.raw, DEFAULT_DATA_DIR, "tuning")
     }
 }
 
 fn data_dir(dir: Option<String>) -> Result<PathBuf> {
-    match dir.filter(|d| !d.is_empty()) {
-        None => Ok(PathBuf::from(DEFAULT_DATA_DIR)),
-        Some(d) if d.starts_with('/') && !d.contains('\0') => Ok(PathBuf::from(d)),
-        Some(d) => Err(Error::config(format!("tuning: dataDir {d:?} must be an absolute path"))),
-    }
+    netkit::saved::dir(dir, DEFAULT_DATA_DIR, "tuning")
 }
 
 /// `args.cni.<field>`, with the key as written for messages.

@@ -15,8 +15,6 @@ use libcni::{code, Error, Plugin, Request, Result};
 use netkit::netlink::LinkTuning;
 use netkit::{format_mac, NetNs, Netlink};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 pub struct Tuning;
@@ -76,38 +74,17 @@ impl Saved {
     }
 }
 
-/// `<dataDir>/<containerID>_<ifname>.json`; skel has checked that neither part can form a path.
+/// `<dataDir>/<containerID>_<ifname>.json`, the reference's layout.
 pub fn saved_path(data_dir: &Path, container_id: &str, ifname: &str) -> PathBuf {
-    data_dir.join(format!("{container_id}_{ifname}.json"))
+    netkit::saved::path(data_dir, container_id, ifname)
 }
 
 fn save(path: &Path, saved: &Saved) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| Error::io(format_args!("tuning: create dataDir {}", dir.display()), &e))?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-        f.write_all(&saved.to_json().map_err(std::io::Error::other)?)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(format_args!("tuning: save original link attributes to {}", path.display()), &e)
-    })
+    netkit::saved::write(path, &saved.to_json()?, "tuning: save original link attributes")
 }
 
 fn remove(path: &Path) -> Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io(format_args!("tuning: remove {}", path.display()), &e)),
-    }
+    netkit::saved::remove(path, "tuning")
 }
 
 /// The allowlist's patterns, or `None` when the file does not exist (then any `net.` key goes).
@@ -309,11 +286,7 @@ impl Plugin for Tuning {
     fn del(&self, req: &Request) -> Result<()> {
         let data_dir = Config::data_dir_for_del(req)?;
         let saved_file = config_saved_path(&data_dir, req);
-        let text = match std::fs::read(&saved_file) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io(format_args!("tuning: read {}", saved_file.display()), &e)),
-        };
+        let Some(text) = netkit::saved::read(&saved_file, "tuning")? else { return Ok(()) };
         // Namespace gone (with its interface): there is nothing left to restore.
         let Some(ns) = netkit::container_netns_for_del(req)? else { return remove(&saved_file) };
         let saved: Saved = match serde_json::from_slice(&text) {

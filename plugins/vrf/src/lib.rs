@@ -3,7 +3,8 @@
 //! own routing table.
 //!
 //! ADD finds the VRF `vrfname` in the pod, or creates it (table `table`, else the first table no
-//! other VRF of the pod uses, as the reference picks it) and brings it up; an existing VRF with
+//! other VRF of the pod uses, as the reference picks it, under a lock on the pod's namespace so
+//! that concurrent ADDs creating VRFs take distinct tables) and brings it up; an existing VRF with
 //! another table than the configured one is refused. It then enslaves `CNI_IFNAME` (one that
 //! already has a master is refused). Enslaving cycles the link down and up: the kernel moves its
 //! IPv4 addresses' connected routes into the VRF table but drops its global IPv6 addresses and
@@ -160,7 +161,12 @@ fn add(req: &Request, conf: &VrfConf, ns: &NetNs) -> Result<()> {
             ns.path().display()
         ))
     })?;
-    let (vrf, table, created) = ensure_vrf(&nl, conf)?;
+    // Choosing a free table and creating the VRF with it is one step for every ADD in this pod:
+    // two ADDs that each create a VRF must not both take the table neither saw in use.
+    let (vrf, table, created) = {
+        let _serial = ns.lock()?;
+        ensure_vrf(&nl, conf)?
+    };
     libcni::fault_point("vrf-ensured")?;
     let enslaved = enslave(&nl, &link, &vrf, table);
     if enslaved.is_err() {

@@ -6,7 +6,8 @@
 //! both ways over IPv4 and IPv6; a second interface joins the same VRF, a second VRF gets the next
 //! table; CHECK sees the interface leave; refused cases (another table, a non-VRF of that name, an
 //! interface with a master) leave no VRF; DEL detaches, deletes the VRF with its last member only,
-//! twice, with the namespace gone, with an invalid configuration; every spec version vrf speaks.
+//! twice, with the namespace gone, with an invalid configuration; concurrent ADDs that each create
+//! a VRF take distinct tables; every spec version vrf speaks.
 //! One boot runs every case.
 
 use cni_tests::vm::{per_version_cases, Vm};
@@ -144,6 +145,31 @@ check "the vrf stays for the reference's interface" is "$(pod mix ip -o link sho
 check "reference deletes the vrf with its last member" ref cni DEL vrf /tmp/mixed.json mix mix eth0
 check "no vrf left after both, the other way" is "$(pod mix ip -o link show type vrf | wc -l)" 0
 
+# Concurrent ADDs in one pod, each creating its own VRF without a table: every VRF gets a table
+# of its own (choosing the first free table and creating the VRF is one step per pod). Rounds of
+# six ADDs started together; the VRFs of earlier rounds stay, so later rounds choose among more.
+ip netns add conc
+conc_failed=0
+for round in 0 1 2; do
+    for i in 0 1 2 3 4 5; do
+        pod conc ip link add "c$round$i" type dummy
+        printf '{"cniVersion":"1.1.0","name":"vrfnet","type":"vrf","vrfname":"v%s","prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"c%s","sandbox":"/run/netns/conc"}]}}' \
+            "$round$i" "$round$i" > "/tmp/conc$round$i.json"
+    done
+    pids=()
+    for i in 0 1 2 3 4 5; do
+        CNI_COMMAND=ADD CNI_CONTAINERID=conc CNI_NETNS=/run/netns/conc CNI_IFNAME="c$round$i" \
+            "$CNI_PATH/vrf" < "/tmp/conc$round$i.json" > /dev/null &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || conc_failed=$((conc_failed + 1)); done
+done
+check "concurrent adds creating vrfs all succeed" is "$conc_failed" 0
+check "concurrent adds: 18 vrfs" is "$(pod conc ip -o link show type vrf | wc -l)" 18
+check "concurrent adds: each vrf has a table of its own" is \
+    "$(pod conc ip -d -o link show type vrf | sed -n 's/.* vrf table \([0-9]*\) .*/\1/p' | sort -u | wc -l)" 18
+ip netns del conc
+
 for v in VERSIONS; do
     n=ver${v//./}
     br "$n" "$v" '[[{"subnet":"10.90.0.0/24"}]]'
@@ -225,6 +251,9 @@ fn vrf_in_a_vm() {
         "the vrf stays for the reference's interface",
         "reference deletes the vrf with its last member",
         "no vrf left after both, the other way",
+        "concurrent adds creating vrfs all succeed",
+        "concurrent adds: 18 vrfs",
+        "concurrent adds: each vrf has a table of its own",
     ]
     .map(String::from)
     .to_vec();
