@@ -86,12 +86,6 @@ pub fn tbf_params(l: &Limit, tick_in_usec: f64) -> Option<Tbf> {
     Some(Tbf { rate, buffer: ticks as u32, limit })
 }
 
-fn prev_result(req: &Request) -> Result<&CniResult> {
-    req.conf.prev_result.as_ref().ok_or_else(|| {
-        Error::config("bandwidth must be called as a chained plugin: the configuration has no prevResult")
-    })
-}
-
 /// The host end of the veth whose other end is CNI_IFNAME in the pod, which prevResult must list
 /// as a host interface (no sandbox), as the reference requires.
 fn host_interface(host: &Netlink, pod: &NetNs, req: &Request, prev: &CniResult) -> Result<Link> {
@@ -207,31 +201,6 @@ fn check_tbf(nl: &Netlink, link: &Link, l: &Limit, dir: &str) -> Result<()> {
     }
 }
 
-/// DEL's removal of our qdiscs from the host end of the veth. The host end outlives the pod's
-/// netns only briefly (or when the netns is kept by a bind mount elsewhere); our qdiscs on it go
-/// either way. Only veths prevResult names as host interfaces are touched, and only qdiscs of our
-/// kinds and handles.
-fn del_qdiscs(req: &Request) -> Errors {
-    let mut errs = Errors::new();
-    let Some(prev) = &req.conf.prev_result else { return errs };
-    let Some(nl) = errs.record(Netlink::open()) else { return errs };
-    for iface in prev.interfaces.iter().filter(|i| i.sandbox.as_deref().unwrap_or("").is_empty()) {
-        let Some(link) = errs.record(nl.link(&iface.name)).flatten() else { continue };
-        if link.kind.as_deref() != Some("veth") {
-            continue;
-        }
-        let Some(qdiscs) = errs.record(nl.qdiscs(link.index)) else { continue };
-        for q in qdiscs {
-            let ours = (q.kind == "tbf" && q.handle == TBF_HANDLE && q.parent == ROOT_PARENT)
-                || (q.kind == "ingress" && q.handle == INGRESS_HANDLE);
-            if ours {
-                errs.record(nl.delete_qdisc(link.index, q.handle, q.parent));
-            }
-        }
-    }
-    errs
-}
-
 impl Plugin for Bandwidth {
     fn supported_versions(&self) -> &'static [&'static str] {
         &VERSIONS
@@ -246,7 +215,7 @@ impl Plugin for Bandwidth {
         if conf.is_empty() {
             return Ok(req.conf.prev_result.clone().unwrap_or_default());
         }
-        let prev = prev_result(req)?;
+        let prev = netkit::iface::chained_prev_result(req, "bandwidth")?;
         let pod = netkit::container_netns(req)?;
         let nl = Netlink::open()?;
         let host = host_interface(&nl, &pod, req, prev)?;
@@ -267,22 +236,34 @@ impl Plugin for Bandwidth {
     }
 
     fn del(&self, req: &Request) -> Result<()> {
-        // Deleting the ifb waits out RCU grace periods in the kernel once it released the rtnl
-        // lock (~35 ms here): the qdiscs on the host end are removed meanwhile, on a connection of
-        // their own ([`netkit::iface::alongside`]).
-        let ifb = ifb_name(&req.conf.name, &req.container_id);
-        let delete_ifb = || Netlink::open()?.delete_link_by_name(&ifb);
-        let (deleted, qdisc_errs) = netkit::iface::alongside("deleting the ifb", delete_ifb, || del_qdiscs(req));
+        let nl = Netlink::open()?;
         let mut errs = Errors::new();
-        errs.record(deleted.and_then(|r| r));
-        // Their errors, joined into one, after the ifb's.
-        errs.record(qdisc_errs.finish());
+        errs.record(nl.delete_link_by_name(&ifb_name(&req.conf.name, &req.container_id)));
+        // The host end of the veth outlives the pod's netns only briefly (or when the netns is
+        // kept by a bind mount elsewhere); our qdiscs on it go either way. Only veths prevResult
+        // names as host interfaces are touched, and only qdiscs of our kinds and handles.
+        if let Some(prev) = &req.conf.prev_result {
+            for iface in prev.interfaces.iter().filter(|i| i.sandbox.as_deref().unwrap_or("").is_empty()) {
+                let Some(link) = errs.record(nl.link(&iface.name)).flatten() else { continue };
+                if link.kind.as_deref() != Some("veth") {
+                    continue;
+                }
+                let Some(qdiscs) = errs.record(nl.qdiscs(link.index)) else { continue };
+                for q in qdiscs {
+                    let ours = (q.kind == "tbf" && q.handle == TBF_HANDLE && q.parent == ROOT_PARENT)
+                        || (q.kind == "ingress" && q.handle == INGRESS_HANDLE);
+                    if ours {
+                        errs.record(nl.delete_qdisc(link.index, q.handle, q.parent));
+                    }
+                }
+            }
+        }
         errs.finish()
     }
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = Config::parse(req)?;
-        let prev = prev_result(req)?;
+        let prev = netkit::iface::chained_prev_result(req, "bandwidth")?;
         let pod = netkit::container_netns(req)?;
         let nl = Netlink::open()?;
         let host = host_interface(&nl, &pod, req, prev)?;
