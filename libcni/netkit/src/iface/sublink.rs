@@ -287,11 +287,15 @@ pub fn del(req: &Request, ipam: Option<&str>) -> Result<()> {
     if let Some(ipam) = early {
         errs.record(invoke::delegate_del(ipam, req));
     }
-    let release = || late.map(|ipam| invoke::delegate_del(ipam, req));
-    let (released, deleted) = super::alongside("releasing the addresses", release, || super::del_in_pod(req));
-    if let Some(released) = errs.record(released) {
-        errs.record(released.unwrap_or(Ok(())));
-    }
+    let deleted = match late {
+        Some(ipam) => {
+            let release = || invoke::delegate_del(ipam, req);
+            let (released, deleted) = super::alongside("releasing the addresses", release, || super::del_in_pod(req));
+            errs.record(released.and_then(|r| r));
+            deleted
+        }
+        None => super::del_in_pod(req),
+    };
     errs.record(deleted);
     errs.finish()
 }
