@@ -292,6 +292,20 @@ impl Rng {
     }
 }
 
+/// Sets the keys of the object `extra` in `into`, a null removing its key: one case's variation of
+/// a test's base configuration.
+pub fn merge(into: &mut serde_json::Value, extra: serde_json::Value) {
+    let serde_json::Value::Object(keys) = extra else { return };
+    for (k, v) in keys {
+        match into.as_object_mut() {
+            Some(obj) if v.is_null() => {
+                obj.remove(&k);
+            }
+            _ => into[k] = v,
+        }
+    }
+}
+
 /// The request skel would build for an ADD of `conf` with `CNI_ARGS` `cni_args` (container `c1`,
 /// ifname `eth0`, no netns): for unit tests of a plugin's configuration parsing.
 pub fn add_request(conf: &serde_json::Value, cni_args: &str) -> libcni::Request {

@@ -144,7 +144,14 @@ impl Vm {
         let _ = std::fs::remove_dir_all(&dir);
         let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
         output.push_str(&String::from_utf8_lossy(&out.stderr));
+        eprintln!("VM run: {:.1} s", elapsed.as_secs_f64());
         VmRun { status: out.status.code().unwrap_or(125), output, elapsed }
+    }
+
+    /// [`Vm::run`] of a script whose loop `for v in VERSIONS;` goes over `versions` (guest.sh's
+    /// `version_round` in it makes the cases of [`version_round_cases`]).
+    pub fn run_versions(&self, script: &str, versions: &[&str]) -> VmRun {
+        self.run(&script.replace("for v in VERSIONS;", &format!("for v in {};", versions.join(" "))))
     }
 }
 
@@ -156,12 +163,12 @@ impl VmRun {
 
     /// Fails (with the whole console) unless the script exited 0 and printed `PASS` for every
     /// name in `cases`: a case the script skipped fails too.
-    pub fn assert_passed(&self, cases: &[&str]) {
+    pub fn assert_passed(&self, cases: &[impl AsRef<str>]) {
         // Shown by `cargo test -- --nocapture`; libtest keeps it otherwise.
         eprintln!("{}", self.output);
         assert_eq!(self.status, 0, "the guest script failed (status {}):\n{}", self.status, self.output);
         let passed = self.passed();
-        let missing: Vec<&&str> = cases.iter().filter(|c| !passed.contains(c)).collect();
+        let missing: Vec<&str> = cases.iter().map(AsRef::as_ref).filter(|c| !passed.contains(c)).collect();
         assert!(missing.is_empty(), "cases without a PASS line: {missing:?}\n{}", self.output);
     }
 
@@ -187,4 +194,11 @@ pub fn per_version_cases(versions: &[&str], names: &[&str]) -> Vec<String> {
         out.push(if *v < "0.4.0" { format!("check {v} refused") } else { format!("check {v}") });
     }
     out
+}
+
+/// The case names guest.sh's `version_round` prints for each of `versions` ("add {v}", the CHECK
+/// case, "del {v}", "del {v} again"), with the script's own `after_add` / `after_del` cases `names`.
+pub fn version_round_cases(versions: &[&str], names: &[&str]) -> Vec<String> {
+    let round = ["add {v}", "del {v}", "del {v} again"];
+    per_version_cases(versions, &[&round[..], names].concat())
 }

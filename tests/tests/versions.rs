@@ -7,22 +7,11 @@ use serde_json::Value;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-const PLUGINS: [&str; 14] = [
-    "bridge",
-    "dhcp",
-    "dummy",
-    "host-device",
-    "host-local",
-    "ipvlan",
-    "loopback",
-    "macvlan",
-    "portmap",
-    "ptp",
-    "sbr",
-    "static",
-    "tap",
-    "vlan",
-];
+/// The plugins of the multi-call binary that speak every version from 0.1.0: bandwidth (from
+/// 0.3.0), vrf (0.3.1) and firewall (0.4.0) start later, as their references do.
+fn plugins() -> impl Iterator<Item = &'static str> {
+    cni_rs::PLUGINS.into_iter().filter(|p| !["bandwidth", "firewall", "vrf"].contains(p))
+}
 
 fn call(plugin: &str, command: &str, stdin: &str) -> (i32, Value) {
     let mut child = Command::new(bin_dir().join(plugin))
@@ -45,7 +34,7 @@ fn call(plugin: &str, command: &str, stdin: &str) -> (i32, Value) {
 
 #[test]
 fn version_lists_all_seven() {
-    for p in PLUGINS {
+    for p in plugins() {
         let (rc, v) = call(p, "VERSION", r#"{"cniVersion":"1.1.0"}"#);
         assert_eq!(rc, 0, "{p}");
         assert_eq!(v["cniVersion"], "1.1.0", "{p}");
@@ -59,7 +48,7 @@ fn version_lists_all_seven() {
 
 #[test]
 fn verbs_are_gated_by_version() {
-    for p in PLUGINS {
+    for p in plugins() {
         let conf = |v: &str| format!(r#"{{"cniVersion":"{v}","name":"gate","type":"{p}"}}"#);
         for (command, version) in [("CHECK", "0.3.1"), ("GC", "1.0.0"), ("STATUS", "0.4.0")] {
             let (rc, v) = call(p, command, &conf(version));
@@ -76,7 +65,7 @@ fn verbs_are_gated_by_version() {
 /// The spec: VERSION's output carries the request's cniVersion when it is given and supported.
 #[test]
 fn version_answers_in_the_requested_version() {
-    for p in PLUGINS {
+    for p in plugins() {
         for (asked, answered) in [("0.4.0", "0.4.0"), ("1.0.0", "1.0.0"), ("0.1.0", "0.1.0"), ("9.9.9", "1.1.0")] {
             let (rc, v) = call(p, "VERSION", &format!(r#"{{"cniVersion":"{asked}"}}"#));
             assert_eq!((rc, v["cniVersion"].as_str()), (0, Some(answered)), "{p} asked {asked}: {v}");

@@ -14,6 +14,13 @@
 #   is ACTUAL EXPECTED         the two strings are equal (else says what it got)
 #   code_of                    the CNI error code in the JSON on stdin (empty when there is none)
 #   links_of NETNS_NAME        how many links the namespace has besides lo
+#   check_by_version V TYPE CONF ID NETNS IFNAME
+#                              CHECK at spec version V: case "check V" from 0.4.0 on, and
+#                              "check V refused" before (CHECK came in 0.4.0)
+#   version_round V TYPE NAME  the round a script runs on each spec version, in a new netns NAME
+#                              with /tmp/NAME.json as eth0: "add V", the script's own
+#                              `after_add V NAME`, check_by_version, "del V", `after_del V NAME`,
+#                              "del V again"
 
 export CNI_PATH=/opt/cni/bin
 mkdir -p /tmp/cni-results /run/netns
@@ -92,3 +99,23 @@ is() {
 code_of() { sed -n 's/.*"code": *\([0-9]*\).*/\1/p' | head -n1; }
 
 links_of() { pod "$1" ip -o link show | grep -vc ': lo:' || true; }
+
+check_by_version() {
+    local v=$1
+    shift
+    case $v in
+        0.[0-3].*) refuse "check $v refused" cni CHECK "$@" ;;
+        *) check "check $v" cni CHECK "$@" ;;
+    esac
+}
+
+version_round() {
+    local v=$1 type=$2 n=$3
+    ip netns add "$n"
+    check "add $v" cni ADD "$type" "/tmp/$n.json" "$n" "$n" eth0
+    after_add "$v" "$n"
+    check_by_version "$v" "$type" "/tmp/$n.json" "$n" "$n" eth0
+    check "del $v" cni DEL "$type" "/tmp/$n.json" "$n" "$n" eth0
+    after_del "$v" "$n"
+    check "del $v again" cni DEL "$type" "/tmp/$n.json" "$n" "$n" eth0
+}

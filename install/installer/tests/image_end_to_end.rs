@@ -11,6 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use cni_rs::PLUGINS;
 use cni_tests::{prerequisite, require_root, TempDir};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -93,27 +94,6 @@ fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64, u32) {
     (fs::read(path).unwrap(), meta.ino(), meta.mtime(), meta.mtime_nsec(), meta.mode())
 }
 
-/// The plugin names cni-rs is installed under.
-const PLUGINS: [&str; 18] = [
-    "bandwidth",
-    "bridge",
-    "dhcp",
-    "dummy",
-    "firewall",
-    "host-device",
-    "host-local",
-    "ipvlan",
-    "loopback",
-    "macvlan",
-    "portmap",
-    "ptp",
-    "sbr",
-    "static",
-    "tap",
-    "tuning",
-    "vlan",
-    "vrf",
-];
 /// What `CNI_COMMAND=VERSION` must report, for every plugin.
 const SUPPORTED_VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 

@@ -177,8 +177,19 @@ fn rt(ns: &Netns) -> RuntimeConf {
     }
 }
 
-fn cni(cache: &TempDir) -> CniConfig {
-    CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf())
+/// A libcni client on target/debug with a result cache of its own (the directory, which must live
+/// as long as the client).
+fn client() -> (TempDir, CniConfig) {
+    let cache = TempDir::new("dhcp-cache");
+    let cni = CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf());
+    (cache, cni)
+}
+
+/// Server `n`'s lab ([`Lab::new`]) and a daemon beside it: what most tests start from.
+fn lab_and_daemon(n: u8, t1: Option<u32>) -> (Lab, Daemon) {
+    let lab = Lab::new(n, t1);
+    let daemon = Daemon::start(lab.dir.path(), &[]);
+    (lab, daemon)
 }
 
 fn pod_addrs(ns: &Netns) -> String {
@@ -190,10 +201,8 @@ fn pod_addrs(ns: &Netns) -> String {
 /// releases the lease at the server; a second DEL succeeds. Every version.
 #[test]
 fn lease_routes_dns_and_release_on_every_version() {
-    let lab = Lab::new(1, None);
-    let daemon = Daemon::start(lab.dir.path(), &[]);
-    let cache = TempDir::new("dhcp-cache");
-    let cni = cni(&cache);
+    let (lab, daemon) = lab_and_daemon(1, None);
+    let (_cache, cni) = client();
     let n = lab.n;
     for version in VERSIONS {
         let pod = Netns::new("dhp");
@@ -244,10 +253,8 @@ fn lease_routes_dns_and_release_on_every_version() {
 /// its address.
 #[test]
 fn renewal_at_t1_keeps_the_address() {
-    let lab = Lab::new(2, Some(3));
-    let daemon = Daemon::start(lab.dir.path(), &[]);
-    let cache = TempDir::new("dhcp-cache");
-    let cni = cni(&cache);
+    let (lab, daemon) = lab_and_daemon(2, Some(3));
+    let (_cache, cni) = client();
     let pod = Netns::new("dhp");
     let l = lab.list("1.0.0", &unique("dhn"), &daemon);
     let r = rt(&pod);
@@ -272,10 +279,8 @@ fn renewal_at_t1_keeps_the_address() {
 /// keeps renewing the other pod's lease and serves new ADDs, and the late DEL succeeds.
 #[test]
 fn pod_vanishing_without_del_leaves_the_daemon_serving() {
-    let lab = Lab::new(3, Some(3));
-    let daemon = Daemon::start(lab.dir.path(), &[]);
-    let cache = TempDir::new("dhcp-cache");
-    let cni = cni(&cache);
+    let (lab, daemon) = lab_and_daemon(3, Some(3));
+    let (_cache, cni) = client();
     let l = lab.list("1.1.0", &unique("dhn"), &daemon);
     let mut gone = Netns::new("dhp");
     let kept = Netns::new("dhp");
@@ -307,10 +312,8 @@ fn pod_vanishing_without_del_leaves_the_daemon_serving() {
 /// CHECK (103) and answers DEL (twice, success) for the leases it never knew, and serves ADD.
 #[test]
 fn restarted_daemon_answers_del_for_unknown_leases() {
-    let lab = Lab::new(4, None);
-    let mut daemon = Daemon::start(lab.dir.path(), &[]);
-    let cache = TempDir::new("dhcp-cache");
-    let cni = cni(&cache);
+    let (lab, mut daemon) = lab_and_daemon(4, None);
+    let (_cache, cni) = client();
     let l = lab.list("1.0.0", &unique("dhn"), &daemon);
     let pod = Netns::new("dhp");
     let r = rt(&pod);
@@ -335,8 +338,7 @@ fn restarted_daemon_answers_del_for_unknown_leases() {
 #[test]
 fn status_needs_the_daemon_and_gc_releases_stale_leases() {
     let lab = Lab::new(5, None);
-    let cache = TempDir::new("dhcp-cache");
-    let cni = cni(&cache);
+    let (_cache, cni) = client();
     let network = unique("dhn");
     let socket = lab.dir.path().join("dhcp.sock");
     let v = json!({"cniVersion": "1.1.0", "name": network, "plugins": [{
@@ -380,8 +382,7 @@ fn no_server_fails_add_with_code_100_and_leaves_nothing() {
     cni_tests::sh("ip", &["link", "set", &bridge.0, "up"]);
     let dir = TempDir::new("dhcp-lab");
     let daemon = Daemon::start(dir.path(), &["-timeout", "1s", "-resendmax", "1s"]);
-    let cache = TempDir::new("dhcp-cache");
-    let cni = cni(&cache);
+    let (_cache, cni) = client();
     let v = json!({"cniVersion": "1.0.0", "name": unique("dhn"), "plugins": [{
         "type": "bridge", "bridge": bridge.0, "ipam": {"type": "dhcp", "daemonSocketPath": daemon.socket}}]});
     let l = NetworkConfigList::from_bytes(v.to_string().as_bytes()).unwrap();
@@ -397,11 +398,9 @@ fn no_server_fails_add_with_code_100_and_leaves_nothing() {
 /// instead of waiting out the whole -timeout and retrying.
 #[test]
 fn a_lost_first_message_is_sent_again_within_the_attempt() {
-    let lab = Lab::new(6, None);
+    let (lab, daemon) = lab_and_daemon(6, None);
     lab.drop_first_message();
-    let daemon = Daemon::start(lab.dir.path(), &[]);
-    let cache = TempDir::new("dhcp-cache");
-    let cni = cni(&cache);
+    let (_cache, cni) = client();
     let l = lab.list("1.0.0", &unique("dhn"), &daemon);
     let pod = Netns::new("dhp");
     let r = rt(&pod);
@@ -422,9 +421,8 @@ fn dhcp_plugin(command: &str, conf: &serde_json::Value, pod: &Netns, cid: &str) 
 /// other is told to try again (11); after DEL nothing renews the address behind the daemon's back.
 #[test]
 fn concurrent_adds_for_one_attachment_make_one_lease() {
-    let lab = Lab::new(7, Some(3));
+    let (lab, daemon) = lab_and_daemon(7, Some(3));
     lab.drop_first_message();
-    let daemon = Daemon::start(lab.dir.path(), &[]);
     let pod = Netns::new("dhp");
     let host = unique("dhv");
     cni_tests::sh("ip", &["link", "add", &host, "type", "veth", "peer", "name", "eth0", "netns", &pod.name]);

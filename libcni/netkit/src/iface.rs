@@ -1,29 +1,34 @@
-//! The steps every interface plugin shares (bridge today; ptp, macvlan, ipvlan, vlan, host-device,
-//! dummy and tap need the same), in the order ADD takes them:
+//! The steps every interface plugin shares (bridge, ptp, host-device, macvlan, ipvlan, vlan, dummy
+//! and tap), in the order ADD takes them:
 //!
-//! 1. open and guard the pod's namespace ([`crate::container_netns`], which refuses the plugin's
-//!    own) and refuse an `ifname` already there ([`ensure_absent`]);
+//! 1. open and guard the pod's namespace and refuse an `ifname` already there
+//!    ([`open_pod_for_add`], [`open_pod_and_host_for_add`]);
 //! 2. create the link: a veth pair with a host name derived from the attachment ([`create_veth`]);
 //! 3. ask IPAM ([`ipam_add`]), fill gateways and default routes ([`set_gateways`]);
 //! 4. configure the pod's interface from the result ([`configure`], Go's `ipam.ConfigureIface`);
 //! 5. forwarding sysctls for the families in use ([`enable_forwarding`]);
 //!
 //! each successful step registering its reversal in an [`Undo`] that a failed ADD runs. CHECK
-//! compares the pod's interface with prevResult ([`check_pod`], Go's
-//! `ip.ValidateExpectedInterfaceIPs` and `ValidateExpectedRoute`); DEL removes the pod's link, or
-//! a veth's host end stranded by a namespace that is gone ([`del_pod_link`]). A chained ADD
-//! outputs the previous result with its own appended ([`chained`]).
+//! starts with prevResult, the namespace and IPAM ([`check_start`]) and compares the pod's
+//! interface with prevResult ([`check_pod`], Go's `ip.ValidateExpectedInterfaceIPs` and
+//! `ValidateExpectedRoute`); DEL removes the pod's link, or a veth's host end stranded by a
+//! namespace that is gone ([`del_pod_link`]). A chained ADD outputs the previous result with its
+//! own appended ([`chained`]); a chained plugin gets its prevResult from [`chained_prev_result`].
+//! A plugin that masquerades (bridge, ptp) shares its STATUS, GC and DEL of the rules
+//! ([`status_masquerading`], [`gc_masquerading`], [`del_masquerade`]).
 
 pub mod sublink;
 
+use crate::firewall::{self, IpMasq, Masquerade};
 use crate::sysctl::{self, Family};
 use crate::{IpFamily, Link, NetNs, Netlink, RouteSpec};
 use ipnetwork::IpNetwork;
 use libcni::conf::kind;
+use libcni::conf::Attachment;
 use libcni::gojson;
 use libcni::invoke;
-use libcni::types::{CniResult, IpConfig, Route};
-use libcni::{code, Error, Request, Result};
+use libcni::types::{CniResult, Interface, IpConfig, Route};
+use libcni::{code, Error, Errors, Request, Result};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -435,6 +440,26 @@ pub fn chained(prev: Option<&CniResult>, own: CniResult) -> CniResult {
     out
 }
 
+/// The result's entry for the pod's interface `name` in `ns`, with the MAC `link` has now.
+pub fn pod_interface(name: &str, link: &Link, ns: &NetNs) -> Interface {
+    Interface {
+        name: name.to_string(),
+        mac: link.mac_string(),
+        sandbox: Some(ns.path().display().to_string()),
+        ..Default::default()
+    }
+}
+
+/// The masquerade rules of the attachment `req` names, in `network`, for `addresses`.
+pub fn masquerade<'i>(req: &Request, network: &str, addresses: impl Iterator<Item = &'i IpConfig>) -> Masquerade {
+    Masquerade {
+        network: network.to_string(),
+        container_id: req.container_id.clone(),
+        ifname: req.ifname.clone(),
+        addresses: addresses.map(|ip| ip.address).collect(),
+    }
+}
+
 /// An interface plugin's ADD: runs `steps` with an [`Undo`] that runs when they fail; on success
 /// their result, chained after prevResult ([`chained`]).
 pub fn add_or_undo<'a>(req: &Request, steps: impl FnOnce(&mut Undo<'a>) -> Result<CniResult>) -> Result<CniResult> {
@@ -452,7 +477,7 @@ pub fn add_or_undo<'a>(req: &Request, steps: impl FnOnce(&mut Undo<'a>) -> Resul
 /// name in CNI_PATH.
 pub fn ipam_type(conf: &libcni::conf::NetConf) -> Result<Option<&str>> {
     match conf.ipam_type() {
-        Some(t) if t.contains('/') || t == "." || t == ".." => {
+        Some(t) if !invoke::valid_plugin_type(t) => {
             Err(Error::config(format!("invalid ipam type {t:?}: name a plugin in CNI_PATH, not a path")))
         }
         other => Ok(other),
@@ -545,12 +570,7 @@ pub fn single_interface_result<'a>(
         result.dns = dns.clone();
     }
     let now = cont.link_by_index(link.index)?.unwrap_or_else(|| link.clone());
-    result.interfaces = vec![libcni::types::Interface {
-        name: req.ifname.clone(),
-        mac: now.mac_string(),
-        sandbox: Some(ns.path().display().to_string()),
-        ..Default::default()
-    }];
+    result.interfaces = vec![pod_interface(&req.ifname, &now, ns)];
     Ok(result)
 }
 
@@ -573,6 +593,103 @@ pub fn del_single_interface(req: &Request) -> Result<()> {
     errs.finish()
 }
 
+/// What an interface plugin's ADD opens first: the pod's namespace (refused when it is the
+/// plugin's own) and a netlink socket inside it, where `CNI_IFNAME` must not exist yet
+/// ([`ensure_absent`]).
+pub fn open_pod_for_add(req: &Request) -> Result<(NetNs, Netlink)> {
+    let ns = crate::container_netns(req)?;
+    let cont = Netlink::open_in(&ns)?;
+    ensure_absent(&cont, &ns, &req.ifname)?;
+    Ok((ns, cont))
+}
+
+/// [`open_pod_for_add`], and a netlink socket in this, the host's, namespace: for a plugin that
+/// makes or takes its link on the host (a veth's host end, a host device).
+pub fn open_pod_and_host_for_add(req: &Request) -> Result<(NetNs, Netlink, Netlink)> {
+    let (ns, cont) = open_pod_for_add(req)?;
+    Ok((ns, cont, Netlink::open()?))
+}
+
+/// What an interface plugin's CHECK starts with: prevResult ([`prev_result_for_check`]), the pod's
+/// namespace, and IPAM's CHECK when `ipam` names a plugin.
+pub fn check_start<'r>(req: &'r Request, ipam: Option<&str>) -> Result<(&'r CniResult, NetNs)> {
+    let prev = prev_result_for_check(req)?;
+    let ns = crate::container_netns(req)?;
+    if let Some(ipam) = ipam {
+        invoke::delegate_check(ipam, req)?;
+    }
+    Ok((prev, ns))
+}
+
+/// STATUS of a plugin that delegates to IPAM and may masquerade (bridge, ptp): IPAM's STATUS when
+/// `ipam` names a plugin, then the masquerade backend's.
+pub fn status_masquerading(req: &Request, ipam: Option<&str>, ip_masq: Option<IpMasq>) -> Result<()> {
+    if let Some(ipam) = ipam {
+        invoke::delegate_status(ipam, req)?;
+    }
+    if let Some(m) = ip_masq {
+        firewall::open(m.backend).status()?;
+    }
+    Ok(())
+}
+
+/// GC of such a plugin: IPAM's GC when `ipam` names a plugin, then the masquerade rules of every
+/// attachment of `network` not in the list of valid attachments. Without that list garbage cannot
+/// be told from live pods (host-local and portmap decide so too): then only IPAM's GC runs. The
+/// errors, and the list for the plugin's own rules.
+pub fn gc_masquerading<'r>(
+    req: &'r Request,
+    network: &str,
+    ipam: Option<&str>,
+    ip_masq: Option<IpMasq>,
+) -> (Errors, Option<&'r [Attachment]>) {
+    let mut errs = Errors::new();
+    if let Some(ipam) = ipam {
+        errs.record(invoke::delegate_gc(ipam, req));
+    }
+    let keep = req.conf.valid_attachments.as_deref();
+    if let (Some(keep), Some(m)) = (keep, ip_masq) {
+        errs.record(firewall::open(m.backend).gc_masquerade(network, keep));
+    }
+    (errs, keep)
+}
+
+/// Which masquerade rules DEL removes: from a configuration that validates, those of its `ipMasq`
+/// (`None`: masquerade is off); from one that does not (edited since ADD, a key the runtime sent
+/// broken), every backend's rules of the attachment, so a bad key never strands a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MasqueradeDel {
+    Configured(Option<IpMasq>),
+    Everywhere,
+}
+
+/// DEL of attachment `id`/`ifname`'s masquerade rules in `network` (bridge, ptp), on the backend
+/// `open` gives ([`firewall::open`]; a fake in unit tests). A backend detected as nftables also
+/// removes what the reference plugin left in iptables, on a node that switched from it. The errors,
+/// in order.
+pub fn del_masquerade(
+    open: &dyn Fn(firewall::BackendKind) -> Box<dyn firewall::Firewall>,
+    masq: MasqueradeDel,
+    network: &str,
+    id: &str,
+    ifname: &str,
+) -> Vec<Error> {
+    let mut errs = Vec::new();
+    match masq {
+        MasqueradeDel::Configured(None) => {}
+        MasqueradeDel::Configured(Some(m)) => {
+            errs.extend(open(m.backend).del_masquerade(network, id, ifname).err());
+            if m.detected && m.backend == firewall::BackendKind::Nftables {
+                errs.extend(firewall::del_reference_leftovers(network, id, ifname, false).err());
+            }
+        }
+        MasqueradeDel::Everywhere => {
+            errs.extend(firewall::del_everywhere(firewall::Rules::Masquerade, network, id, ifname).err());
+        }
+    }
+    errs
+}
+
 /// The prevResult CHECK compares with (code 7 without one).
 pub fn prev_result_for_check(req: &Request) -> Result<&CniResult> {
     req.conf
@@ -581,15 +698,22 @@ pub fn prev_result_for_check(req: &Request) -> Result<&CniResult> {
         .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))
 }
 
+/// The prevResult a chained plugin (portmap, firewall, vrf, ...) works on, on every verb that has
+/// one: code 7 without it, naming `plugin`.
+pub fn chained_prev_result<'r>(req: &'r Request, plugin: &str) -> Result<&'r CniResult> {
+    req.conf.prev_result.as_ref().ok_or_else(|| {
+        Error::config(format!(
+            "{plugin} must be called as a chained plugin, after the plugin that made the pod's interface: the \
+             configuration has no prevResult"
+        ))
+    })
+}
+
 /// CHECK for a plugin whose only interface is the pod's: IPAM's CHECK (when `ipam` is set), then
 /// the pod's link against prevResult ([`check_pod`], up) and its `kind`. The namespace and the link,
 /// for the plugin's own checks.
 pub fn check_single_interface(req: &Request, ipam: Option<&str>, kind: &str) -> Result<(NetNs, Link)> {
-    let prev = prev_result_for_check(req)?;
-    let ns = crate::container_netns(req)?;
-    if let Some(ipam) = ipam {
-        invoke::delegate_check(ipam, req)?;
-    }
+    let (prev, ns) = check_start(req, ipam)?;
     let (link, _) = check_pod(&ns, &req.ifname, prev, true)?;
     check_kind(&link, kind)?;
     Ok((ns, link))

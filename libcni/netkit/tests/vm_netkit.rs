@@ -28,7 +28,6 @@ check "extra modules: nftables masquerade" nft add rule ip t c masquerade
         .bin("/usr/sbin/nft")
         .modules(&["tun", "nf_tables", "nft_chain_nat", "nft_masq"])
         .run(&script);
-    eprintln!("VM run: {:.1} s", run.elapsed.as_secs_f64());
     run.assert_passed(&[
         "netkit bridge_vlans passes",
         "netkit bridge reuse passes",

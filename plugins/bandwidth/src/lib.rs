@@ -86,12 +86,6 @@ pub fn tbf_params(l: &Limit, tick_in_usec: f64) -> Option<Tbf> {
     Some(Tbf { rate, buffer: ticks as u32, limit })
 }
 
-fn prev_result(req: &Request) -> Result<&CniResult> {
-    req.conf.prev_result.as_ref().ok_or_else(|| {
-        Error::config("bandwidth must be called as a chained plugin: the configuration has no prevResult")
-    })
-}
-
 /// The host end of the veth whose other end is CNI_IFNAME in the pod, which prevResult must list
 /// as a host interface (no sandbox), as the reference requires.
 fn host_interface(host: &Netlink, pod: &NetNs, req: &Request, prev: &CniResult) -> Result<Link> {
@@ -221,7 +215,7 @@ impl Plugin for Bandwidth {
         if conf.is_empty() {
             return Ok(req.conf.prev_result.clone().unwrap_or_default());
         }
-        let prev = prev_result(req)?;
+        let prev = netkit::iface::chained_prev_result(req, "bandwidth")?;
         let pod = netkit::container_netns(req)?;
         let nl = Netlink::open()?;
         let host = host_interface(&nl, &pod, req, prev)?;
@@ -269,7 +263,7 @@ impl Plugin for Bandwidth {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = Config::parse(req)?;
-        let prev = prev_result(req)?;
+        let prev = netkit::iface::chained_prev_result(req, "bandwidth")?;
         let pod = netkit::container_netns(req)?;
         let nl = Netlink::open()?;
         let host = host_interface(&nl, &pod, req, prev)?;

@@ -11,8 +11,8 @@ use ipnetwork::IpNetwork;
 use libcni::invoke;
 use libcni::types::{CniResult, Interface, IpConfig};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
-use netkit::firewall::{self, BackendKind, Firewall, Masquerade};
-use netkit::iface::{self, is_v4, Undo};
+use netkit::firewall::{self, BackendKind, Firewall};
+use netkit::iface::{self, is_v4, MasqueradeDel, Undo};
 use netkit::sysctl::{self, Family};
 use netkit::{Link, NetNs, Netlink};
 
@@ -30,10 +30,9 @@ impl Plugin for Bridge {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
-        let ns = netkit::container_netns(req)?;
-        let host = Netlink::open()?;
+        let (ns, cont, host) = iface::open_pod_and_host_for_add(req)?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
-        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &host, fw.as_deref(), undo))
+        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, fw.as_deref(), undo))
     }
 
     fn del(&self, req: &Request) -> Result<()> {
@@ -88,39 +87,20 @@ impl Plugin for Bridge {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let prev = iface::prev_result_for_check(req)?;
-        let ns = netkit::container_netns(req)?;
-        if let Some(ipam) = &conf.ipam_type {
-            invoke::delegate_check(ipam, req)?;
-        }
+        let (prev, ns) = iface::check_start(req, conf.ipam_type.as_deref())?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
         check(req, &conf, prev, &ns, fw.as_deref())
     }
 
     fn status(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        if let Some(ipam) = &conf.ipam_type {
-            invoke::delegate_status(ipam, req)?;
-        }
-        if let Some(m) = conf.ip_masq {
-            firewall::open(m.backend).status()?;
-        }
-        Ok(())
+        iface::status_masquerading(req, conf.ipam_type.as_deref(), conf.ip_masq)
     }
 
     fn gc(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let mut errs = Errors::new();
-        if let Some(ipam) = &conf.ipam_type {
-            errs.record(invoke::delegate_gc(ipam, req));
-        }
-        // Without the list of valid attachments, garbage cannot be told from live pods (as host-local
-        // and portmap decide too).
-        let Some(keep) = req.conf.valid_attachments.as_deref() else { return errs.finish() };
-        if let Some(m) = conf.ip_masq {
-            errs.record(firewall::open(m.backend).gc_masquerade(&conf.network, keep));
-        }
-        if conf.macspoofchk {
+        let (mut errs, keep) = iface::gc_masquerading(req, &conf.network, conf.ipam_type.as_deref(), conf.ip_masq);
+        if let Some(keep) = keep.filter(|_| conf.macspoofchk) {
             errs.record(firewall::gc_macspoof(&conf.network, keep));
         }
         errs.finish()
@@ -141,17 +121,6 @@ struct DelPlan {
     macspoof: bool,
     /// An error DEL reports after removing everything else: an IPAM type it refuses to run.
     refused: Option<Error>,
-}
-
-enum MasqueradeDel {
-    None,
-    /// The configured (or detected) backend; `leftovers` also removes the reference's iptables
-    /// rules, on a node that switched from the reference plugins.
-    Backend {
-        kind: BackendKind,
-        leftovers: bool,
-    },
-    Everywhere,
 }
 
 impl DelPlan {
@@ -180,16 +149,10 @@ impl DelPlan {
     }
 
     fn from_conf(conf: &BridgeConf) -> DelPlan {
-        let masquerade = match conf.ip_masq {
-            None => MasqueradeDel::None,
-            Some(m) => {
-                MasqueradeDel::Backend { kind: m.backend, leftovers: m.detected && m.backend == BackendKind::Nftables }
-            }
-        };
         DelPlan {
             network: conf.network.clone(),
             ipam: conf.ipam_type.clone(),
-            masquerade,
+            masquerade: MasqueradeDel::Configured(conf.ip_masq),
             macspoof: conf.macspoofchk,
             refused: None,
         }
@@ -199,20 +162,8 @@ impl DelPlan {
 /// DEL's firewall part: masquerade (on the backend `open` gives) and MAC spoof check rules; the
 /// errors, in order.
 fn del_firewall(req: &Request, plan: &DelPlan, open: &dyn Fn(BackendKind) -> Box<dyn Firewall>) -> Vec<Error> {
-    let mut errs = Vec::new();
     let (network, id, ifname) = (&plan.network, &req.container_id, &req.ifname);
-    match plan.masquerade {
-        MasqueradeDel::None => {}
-        MasqueradeDel::Backend { kind, leftovers } => {
-            errs.extend(open(kind).del_masquerade(network, id, ifname).err());
-            if leftovers {
-                errs.extend(firewall::del_reference_leftovers(network, id, ifname, false).err());
-            }
-        }
-        MasqueradeDel::Everywhere => {
-            errs.extend(firewall::del_everywhere(firewall::Rules::Masquerade, network, id, ifname).err());
-        }
-    }
+    let mut errs = iface::del_masquerade(open, plan.masquerade, network, id, ifname);
     if plan.macspoof {
         errs.extend(firewall::del_macspoof(network, id, ifname).err());
     }
@@ -223,12 +174,11 @@ fn add<'a>(
     req: &'a Request,
     conf: &'a BridgeConf,
     ns: &NetNs,
+    cont: &Netlink,
     host: &'a Netlink,
     fw: Option<&'a dyn Firewall>,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
-    let cont = Netlink::open_in(ns)?;
-    iface::ensure_absent(&cont, ns, &req.ifname)?;
     let br = host.ensure_bridge_with(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc, &|br| {
         skip_link_local_dad(&br.name)
     })?;
@@ -270,7 +220,7 @@ fn add<'a>(
     // Our interfaces are [bridge, host veth, pod interface]: the addresses are the pod's.
     iface::set_gateways(&mut result, 2, conf.is_gateway, conf.is_default_gateway);
     if !conf.disable_container_interface {
-        iface::configure(&cont, ns, &req.ifname, cont_link.index, &result, conf.enable_dad)?;
+        iface::configure(cont, ns, &req.ifname, cont_link.index, &result, conf.enable_dad)?;
     }
     libcni::fault_point("container-configured")?;
 
@@ -300,12 +250,7 @@ fn add<'a>(
     result.interfaces = vec![
         Interface { name: conf.bridge.clone(), mac: br_now.mac_string(), ..Default::default() },
         Interface { name: host_name, mac: host_link.mac_string(), ..Default::default() },
-        Interface {
-            name: req.ifname.clone(),
-            mac: cont_now.mac_string(),
-            sandbox: Some(ns.path().display().to_string()),
-            ..Default::default()
-        },
+        iface::pod_interface(&req.ifname, &cont_now, ns),
     ];
     if let Some(l) = vlan_gateway {
         // Listed after the pod's interface, as the reference does: ips[].interface stays 2.
@@ -331,16 +276,6 @@ pub(crate) fn skip_link_local_dad(ifname: &str) {
     let _ = sysctl::set_if(ifname, Family::V6, "accept_dad", "0");
 }
 
-/// The masquerade rules of this attachment for `addresses`.
-fn masquerade<'i>(req: &Request, conf: &BridgeConf, addresses: impl Iterator<Item = &'i IpConfig>) -> Masquerade {
-    Masquerade {
-        network: conf.network.clone(),
-        container_id: req.container_id.clone(),
-        ifname: req.ifname.clone(),
-        addresses: addresses.map(|ip| ip.address).collect(),
-    }
-}
-
 /// ADD's masquerade step, after the pod's interface is configured; a failed ADD removes the rules
 /// (registered before the call: a backend that fails half-way may have added some).
 fn add_masquerade<'a>(
@@ -353,7 +288,7 @@ fn add_masquerade<'a>(
     undo.push(move || {
         let _ = fw.del_masquerade(&conf.network, &req.container_id, &req.ifname);
     });
-    fw.add_masquerade(&masquerade(req, conf, ips.iter()))?;
+    fw.add_masquerade(&iface::masquerade(req, &conf.network, ips.iter()))?;
     libcni::fault_point("masquerade-added")
 }
 
@@ -448,7 +383,7 @@ fn check(req: &Request, conf: &BridgeConf, prev: &CniResult, ns: &NetNs, fw: Opt
         firewall::check_macspoof(&conf.network, &req.container_id, &req.ifname)?;
     }
     if let Some(fw) = fw {
-        fw.check_masquerade(&masquerade(req, conf, iface::own_ips(prev, sandbox_idx)))?;
+        fw.check_masquerade(&iface::masquerade(req, &conf.network, iface::own_ips(prev, sandbox_idx)))?;
     }
     Ok(())
 }

@@ -6,10 +6,8 @@
 //! the reference's, CHECK sees a VLAN removed behind its back, DEL leaves nothing of the pod, and
 //! ADD/CHECK/DEL work at every spec version. One boot runs every case.
 
-use cni_tests::vm::Vm;
-
-/// Every spec version a runtime may send.
-const VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+use cni_tests::exec::VERSIONS;
+use cni_tests::vm::{version_round_cases, Vm};
 
 const SCRIPT: &str = r#"
 mkdir -p /tmp/ipam
@@ -166,30 +164,23 @@ ip link del br0.60
 
 # Every spec version: ADD (the pod holds its address and reaches its VLAN's gateway), CHECK from
 # 0.4.0 on (refused before, as the spec says), DEL twice.
+after_add() {
+    check "add $1: pod address" is "$(ip_of "$2")" 10.50.0.2
+    check "add $1: port layout" is "$(vids "$(port_of "$2")")" "50 PVID Egress Untagged"
+    check "add $1: gateway reachable" pings "$2" 10.50.0.1
+    port=$(port_of "$2")
+}
+after_del() { refuse "del $1 removes the port" ip link show "$port"; }
 for v in VERSIONS; do
     n=ver${v//./}
     net "$n" "$v" '"vlan":50' '"isGateway":true' "$(ipam 10.50.0.0/24)"
-    ip netns add "$n"
-    check "add $v" cni ADD bridge "/tmp/$n.json" "$n" "$n" eth0
-    check "add $v: pod address" is "$(ip_of "$n")" 10.50.0.2
-    check "add $v: port layout" is "$(vids "$(port_of "$n")")" "50 PVID Egress Untagged"
-    check "add $v: gateway reachable" pings "$n" 10.50.0.1
-    case $v in
-        0.[123].*) refuse "check $v refused" cni CHECK bridge "/tmp/$n.json" "$n" "$n" eth0 ;;
-        *) check "check $v" cni CHECK bridge "/tmp/$n.json" "$n" "$n" eth0 ;;
-    esac
-    port=$(port_of "$n")
-    check "del $v" cni DEL bridge "/tmp/$n.json" "$n" "$n" eth0
-    refuse "del $v removes the port" ip link show "$port"
-    check "del $v again" cni DEL bridge "/tmp/$n.json" "$n" "$n" eth0
+    version_round "$v" bridge "$n"
 done
 "#;
 
 #[test]
 fn bridge_vlans_in_a_vm() {
-    let script = SCRIPT.replace("for v in VERSIONS;", &format!("for v in {};", VERSIONS.join(" ")));
-    let run = Vm::new().plugins(&["bridge", "host-local"]).run(&script);
-    eprintln!("VM run: {:.1} s", run.elapsed.as_secs_f64());
+    let run = Vm::new().plugins(&["bridge", "host-local"]).run_versions(SCRIPT, &VERSIONS);
     let mut cases: Vec<String> = [
         "bridge has vlan filtering",
         "the new bridge's link-local is usable at once",
@@ -251,15 +242,9 @@ fn bridge_vlans_in_a_vm() {
         cases.push(format!("del {id} removes its port"));
         cases.push(format!("del {id} again"));
     }
-    for v in VERSIONS {
-        for what in ["add {v}", "add {v}: pod address", "add {v}: port layout", "add {v}: gateway reachable"] {
-            cases.push(what.replace("{v}", v));
-        }
-        cases.push(if v < "0.4.0" { format!("check {v} refused") } else { format!("check {v}") });
-        cases.push(format!("del {v}"));
-        cases.push(format!("del {v} removes the port"));
-        cases.push(format!("del {v} again"));
-    }
-    let cases: Vec<&str> = cases.iter().map(String::as_str).collect();
+    cases.extend(version_round_cases(
+        &VERSIONS,
+        &["add {v}: pod address", "add {v}: port layout", "add {v}: gateway reachable", "del {v} removes the port"],
+    ));
     run.assert_passed(&cases);
 }

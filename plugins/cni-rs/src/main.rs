@@ -2,29 +2,8 @@
 //! on the base name it was run under (argv[0]). Installed once with a hard link per plugin name, the
 //! plugins share one copy of the code on disk and in the page cache.
 
+use cni_rs::PLUGINS;
 use std::path::Path;
-
-/// The plugins this binary can be, by type name.
-pub const PLUGINS: [&str; 18] = [
-    "bandwidth",
-    "bridge",
-    "dhcp",
-    "dummy",
-    "firewall",
-    "host-device",
-    "host-local",
-    "ipvlan",
-    "loopback",
-    "macvlan",
-    "portmap",
-    "ptp",
-    "sbr",
-    "static",
-    "tap",
-    "tuning",
-    "vlan",
-    "vrf",
-];
 
 /// Runs the plugin of type `plugin_type` on `env` and `stdin`; None when it is not one of ours. The
 /// process's own entry point and the in-process delegate calls (bridge's IPAM call to host-local

@@ -12,7 +12,6 @@ pub mod config;
 use libcni::{invoke, CniResult, Error, Plugin, Request, Result};
 use netkit::iface::{self, Undo};
 use netkit::netlink::NewLink;
-use netkit::Netlink;
 
 pub struct Dummy;
 
@@ -24,9 +23,7 @@ impl Plugin for Dummy {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(&req.conf)?;
-        let ns = netkit::container_netns(req)?;
-        let cont = Netlink::open_in(&ns)?;
-        iface::ensure_absent(&cont, &ns, &req.ifname)?;
+        let (ns, cont) = iface::open_pod_for_add(req)?;
         Undo::guarded(|undo| {
             cont.create_link(&req.ifname, NewLink::Dummy, None, None)?;
             undo.push(|| {

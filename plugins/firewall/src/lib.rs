@@ -23,12 +23,6 @@ pub struct Firewall;
 /// The reference's firewall speaks 0.4.0 and later (it needs prevResult on ADD and CHECK).
 const VERSIONS: [&str; 3] = ["0.4.0", "1.0.0", "1.1.0"];
 
-fn prev_result(req: &Request) -> Result<&CniResult> {
-    req.conf.prev_result.as_ref().ok_or_else(|| {
-        Error::config("firewall must be called as a chained plugin: the configuration has no prevResult")
-    })
-}
-
 fn addresses(prev: &CniResult) -> Vec<IpAddr> {
     let mut out: Vec<IpAddr> = prev.ips.iter().map(|ip| ip.address.ip()).collect();
     out.dedup();
@@ -72,7 +66,7 @@ impl Plugin for Firewall {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(&req.raw)?;
-        let prev = prev_result(req)?;
+        let prev = netkit::iface::chained_prev_result(req, "firewall")?;
         let r = rules(&conf, prev)?;
         match conf.backend {
             Backend::Iptables => forward::add(&r)?,
@@ -92,7 +86,7 @@ impl Plugin for Firewall {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(&req.raw)?;
-        let prev = prev_result(req)?;
+        let prev = netkit::iface::chained_prev_result(req, "firewall")?;
         let r = rules(&conf, prev)?;
         match conf.backend {
             Backend::Iptables => forward::check(&r),

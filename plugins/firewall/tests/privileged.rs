@@ -413,24 +413,147 @@ fn podman_shape_conflist_passes_the_pods_traffic() {
     node.ok("del", &name, &pod.path);
 }
 
-/// A failed ADD undoes itself: when the IPv6 rules cannot be written (an ip6tables-restore that
-/// fails stands in for a broken ip6tables), the IPv4 rules already written are removed again.
+/// A failed ADD undoes itself: when the IPv6 rules cannot be written (the node's `ip6 filter`
+/// table has a CNI-FORWARD base chain, which nothing can jump to), the IPv4 rules already written
+/// are removed again.
 #[test]
 fn add_that_fails_for_one_family_leaves_no_rule_of_the_other() {
     let node = Node::new();
-    let fake = TempDir::new("fwfake");
-    let tool = fake.path().join("ip6tables-restore");
-    std::fs::write(&tool, "#!/bin/sh\ncat >/dev/null\necho 'ip6tables-restore: broken on purpose' >&2\nexit 1\n")
-        .unwrap();
-    must(&format!("chmod 755 {}", tool.display()));
+    let n = &node.ns.name;
+    must(&format!(
+        "ip netns exec {n} nft add table ip6 filter && ip netns exec {n} nft add chain ip6 filter CNI-FORWARD \
+         '{{ type filter hook input priority 0; policy accept; }}'"
+    ));
     let conf = ref_conf(&["10.78.0.2/24", "fd78::2/64"], json!({}));
-    let mut cmd = netns_exec(&node.ns.name, ours());
-    cmd.env("PATH", format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", fake.path().display()));
-    let out = Call::new("ADD", "c1", &node.remote.path).run(cmd, &conf);
-    assert!(!out.status.success(), "ADD succeeded with a broken ip6tables-restore");
+    let out = direct(&node, &ours(), "ADD", "c1", &conf);
+    assert!(!out.status.success(), "ADD succeeded with IPv6 rules that cannot be written");
     let err: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(err["code"], 100, "{err}");
-    assert!(err["msg"].as_str().unwrap().contains("broken on purpose"), "{err}");
+    assert!(err["msg"].as_str().unwrap().contains("ip6 filter FORWARD"), "{err}");
     let rules = node.filter();
     assert!(!rules.contains("10.78.0.2"), "the failed ADD left its IPv4 rules:\n{rules}");
+}
+
+/// DEL succeeds when the pod's rules, or all of CNI-FORWARD, are already gone, and removes what
+/// is left of them; the other pod's rules stay.
+#[test]
+fn del_with_the_rules_already_gone_succeeds() {
+    let node = Node::new();
+    let (one, two) = (ref_conf(&["10.78.0.2/24", "fd78::2/64"], json!({})), ref_conf(&["10.78.0.3/24"], json!({})));
+    direct_ok(&node, &ours(), "ADD", "c1", &one);
+    direct_ok(&node, &ours(), "ADD", "c2", &two);
+    node.ns.exec("iptables", &["-D", "CNI-FORWARD", "-s", "10.78.0.2/32", "-j", "ACCEPT"]);
+    direct_ok(&node, &ours(), "DEL", "c1", &one);
+    let rules = node.filter();
+    assert!(!rules.contains("10.78.0.2") && !rules.contains("fd78::2"), "DEL left rules:\n{rules}");
+    assert!(rules.contains("-A CNI-FORWARD -s 10.78.0.3/32 -j ACCEPT"), "DEL removed another pod's rule:\n{rules}");
+    direct_ok(&node, &ours(), "DEL", "c1", &one);
+    must(&format!(
+        "ip netns exec {n} iptables -F CNI-FORWARD && ip netns exec {n} ip6tables -F CNI-FORWARD",
+        n = node.ns.name
+    ));
+    direct_ok(&node, &ours(), "DEL", "c2", &two);
+}
+
+/// IPv6: ADD writes the /128 rules (ip6tables lists the reference's lines), CHECK finds a missing
+/// one, DEL removes them.
+#[test]
+fn ipv6_rules_add_check_and_del() {
+    let node = Node::new();
+    let conf = ref_conf(&["fd78::5/64"], json!({}));
+    direct_ok(&node, &ours(), "ADD", "c6", &conf);
+    let rules = node.filter();
+    for line in [
+        "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD",
+        "-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN",
+        "-A CNI-FORWARD -d fd78::5/128 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        "-A CNI-FORWARD -s fd78::5/128 -j ACCEPT",
+    ] {
+        assert!(rules.contains(line), "missing {line}:\n{rules}");
+    }
+    direct_ok(&node, &ours(), "CHECK", "c6", &conf);
+    direct_ok(&node, REFERENCE, "CHECK", "c6", &conf);
+    node.ns.exec("ip6tables", &["-D", "CNI-FORWARD", "-s", "fd78::5/128", "-j", "ACCEPT"]);
+    let out = direct(&node, &ours(), "CHECK", "c6", &conf);
+    let said = text(&out.stdout);
+    assert!(!out.status.success() && said.contains("-s fd78::5/128 -j ACCEPT"), "{said}");
+    direct_ok(&node, &ours(), "DEL", "c6", &conf);
+    assert!(!node.filter().contains("fd78::5"), "DEL left rules:\n{}", node.filter());
+}
+
+/// On a node whose iptables is iptables-legacy (here: a PATH whose iptables tools lead to
+/// xtables-legacy-multi), the rules go through iptables-save/-restore into the legacy tables, and
+/// nothing into nf_tables; CHECK and DEL work there too.
+#[test]
+fn legacy_iptables_keeps_the_save_restore_path() {
+    let node = Node::new();
+    let fake = TempDir::new("fwlegacy");
+    for tool in ["iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"] {
+        std::os::unix::fs::symlink("/usr/sbin/xtables-legacy-multi", fake.path().join(tool)).unwrap();
+    }
+    let conf = ref_conf(&["10.78.0.7/24"], json!({}));
+    let run = |command: &str| {
+        let mut cmd = netns_exec(&node.ns.name, ours());
+        cmd.env("PATH", format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", fake.path().display()));
+        let out = Call::new(command, "c7", &node.remote.path).run(cmd, &conf);
+        assert!(out.status.success(), "{command} on legacy iptables: {}{}", text(&out.stdout), text(&out.stderr));
+    };
+    run("ADD");
+    let legacy = text(&node.ns.exec("iptables-legacy-save", &["-t", "filter"]).stdout);
+    assert!(legacy.contains("-A CNI-FORWARD -s 10.78.0.7/32 -j ACCEPT"), "no legacy rule:\n{legacy}");
+    assert!(!node.filter().contains("10.78.0.7"), "the rules went to nf_tables:\n{}", node.filter());
+    run("CHECK");
+    run("DEL");
+    let legacy = text(&node.ns.exec("iptables-legacy-save", &["-t", "filter"]).stdout);
+    assert!(!legacy.contains("10.78.0.7"), "DEL left legacy rules:\n{legacy}");
+}
+
+/// Sixteen ADDs at once (IPv4 and IPv6), while iptables itself keeps changing the ruleset, then
+/// sixteen DELs at once: every pod's rules are there exactly once, the shared jumps once, and
+/// nothing of the pods is left after DEL.
+#[test]
+fn concurrent_adds_and_dels_with_iptables_writing_alongside() {
+    let node = Node::new();
+    let n = node.ns.name.clone();
+    must(&format!("ip netns exec {n} iptables -N OTHER"));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let confs: Vec<Value> =
+        (10..26).map(|i| ref_conf(&[&format!("10.78.1.{i}/24"), &format!("fd78:1::{i}/64")], json!({}))).collect();
+    let node = &node;
+    let each = |command: &str| {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    must(&format!(
+                        "ip netns exec {n} iptables -A OTHER -j RETURN && ip netns exec {n} iptables -F OTHER"
+                    ));
+                }
+            });
+            let pods: Vec<_> = confs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| s.spawn(move || direct_ok(node, &ours(), command, &format!("c{i}"), c)))
+                .collect();
+            for p in pods {
+                p.join().unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        stop.store(false, std::sync::atomic::Ordering::Relaxed);
+    };
+    each("ADD");
+    let rules = node.filter();
+    for i in 10..26 {
+        for line in [
+            format!("-A CNI-FORWARD -s 10.78.1.{i}/32 -j ACCEPT"),
+            format!("-A CNI-FORWARD -s fd78:1::{i}/128 -j ACCEPT"),
+        ] {
+            assert_eq!(rules.matches(&format!("{line}\n")).count(), 1, "{line}:\n{rules}");
+        }
+    }
+    assert_eq!(rules.matches("-j CNI-FORWARD").count(), 2, "one jump per family:\n{rules}");
+    assert_eq!(rules.matches("-j CNI-ADMIN").count(), 2, "one admin jump per family:\n{rules}");
+    each("DEL");
+    let rules = node.filter();
+    assert!(!rules.contains("10.78.1.") && !rules.contains("fd78:1::"), "DEL left rules:\n{rules}");
 }

@@ -27,9 +27,8 @@ impl Plugin for HostDevice {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
-        let ns = netkit::container_netns(req)?;
-        let host = Netlink::open()?;
-        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &host, undo))
+        let (ns, cont, host) = iface::open_pod_and_host_for_add(req)?;
+        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, undo))
     }
 
     /// Releases the addresses and returns the device to this namespace under its host name (its
@@ -60,11 +59,7 @@ impl Plugin for HostDevice {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let prev = iface::prev_result_for_check(req)?;
-        let ns = netkit::container_netns(req)?;
-        if let Some(ipam) = &conf.ipam_type {
-            invoke::delegate_check(ipam, req)?;
-        }
+        let (prev, ns) = iface::check_start(req, conf.ipam_type.as_deref())?;
         // A DPDK device was never moved: prevResult lists no interface of the pod.
         if recorded(req).is_some() {
             iface::check_pod(&ns, &req.ifname, prev, true)?;
@@ -97,14 +92,13 @@ fn add<'a>(
     req: &'a Request,
     conf: &'a HostDeviceConf,
     ns: &'a NetNs,
+    cont: &Netlink,
     host: &'a Netlink,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
-    let cont = Netlink::open_in(ns)?;
-    iface::ensure_absent(&cont, ns, &req.ifname)?;
     let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
     let moved = match find_device(host, &conf.selector, Path::new("/sys"))? {
-        Some(dev) => Some(move_in(host, &cont, ns, dev, &req.ifname, undo)?),
+        Some(dev) => Some(move_in(host, cont, ns, dev, &req.ifname, undo)?),
         None => None,
     };
     if let Some(ipam) = &conf.ipam_type {
@@ -113,21 +107,18 @@ fn add<'a>(
         if let Some(link) = &moved {
             iface::set_gateways(&mut result, 0, false, false);
             // DAD off as in the other plugins: IPAM hands each address to one pod.
-            iface::configure(&cont, ns, &req.ifname, link.index, &result, false)?;
+            iface::configure(cont, ns, &req.ifname, link.index, &result, false)?;
         }
     }
     if let Some(link) = moved {
         result.interfaces = vec![Interface {
-            name: link.name.clone(),
-            mac: link.mac_string(),
             // The MTU the device had on the host: DEL puts it back (results from 1.0.0 on carry it).
             mtu: Some(link.mtu),
-            sandbox: Some(ns.path().display().to_string()),
             pci_id: match &conf.selector {
                 Selector::Pci(addr) => Some(addr.clone()),
                 _ => None,
             },
-            ..Default::default()
+            ..iface::pod_interface(&link.name, &link, ns)
         }];
     }
     if let Some(dns) = &conf.dns {

@@ -42,13 +42,7 @@ impl Rig {
                 { "address": format!("10.203.{n}.2/24") }, { "address": format!("fd00:203:{n}::2/64") }
             ]}
         });
-        for (k, v) in extra.as_object().into_iter().flatten() {
-            if v.is_null() {
-                c.as_object_mut().unwrap().remove(k);
-            } else {
-                c[k] = v.clone();
-            }
-        }
+        cni_tests::merge(&mut c, extra);
         c
     }
 

@@ -81,13 +81,7 @@ mod tests {
 
     fn parse_conf(extra: Value) -> Result<SubLinkConf> {
         let mut v = json!({"cniVersion": "1.0.0", "name": "n", "type": "ipvlan", "ipam": {"type": "host-local"}});
-        for (k, val) in extra.as_object().unwrap() {
-            if val.is_null() {
-                v.as_object_mut().unwrap().remove(k);
-            } else {
-                v[k] = val.clone();
-            }
-        }
+        cni_tests::merge(&mut v, extra);
         parse(&cni_tests::add_request(&v, ""))
     }
 

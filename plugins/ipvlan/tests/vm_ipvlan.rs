@@ -5,10 +5,8 @@
 //! bad input gets its code with nothing left behind, DEL is idempotent and succeeds with the
 //! netns gone, and ADD/CHECK/DEL work at every spec version. One boot runs every case.
 
-use cni_tests::vm::Vm;
-
-/// Every spec version a runtime may send.
-const VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+use cni_tests::exec::VERSIONS;
+use cni_tests::vm::{version_round_cases, Vm};
 
 const SCRIPT: &str = r#"
 mkdir -p /tmp/ipam
@@ -37,7 +35,7 @@ code() { # expected-code verb conf id: the plugin fails with that code
     if out=$(cni "$2" ipvlan "$3" "$4" "$4" eth0 2>&1); then echo "succeeded: $out"; return 1; fi
     printf '%s\n' "$out" | grep -Eq "\"code\": *$1[,}]" || { echo "want code $1: $out"; return 1; }
 }
-only_lo() { is "$(pod "$1" ip -o link show | grep -vc ': lo:')" 0; }
+only_lo() { is "$(links_of "$1")" 0; }
 
 # The masters: dummies, which always have a carrier. The kernel keeps one ipvlan mode per master
 # (a new ipvlan in another mode switches the master's existing ones), so each mode gets its own.
@@ -160,29 +158,20 @@ check "failed add leaves one reservation" is "$(ls /tmp/ipam/small | grep -c '^1
 # (refused before), DEL twice.
 net peer 1.1.0 '"master":"mst2"' "$(ipam 10.68.0.0/24)"
 add peer peer
+after_add() { check "add $1: pod reaches a pod on the same master" pings "$2" 10.68.0.2; }
+after_del() { check "del $1 removes eth0" only_lo "$2"; }
 for v in VERSIONS; do
     n=ver${v//./}
     net "$n" "$v" '"master":"mst2"' "$(ipam 10.68.0.0/24)"
     # One network (one address pool) for every version, beside the peer.
     sed -i "s/\"name\":\"$n\"/\"name\":\"peer\"/" "/tmp/$n.json"
-    ip netns add "$n"
-    check "add $v" cni ADD ipvlan "/tmp/$n.json" "$n" "$n" eth0
-    check "add $v: pod reaches a pod on the same master" pings "$n" 10.68.0.2
-    case $v in
-        0.[123].*) refuse "check $v refused" cni CHECK ipvlan "/tmp/$n.json" "$n" "$n" eth0 ;;
-        *) check "check $v" cni CHECK ipvlan "/tmp/$n.json" "$n" "$n" eth0 ;;
-    esac
-    check "del $v" cni DEL ipvlan "/tmp/$n.json" "$n" "$n" eth0
-    check "del $v removes eth0" only_lo "$n"
-    check "del $v again" cni DEL ipvlan "/tmp/$n.json" "$n" "$n" eth0
+    version_round "$v" ipvlan "$n"
 done
 "#;
 
 #[test]
 fn ipvlan_in_a_vm() {
-    let script = SCRIPT.replace("for v in VERSIONS;", &format!("for v in {};", VERSIONS.join(" ")));
-    let run = Vm::new().plugins(&["ipvlan", "host-local"]).run(&script);
-    eprintln!("VM run: {:.1} s", run.elapsed.as_secs_f64());
+    let run = Vm::new().plugins(&["ipvlan", "host-local"]).run_versions(SCRIPT, &VERSIONS);
     let mut cases: Vec<String> = Vec::new();
     for mode in ["l2", "l3"] {
         for what in [
@@ -244,15 +233,9 @@ fn ipvlan_in_a_vm() {
         ]
         .map(String::from),
     );
-    for v in VERSIONS {
-        for what in ["add {v}", "add {v}: pod reaches a pod on the same master"] {
-            cases.push(what.replace("{v}", v));
-        }
-        cases.push(if v < "0.4.0" { format!("check {v} refused") } else { format!("check {v}") });
-        for what in ["del {v}", "del {v} removes eth0", "del {v} again"] {
-            cases.push(what.replace("{v}", v));
-        }
-    }
-    let cases: Vec<&str> = cases.iter().map(String::as_str).collect();
+    cases.extend(version_round_cases(
+        &VERSIONS,
+        &["add {v}: pod reaches a pod on the same master", "del {v} removes eth0"],
+    ));
     run.assert_passed(&cases);
 }

@@ -59,9 +59,7 @@ mod tests {
 
     fn parse_with(extra: Value, args: &str) -> Result<SubLinkConf> {
         let mut v = json!({"cniVersion": "1.0.0", "name": "n", "type": "macvlan"});
-        for (k, val) in extra.as_object().unwrap() {
-            v[k] = val.clone();
-        }
+        cni_tests::merge(&mut v, extra);
         parse(&cni_tests::add_request(&v, args))
     }
 

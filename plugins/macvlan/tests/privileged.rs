@@ -51,20 +51,8 @@ fn macvlan_conf(master: &str, n: u8, v6: bool, data: &Path, extra: Value) -> Val
         "type": "macvlan", "master": master,
         "ipam": { "type": "host-local", "ranges": ranges, "dataDir": data }
     });
-    merge(&mut conf, extra);
+    cni_tests::merge(&mut conf, extra);
     conf
-}
-
-fn merge(into: &mut Value, extra: Value) {
-    if let Value::Object(m) = extra {
-        for (k, v) in m {
-            if v.is_null() {
-                into.as_object_mut().unwrap().remove(&k);
-            } else {
-                into[k] = v;
-            }
-        }
-    }
 }
 
 impl Net {
@@ -318,7 +306,7 @@ fn default_master_is_the_default_route_interface() {
     let pod = Netns::new("mvd");
     let data = TempDir::new("mv-ipam");
     let mut conf = macvlan_conf("", 40, false, data.path(), json!({ "master": null }));
-    merge(&mut conf, json!({ "cniVersion": "1.0.0", "name": "mvdefault" }));
+    cni_tests::merge(&mut conf, json!({ "cniVersion": "1.0.0", "name": "mvdefault" }));
     let plugin = bin_dir().join("macvlan");
     let (rc, out) = call(&plugin, "ADD", &conf, &pod.path, "c1", Some(&host));
     assert_eq!(rc, 0, "{out}");
@@ -349,7 +337,7 @@ fn link_in_container_finds_the_master_in_the_pod() {
     pod.ip(&["link", "set", "inner0p", "up"]);
     let data = TempDir::new("mv-ipam");
     let mut conf = macvlan_conf("inner0", 41, false, data.path(), json!({ "linkInContainer": true }));
-    merge(&mut conf, json!({ "cniVersion": "1.1.0", "name": "mvinner" }));
+    cni_tests::merge(&mut conf, json!({ "cniVersion": "1.1.0", "name": "mvinner" }));
     let plugin = bin_dir().join("macvlan");
     let (rc, out) = call(&plugin, "ADD", &conf, &pod.path, "c1", None);
     assert_eq!(rc, 0, "{out}");
@@ -393,7 +381,7 @@ fn failed_add_leaves_nothing() {
     let data = TempDir::new("mv-ipam");
     let mut conf = macvlan_conf(&master.name, 42, false, data.path(), json!({}));
     conf["ipam"]["ranges"] = json!([[{ "subnet": "10.226.42.0/30" }]]);
-    merge(&mut conf, json!({ "cniVersion": "1.0.0", "name": "mvfail" }));
+    cni_tests::merge(&mut conf, json!({ "cniVersion": "1.0.0", "name": "mvfail" }));
     let plugin = bin_dir().join("macvlan");
     let (pod1, pod2) = (Netns::new("mvf"), Netns::new("mvg"));
     let (rc, out) = call(&plugin, "ADD", &conf, &pod1.path, "c1", None);
@@ -421,7 +409,7 @@ fn failed_add_leaves_nothing() {
     assert_eq!(reservations(data.path(), "mvfail").len(), 1);
     // DEL reads no key but the ipam type: keys that no longer validate never strand the pod.
     let mut broken = conf.clone();
-    merge(&mut broken, json!({ "mode": "bogus", "mtu": -5, "mac": "zz", "master": "no/such" }));
+    cni_tests::merge(&mut broken, json!({ "mode": "bogus", "mtu": -5, "mac": "zz", "master": "no/such" }));
     let (rc, out) = call(&plugin, "DEL", &broken, &pod1.path, "c1", None);
     assert_eq!(rc, 0, "{out}");
     assert_eq!(links_in(&pod1), ["lo"]);

@@ -10,7 +10,7 @@ use config::Config;
 use ipnetwork::IpNetwork;
 use libcni::skel::{Plugin, Request};
 use libcni::types::CniResult;
-use libcni::{Error, Errors, Result};
+use libcni::{Errors, Result};
 use netkit::firewall::{self, BackendKind, Protocol};
 use std::net::Ipv4Addr;
 
@@ -52,13 +52,6 @@ fn rules(req: &Request, conf: &Config, v4: Option<IpNetwork>, v6: Option<IpNetwo
         conditions_v4: conf.conditions_v4.clone(),
         conditions_v6: conf.conditions_v6.clone(),
     }
-}
-
-fn prev_result(req: &Request) -> Result<&CniResult> {
-    req.conf
-        .prev_result
-        .as_ref()
-        .ok_or_else(|| Error::config("portmap must be called as a chained plugin: the configuration has no prevResult"))
 }
 
 /// The host interface that routes to `ip` (longest prefix, then lowest metric, of the main
@@ -123,7 +116,7 @@ impl Plugin for PortMap {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = Config::parse(req)?;
-        let prev = prev_result(req)?;
+        let prev = netkit::iface::chained_prev_result(req, "portmap")?;
         if conf.mappings.is_empty() {
             return Ok(prev.clone());
         }
@@ -169,7 +162,7 @@ impl Plugin for PortMap {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = Config::parse(req)?;
-        let prev = prev_result(req)?;
+        let prev = netkit::iface::chained_prev_result(req, "portmap")?;
         if conf.mappings.is_empty() {
             return Ok(());
         }

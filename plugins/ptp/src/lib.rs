@@ -13,8 +13,8 @@ use ipnetwork::IpNetwork;
 use libcni::invoke;
 use libcni::types::{CniResult, Interface, IpConfig};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
-use netkit::firewall::{self, BackendKind, Firewall, Masquerade};
-use netkit::iface::{self, is_v4, Undo};
+use netkit::firewall::{self, Firewall};
+use netkit::iface::{self, is_v4, MasqueradeDel, Undo};
 use netkit::sysctl::{self, Family};
 use netkit::{IpFamily, Link, NetNs, Netlink, RouteSpec};
 use std::net::IpAddr;
@@ -34,10 +34,9 @@ impl Plugin for Ptp {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
-        let ns = netkit::container_netns(req)?;
-        let host = Netlink::open()?;
+        let (ns, cont, host) = iface::open_pod_and_host_for_add(req)?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
-        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &host, fw.as_deref(), undo))
+        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, fw.as_deref(), undo))
     }
 
     /// Releases the addresses, removes the masquerade rules and the veth (which takes the host
@@ -58,22 +57,17 @@ impl Plugin for Ptp {
             if let Some(t) = ipam.filter(|t| !iface::releases_through_link(t)) {
                 errs.record(invoke::delegate_del(t, req));
             }
-            let (network, id, ifname) = (&req.conf.name, &req.container_id, &req.ifname);
-            match &conf {
-                Ok(PtpConf { ip_masq: Some(m), .. }) => {
-                    errs.record(firewall::open(m.backend).del_masquerade(network, id, ifname));
-                    if m.detected && m.backend == BackendKind::Nftables {
-                        errs.record(firewall::del_reference_leftovers(network, id, ifname, false));
-                    }
-                }
-                Ok(_) => {}
+            let masq = match &conf {
+                Ok(c) => MasqueradeDel::Configured(c.ip_masq),
                 Err(e) => {
                     eprintln!(
                         "ptp: DEL removes everything the attachment can hold, as its configuration is invalid: {e}"
                     );
-                    errs.record(firewall::del_everywhere(firewall::Rules::Masquerade, network, id, ifname));
+                    MasqueradeDel::Everywhere
                 }
-            }
+            };
+            let (network, id, ifname) = (&req.conf.name, &req.container_id, &req.ifname);
+            iface::del_masquerade(&firewall::open, masq, network, id, ifname).into_iter().for_each(|e| errs.push(e));
             errs
         };
         let (others, link_errs) = iface::alongside("releasing the addresses or removing the rules", others, || {
@@ -87,30 +81,18 @@ impl Plugin for Ptp {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let prev = iface::prev_result_for_check(req)?;
-        let ns = netkit::container_netns(req)?;
-        invoke::delegate_check(&conf.ipam_type, req)?;
+        let (prev, ns) = iface::check_start(req, Some(&conf.ipam_type))?;
         check(req, &conf, prev, &ns)
     }
 
     fn status(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        invoke::delegate_status(&conf.ipam_type, req)?;
-        if let Some(m) = conf.ip_masq {
-            firewall::open(m.backend).status()?;
-        }
-        Ok(())
+        iface::status_masquerading(req, Some(&conf.ipam_type), conf.ip_masq)
     }
 
     fn gc(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let mut errs = Errors::new();
-        errs.record(invoke::delegate_gc(&conf.ipam_type, req));
-        // Without the list of valid attachments, garbage cannot be told from live pods.
-        if let (Some(keep), Some(m)) = (req.conf.valid_attachments.as_deref(), conf.ip_masq) {
-            errs.record(firewall::open(m.backend).gc_masquerade(&conf.network, keep));
-        }
-        errs.finish()
+        iface::gc_masquerading(req, &conf.network, Some(&conf.ipam_type), conf.ip_masq).0.finish()
     }
 }
 
@@ -118,12 +100,11 @@ fn add<'a>(
     req: &'a Request,
     conf: &'a PtpConf,
     ns: &NetNs,
+    cont: &Netlink,
     host: &'a Netlink,
     fw: Option<&'a dyn Firewall>,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
-    let cont = Netlink::open_in(ns)?;
-    iface::ensure_absent(&cont, ns, &req.ifname)?;
     // IPAM first, as the reference: a pool that is full costs no veth.
     let r = iface::ipam_add(&conf.ipam_type, req, undo)?;
     let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
@@ -142,8 +123,8 @@ fn add<'a>(
     let cont_link = cont
         .link(&req.ifname)?
         .ok_or_else(|| Error::network(format!("veth peer {} is missing in {}", req.ifname, ns.path().display())))?;
-    iface::configure(&cont, ns, &req.ifname, cont_link.index, &result, false)?;
-    route_through_gateway(&cont, ns, cont_link.index, &result.ips)?;
+    iface::configure(cont, ns, &req.ifname, cont_link.index, &result, false)?;
+    route_through_gateway(cont, ns, cont_link.index, &result.ips)?;
     if result.ips.iter().any(|ip| !is_v4(&ip.address)) {
         // Without a usable link-local address the host sends no neighbour solicitation on this
         // link, so it could not forward IPv6 to the pod until DAD of its fe80 address ended (a
@@ -157,17 +138,12 @@ fn add<'a>(
         undo.push(move || {
             let _ = fw.del_masquerade(&conf.network, &req.container_id, &req.ifname);
         });
-        fw.add_masquerade(&masquerade(req, conf, result.ips.iter()))?;
+        fw.add_masquerade(&iface::masquerade(req, &conf.network, result.ips.iter()))?;
     }
     let cont_now = cont.link_by_index(cont_link.index)?.unwrap_or(cont_link);
     result.interfaces = vec![
         Interface { name: host_name, mac: host_link.mac_string(), ..Default::default() },
-        Interface {
-            name: req.ifname.clone(),
-            mac: cont_now.mac_string(),
-            sandbox: Some(ns.path().display().to_string()),
-            ..Default::default()
-        },
+        iface::pod_interface(&req.ifname, &cont_now, ns),
     ];
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
@@ -241,16 +217,6 @@ fn configure_host_end(host: &Netlink, link: &Link, ips: &[IpConfig]) -> Result<(
     Ok(())
 }
 
-/// The masquerade rules of this attachment for `addresses`.
-fn masquerade<'i>(req: &Request, conf: &PtpConf, addresses: impl Iterator<Item = &'i IpConfig>) -> Masquerade {
-    Masquerade {
-        network: conf.network.clone(),
-        container_id: req.container_id.clone(),
-        ifname: req.ifname.clone(),
-        addresses: addresses.map(|ip| ip.address).collect(),
-    }
-}
-
 /// CHECK (code 103 on a difference): the pod's interface, addresses and routes as prevResult
 /// says ([`iface::check_pod`]), the host end with each gateway and a route to each pod address,
 /// and the masquerade rules.
@@ -283,7 +249,7 @@ fn check(req: &Request, conf: &PtpConf, prev: &CniResult, ns: &NetNs) -> Result<
         }
     }
     if let Some(m) = conf.ip_masq {
-        firewall::open(m.backend).check_masquerade(&masquerade(req, conf, own.into_iter()))?;
+        firewall::open(m.backend).check_masquerade(&iface::masquerade(req, &conf.network, own.into_iter()))?;
     }
     Ok(())
 }

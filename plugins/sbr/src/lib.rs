@@ -31,13 +31,6 @@ const RT_SCOPE_LINK: u8 = 253;
 
 pub struct Sbr;
 
-fn prev_result(req: &Request) -> Result<&CniResult> {
-    req.conf
-        .prev_result
-        .as_ref()
-        .ok_or_else(|| Error::config("sbr must be called as a chained plugin: the configuration has no prevResult"))
-}
-
 /// The addresses of prevResult that belong to `ifname`: those without an interface index, with an
 /// index out of range, or whose interface has that name (the reference's reading).
 pub fn addresses_of<'a>(prev: &'a CniResult, ifname: &str) -> Vec<&'a IpConfig> {
@@ -181,7 +174,7 @@ impl Plugin for Sbr {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = SbrConfig::from_request(req)?;
-        let prev = prev_result(req)?;
+        let prev = netkit::iface::chained_prev_result(req, "sbr")?;
         let ips = addresses_of(prev, &req.ifname);
         if ips.is_empty() {
             return Err(Error::config(format!(
@@ -209,7 +202,7 @@ impl Plugin for Sbr {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = SbrConfig::from_request(req)?;
-        let prev = prev_result(req)?;
+        let prev = netkit::iface::chained_prev_result(req, "sbr")?;
         let ips = addresses_of(prev, &req.ifname);
         let ns = container_netns(req)?;
         let nl = Netlink::open_in(&ns)?;

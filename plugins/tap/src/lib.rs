@@ -28,7 +28,6 @@ fn add<'a>(
     cont: &'a Netlink,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
-    iface::ensure_absent(cont, ns, &req.ifname)?;
     let bridge = match &conf.bridge {
         Some(name) => {
             let br = cont.link(name)?.ok_or_else(|| {
@@ -71,8 +70,7 @@ impl Plugin for Tap {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = conf_of(req)?;
-        let ns = netkit::container_netns(req)?;
-        let cont = Netlink::open_in(&ns)?;
+        let (ns, cont) = iface::open_pod_for_add(req)?;
         Undo::guarded(|undo| add(req, &conf, &ns, &cont, undo))
     }
 

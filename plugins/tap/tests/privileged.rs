@@ -51,13 +51,7 @@ fn conf(version: &str, data: &Path, extra: Value) -> Value {
     let mut c = json!({"cniVersion": version, "name": "tapnet", "type": "tap",
         "ipam": {"type": "host-local", "dataDir": data.display().to_string(),
                  "ranges": [[{"subnet": "10.211.7.0/24"}]]}});
-    for (k, v) in extra.as_object().unwrap() {
-        if v.is_null() {
-            c.as_object_mut().unwrap().remove(k);
-        } else {
-            c[k] = v.clone();
-        }
-    }
+    cni_tests::merge(&mut c, extra);
     c
 }
 

@@ -37,7 +37,6 @@ fn add<'a>(
     cont: &'a Netlink,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
-    iface::ensure_absent(cont, ns, &req.ifname)?;
     let host = if conf.link_in_container { None } else { Some(Netlink::open()?) };
     let creator = host.as_ref().unwrap_or(cont);
     let parent = master(conf, creator, ns)?;
@@ -80,8 +79,7 @@ impl Plugin for Vlan {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(&req.raw, &req.conf)?;
-        let ns = netkit::container_netns(req)?;
-        let cont = Netlink::open_in(&ns)?;
+        let (ns, cont) = iface::open_pod_for_add(req)?;
         Undo::guarded(|undo| add(req, &conf, &ns, &cont, undo))
     }
 

@@ -30,12 +30,6 @@ pub struct Vrf;
 /// The versions the reference vrf speaks.
 const VERSIONS: [&str; 4] = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
-fn prev_result(req: &Request) -> Result<&CniResult> {
-    req.conf.prev_result.as_ref().ok_or_else(|| {
-        Error::config("prevResult: the vrf plugin must be chained after a plugin that creates the interface")
-    })
-}
-
 fn is_vrf(link: &Link) -> bool {
     link.kind.as_deref() == Some("vrf")
 }
@@ -192,7 +186,7 @@ impl Plugin for Vrf {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(&req.raw)?;
-        let prev = prev_result(req)?;
+        let prev = netkit::iface::chained_prev_result(req, "vrf")?;
         let ns = netkit::container_netns(req)?;
         add(req, &conf, &ns)?;
         Ok(prev.clone())
@@ -200,7 +194,7 @@ impl Plugin for Vrf {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(&req.raw)?;
-        prev_result(req)?;
+        netkit::iface::chained_prev_result(req, "vrf")?;
         let ns = netkit::container_netns(req)?;
         let nl = Netlink::open_in(&ns)?;
         let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);

@@ -44,8 +44,8 @@ const MARK_MASQ: &str = "CNI-HOSTPORT-MASQ";
 const LOCALNET: &str = "CNI-LOCALNET";
 /// The drop as iptables-save prints it.
 const LOCALNET_RULE: &str = "-A CNI-LOCALNET ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP";
-const LOCK_DIR: &str = "/run/cni-rs";
 const LOCK_FILE: &str = "/run/cni-rs/iptables.lock";
+const XTABLES_LOCK: &str = "/run/xtables.lock";
 /// multiport takes at most 15 ports per rule.
 const MULTIPORT_MAX: usize = 15;
 const ATTEMPTS: usize = 3;
@@ -68,29 +68,16 @@ impl Ipv {
             Ipv::V4
         }
     }
-    fn save_tool(self) -> &'static str {
+    /// `v4` for IPv4, `v6` for IPv6.
+    pub(crate) fn pick<T>(self, v4: T, v6: T) -> T {
         match self {
-            Ipv::V4 => "iptables-save",
-            Ipv::V6 => "ip6tables-save",
+            Ipv::V4 => v4,
+            Ipv::V6 => v6,
         }
     }
-    fn restore_tool(self) -> &'static str {
-        match self {
-            Ipv::V4 => "iptables-restore",
-            Ipv::V6 => "ip6tables-restore",
-        }
-    }
-    fn multicast(self) -> &'static str {
-        match self {
-            Ipv::V4 => "224.0.0.0/4",
-            Ipv::V6 => "ff00::/8",
-        }
-    }
-    fn host_prefix(self) -> u8 {
-        match self {
-            Ipv::V4 => 32,
-            Ipv::V6 => 128,
-        }
+    /// `iptables<suffix>` or `ip6tables<suffix>`.
+    fn tool(self, suffix: &str) -> String {
+        format!("{}{suffix}", self.pick("iptables", "ip6tables"))
     }
 }
 
@@ -133,7 +120,7 @@ fn quote(token: &str) -> String {
 
 /// `<ip>/32` or `<ip>/128`.
 pub(crate) fn host(ip: IpAddr) -> String {
-    format!("{ip}/{}", Ipv::of(&ip).host_prefix())
+    format!("{ip}/{}", Ipv::of(&ip).pick(32, 128))
 }
 
 fn subnet(a: &IpNetwork) -> String {
@@ -217,26 +204,40 @@ fn restore_text(table: &str, lines: &[String]) -> String {
 }
 
 fn save_table(ipv: Ipv, table: &str) -> Result<NatTable> {
-    let out = run_ok(ipv.save_tool(), &["-t", table], None, &format!("read the {table} table"))?;
+    let out = run_ok(&ipv.tool("-save"), &["-t", table], None, &format!("read the {table} table"))?;
     Ok(NatTable::parse(&out, table))
 }
 
 fn restore(ipv: Ipv, table: &str, lines: &[String], what: &str) -> Result<()> {
-    run_ok(ipv.restore_tool(), &["--noflush", "-w"], Some(&restore_text(table, lines)), what).map(|_| ())
+    run_ok(&ipv.tool("-restore"), &["--noflush", "-w"], Some(&restore_text(table, lines)), what).map(|_| ())
 }
 
-/// Serializes our read-modify-write cycles (the xtables lock covers one process only). Without a
-/// writable /run we go on unlocked: the retry below still converges.
-fn lock() -> Option<nix::fcntl::Flock<File>> {
-    let _ = std::fs::create_dir_all(LOCK_DIR);
-    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(LOCK_FILE).ok()?;
+/// Serializes our read-modify-write cycles with [`LOCK_FILE`] (the xtables lock covers one
+/// process only), and our in-process writes with iptables' own with [`XTABLES_LOCK`] (what `-w`
+/// takes). Without a writable /run we go on unlocked: the retry below still converges.
+fn lock(path: &str) -> Option<nix::fcntl::Flock<File>> {
+    let _ = std::path::Path::new(path).parent().map(std::fs::create_dir_all);
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).ok()?;
     nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).ok()
+}
+
+/// Whether the `iptables` on PATH (or in the system directories) is iptables-nft: it resolves to
+/// `xtables-nft-multi` or `iptables-nft`. Found without running it; false when there is none.
+pub(crate) fn nft_based() -> bool {
+    super::exec::find("iptables").is_some_and(|p| resolves_to_nft(&p))
+}
+
+/// Whether `iptables` resolves (through its symlinks) to `xtables-nft-multi` or `iptables-nft`.
+fn resolves_to_nft(iptables: &std::path::Path) -> bool {
+    let target = std::fs::canonicalize(iptables).ok();
+    let name = target.as_ref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
+    name.is_some_and(|n| n.starts_with("xtables-nft") || n.starts_with("iptables-nft"))
 }
 
 /// Reads the table and applies the lines `plan` derives from it; a failed restore (someone else
 /// changed the table between the two) is retried from a fresh read.
 fn transact(ipv: Ipv, what: &str, plan: impl Fn(&NatTable) -> Vec<String>) -> Result<()> {
-    let _guard = lock();
+    let _guard = lock(LOCK_FILE);
     apply(ipv, "nat", what, None, |t| Ok(plan(t)))
 }
 
@@ -249,19 +250,31 @@ fn apply(
     mut saved: Option<NatTable>,
     plan: impl Fn(&NatTable) -> Result<Vec<String>>,
 ) -> Result<()> {
+    let read = || saved.take().map_or_else(|| save_table(ipv, table), Ok);
+    cycle(what, read, plan, |_, lines| restore(ipv, table, &lines, what), |_| true)
+}
+
+/// Reads a table, plans a change from it and writes the change (nothing when the plan is empty);
+/// a write refused with an error `again` accepts (the table changed since it was read) is planned
+/// again from a fresh read, up to [`ATTEMPTS`] times.
+fn cycle<T, C>(
+    what: &str,
+    mut read: impl FnMut() -> Result<T>,
+    plan: impl Fn(&T) -> Result<Vec<C>>,
+    write: impl Fn(&T, Vec<C>) -> Result<()>,
+    again: impl Fn(&Error) -> bool,
+) -> Result<()> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        let t = match saved.take() {
-            Some(t) => t,
-            None => save_table(ipv, table).map_err(|e| e.context(what))?,
-        };
-        let lines = plan(&t)?;
-        if lines.is_empty() {
+        let t = read().map_err(|e| e.context(what))?;
+        let change = plan(&t)?;
+        if change.is_empty() {
             return Ok(());
         }
-        match restore(ipv, table, &lines, what) {
+        match write(&t, change) {
             Ok(()) => return Ok(()),
-            Err(e) => last = Some(e),
+            Err(e) if again(&e) => last = Some(e),
+            Err(e) => return Err(e),
         }
     }
     Err(last.unwrap_or_else(|| Error::network(format!("{what}: failed"))))
@@ -269,11 +282,11 @@ fn apply(
 
 /// Whether the family's nat table can be read at all (ip6tables may be absent or IPv6 disabled).
 fn usable(ipv: Ipv) -> std::result::Result<(), Error> {
-    let out = run(ipv.save_tool(), &["-t", "nat"], None)?;
+    let out = run(&ipv.tool("-save"), &["-t", "nat"], None)?;
     if out.success {
         Ok(())
     } else {
-        Err(Error::new(code::NOT_AVAILABLE, format!("{} -t nat failed: {}", ipv.save_tool(), one_line(&out.stderr))))
+        Err(Error::new(code::NOT_AVAILABLE, format!("{} -t nat failed: {}", ipv.tool("-save"), one_line(&out.stderr))))
     }
 }
 
@@ -497,7 +510,8 @@ pub(crate) fn masq_add_lines(t: &NatTable, m: &Masquerade, ipv: Ipv) -> Vec<Stri
             entries.push(entry);
         }
     }
-    rules.push(format!("-A {chain} ! -d {} -m comment --comment {note} -j MASQUERADE", ipv.multicast()));
+    let multicast = ipv.pick("224.0.0.0/4", "ff00::/8");
+    rules.push(format!("-A {chain} ! -d {multicast} -m comment --comment {note} -j MASQUERADE"));
     out.extend(rules);
     out.extend(entries);
     out
@@ -611,7 +625,7 @@ impl Firewall for IptablesBackend {
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("add port mappings for container {}", p.container_id);
-        let _guard = lock();
+        let _guard = lock(LOCK_FILE);
         // Every family is read and checked for a port another container holds before anything is
         // added, so a refused ADD adds nothing; each restore then checks again on what it applies to.
         let mut saved = Vec::new();

@@ -70,7 +70,10 @@ const NFTA_HOOK_HOOKNUM: u16 = 1;
 const NFTA_HOOK_PRIORITY: u16 = 2;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
+const NFTA_RULE_HANDLE: u16 = 3;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
+/// NFTA_RULE_COMPAT { PROTO, FLAGS }: what iptables-nft adds to every rule (zeros without `-p`).
+const NFTA_RULE_COMPAT: u16 = 5;
 const NFTA_RULE_USERDATA: u16 = 7;
 const NFTA_SET_TABLE: u16 = 1;
 const NFTA_SET_NAME: u16 = 2;
@@ -164,24 +167,14 @@ impl Family {
     }
 }
 
-/// A netfilter hook a base chain attaches to.
+/// A netfilter hook a base chain attaches to (the value is its number).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hook {
-    Prerouting,
-    Input,
-    Output,
-    Postrouting,
-}
-
-impl Hook {
-    fn number(self) -> u32 {
-        match self {
-            Hook::Prerouting => 0,
-            Hook::Input => 1,
-            Hook::Output => 3,
-            Hook::Postrouting => 4,
-        }
-    }
+    Prerouting = 0,
+    Input = 1,
+    Forward = 2,
+    Output = 3,
+    Postrouting = 4,
 }
 
 /// A base chain's type.
@@ -216,6 +209,7 @@ pub(crate) enum Verdict {
     Accept,
     Drop,
     Jump(String),
+    Return,
 }
 
 impl Verdict {
@@ -224,6 +218,7 @@ impl Verdict {
             Verdict::Drop => 0,
             Verdict::Accept => 1,
             Verdict::Jump(_) => -3,
+            Verdict::Return => -5,
         }
     }
     fn chain(&self) -> Option<&str> {
@@ -375,52 +370,32 @@ impl Reg {
     }
 }
 
-/// `meta` keys.
+/// `meta` keys (the value is NFT_META_*).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MetaKey {
     /// The ethertype (`meta protocol`).
-    Protocol,
+    Protocol = 1,
     /// The packet mark (`meta mark`).
-    Mark,
-    Iifname,
-    Nfproto,
-    L4proto,
+    Mark = 3,
+    Iifname = 6,
+    Oifname = 7,
+    Nfproto = 15,
+    L4proto = 16,
 }
 
-impl MetaKey {
-    fn number(self) -> u32 {
-        match self {
-            MetaKey::Protocol => 1,
-            MetaKey::Mark => 3,
-            MetaKey::Iifname => 6,
-            MetaKey::Nfproto => 15,
-            MetaKey::L4proto => 16,
-        }
-    }
-}
-
-/// Where a payload load starts.
+/// Where a payload load starts (the value is NFT_PAYLOAD_*_HEADER).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PayloadBase {
-    Link,
-    Network,
-    Transport,
+    Link = 0,
+    Network = 1,
+    Transport = 2,
 }
 
-/// `ct` keys.
+/// `ct` keys (the value is NFT_CT_*).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CtKey {
-    State,
-    Status,
-}
-
-impl CtKey {
-    fn number(self) -> u32 {
-        match self {
-            CtKey::State => 0,
-            CtKey::Status => 2,
-        }
-    }
+    State = 0,
+    Status = 2,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -455,6 +430,10 @@ pub(crate) enum Expr {
     Nat { dnat: bool, v6: bool, addr: Reg, proto: Option<Reg> },
     /// `masq`.
     Masq,
+    /// `counter` (starting from zero packets and bytes).
+    Counter,
+    /// An xtables match (iptables-nft's compat expression): its name, revision and struct.
+    Match { name: &'static str, rev: u32, info: Vec<u8> },
 }
 
 impl Expr {
@@ -470,6 +449,8 @@ impl Expr {
             Expr::Verdict(_) => "immediate",
             Expr::Nat { .. } => "nat",
             Expr::Masq => "masq",
+            Expr::Counter => "counter",
+            Expr::Match { .. } => "match",
         }
     }
 
@@ -484,17 +465,12 @@ impl Expr {
     fn put_data(&self, a: &mut Attrs) {
         match self {
             Expr::Meta { key, dreg } => {
-                a.u32(2, key.number()); // NFTA_META_KEY
+                a.u32(2, *key as u32); // NFTA_META_KEY
                 a.u32(1, dreg.0); // NFTA_META_DREG
             }
             Expr::Payload { base, offset, len, dreg } => {
-                let base = match base {
-                    PayloadBase::Link => 0,
-                    PayloadBase::Network => 1,
-                    PayloadBase::Transport => 2,
-                };
                 a.u32(1, dreg.0); // NFTA_PAYLOAD_DREG
-                a.u32(2, base); // NFTA_PAYLOAD_BASE
+                a.u32(2, *base as u32); // NFTA_PAYLOAD_BASE
                 a.u32(3, *offset); // NFTA_PAYLOAD_OFFSET
                 a.u32(4, *len); // NFTA_PAYLOAD_LEN
             }
@@ -511,7 +487,7 @@ impl Expr {
                 a.nested(5, |a| a.bytes(NFTA_DATA_VALUE, xor)); // NFTA_BITWISE_XOR
             }
             Expr::Ct { key, dreg } => {
-                a.u32(2, key.number()); // NFTA_CT_KEY
+                a.u32(2, *key as u32); // NFTA_CT_KEY
                 a.u32(1, dreg.0); // NFTA_CT_DREG
             }
             Expr::FibDaddrType { dreg } => {
@@ -520,7 +496,7 @@ impl Expr {
                 a.u32(1, dreg.0); // NFTA_FIB_DREG
             }
             Expr::MetaSet { key, sreg } => {
-                a.u32(2, key.number()); // NFTA_META_KEY
+                a.u32(2, *key as u32); // NFTA_META_KEY
                 a.u32(3, sreg.0); // NFTA_META_SREG
             }
             Expr::Lookup { set, sreg, dreg, invert } => {
@@ -547,6 +523,15 @@ impl Expr {
                 }
             }
             Expr::Masq => {}
+            Expr::Counter => {
+                a.bytes(1, &[0; 8]); // NFTA_COUNTER_BYTES
+                a.bytes(2, &[0; 8]); // NFTA_COUNTER_PACKETS
+            }
+            Expr::Match { name, rev, info } => {
+                a.str(1, name); // NFTA_MATCH_NAME
+                a.u32(2, *rev); // NFTA_MATCH_REV
+                a.bytes(3, info); // NFTA_MATCH_INFO
+            }
         }
     }
 }
@@ -831,6 +816,34 @@ impl Rule {
         self.exprs.push(Expr::Masq);
         self
     }
+
+    /// `ip daddr A` / `ip6 daddr A`.
+    pub(crate) fn daddr(self, addr: IpAddr) -> Rule {
+        self.addr_cmp(false, addr, CmpOp::Eq)
+    }
+
+    /// `iifname` (`oifname` when `out`) compared with the name and its NUL, as iptables-nft
+    /// compiles `-i`/`-o` without a wildcard.
+    pub(crate) fn ifname(mut self, out: bool, name: &str, op: CmpOp) -> Rule {
+        let key = if out { MetaKey::Oifname } else { MetaKey::Iifname };
+        self.exprs.push(Expr::Meta { key, dreg: Reg::R1 });
+        let data = name.bytes().chain([0]).collect();
+        self.exprs.push(Expr::Cmp { sreg: Reg::R1, op, data });
+        self
+    }
+
+    /// Appends an expression as it is.
+    pub(crate) fn expr(mut self, e: Expr) -> Rule {
+        self.exprs.push(e);
+        self
+    }
+
+    /// The NFTA_RULE_EXPRESSIONS payload, as [`ChainListing::rules`] holds a listed rule's.
+    pub(crate) fn encoded(&self) -> Vec<u8> {
+        let mut a = Attrs::default();
+        self.exprs.iter().for_each(|e| e.put(&mut a));
+        unflag(&a.buf)
+    }
 }
 
 /// A lookup key of these fields, none of them masked.
@@ -976,6 +989,9 @@ const ELEMENTS_PER_MSG: usize = 256;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Batch {
     msgs: Vec<Msg>,
+    /// The kernel refuses the batch with ERESTART ([`GENERATION_CHANGED`]) when the ruleset is
+    /// no longer at this generation ([`generation`]): what was read is still what it changes.
+    pub genid: Option<u32>,
 }
 
 impl Batch {
@@ -1017,12 +1033,12 @@ impl Batch {
             a.str(NFTA_CHAIN_TABLE, table);
             a.str(NFTA_CHAIN_NAME, name);
             if let Some(b) = base {
-                a.str(NFTA_CHAIN_TYPE, b.kind.name());
-                a.u32(NFTA_CHAIN_POLICY, u32::from(b.policy_accept)); // NF_ACCEPT 1, NF_DROP 0
                 a.nested(NFTA_CHAIN_HOOK, |a| {
-                    a.u32(NFTA_HOOK_HOOKNUM, b.hook.number());
+                    a.u32(NFTA_HOOK_HOOKNUM, b.hook as u32);
                     a.u32(NFTA_HOOK_PRIORITY, b.priority as u32);
                 });
+                a.u32(NFTA_CHAIN_POLICY, u32::from(b.policy_accept)); // NF_ACCEPT 1, NF_DROP 0
+                a.str(NFTA_CHAIN_TYPE, b.kind.name());
             }
             if let Some(c) = comment {
                 let mut cut = c.len().min(COMMENT_MAX);
@@ -1193,15 +1209,7 @@ impl Batch {
         rule: Rule,
         comment: Option<&str>,
     ) {
-        let what = format!("add rule {} {table} {chain}", family.name());
-        self.push(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, family, what, |a| {
-            a.str(NFTA_RULE_TABLE, table);
-            a.str(NFTA_RULE_CHAIN, chain);
-            a.nested(NFTA_RULE_EXPRESSIONS, |a| {
-                for e in &rule.exprs {
-                    e.put(a);
-                }
-            });
+        self.rule_msg((family, table, chain), &rule, true, |a| {
             if let Some(c) = comment {
                 if c.len() > COMMENT_MAX {
                     a.invalid = Some(format!("comment of {} bytes (at most {COMMENT_MAX})", c.len()));
@@ -1211,11 +1219,49 @@ impl Batch {
         });
     }
 
+    /// A rule as iptables-nft adds it (`-A`, or `-I <chain> 1` when not `append`): with the
+    /// NFTA_RULE_COMPAT it writes (no protocol, no flags).
+    pub(crate) fn add_xt_rule(&mut self, (family, table, chain): (Family, &str, &str), rule: &Rule, append: bool) {
+        self.rule_msg((family, table, chain), rule, append, |a| {
+            a.nested(NFTA_RULE_COMPAT, |a| {
+                a.u32(1, 0); // NFTA_RULE_COMPAT_PROTO
+                a.u32(2, 0); // NFTA_RULE_COMPAT_FLAGS
+            })
+        });
+    }
+
+    /// NFT_MSG_NEWRULE: appended, or first in the chain.
+    fn rule_msg(&mut self, at: (Family, &str, &str), rule: &Rule, append: bool, tail: impl FnOnce(&mut Attrs)) {
+        let (family, table, chain) = at;
+        let verb = if append { "add" } else { "insert" };
+        let flags = if append { NLM_F_CREATE | NLM_F_APPEND } else { NLM_F_CREATE };
+        self.push(NFT_MSG_NEWRULE, flags, family, format!("{verb} rule {} {table} {chain}", family.name()), |a| {
+            a.str(NFTA_RULE_TABLE, table);
+            a.str(NFTA_RULE_CHAIN, chain);
+            a.nested(NFTA_RULE_EXPRESSIONS, |a| rule.exprs.iter().for_each(|e| e.put(a)));
+            tail(a);
+        });
+    }
+
+    /// `delete rule <family> <table> <chain> handle <handle>` (ENOENT if it is gone).
+    pub(crate) fn delete_rule(&mut self, (family, table, chain): (Family, &str, &str), handle: u64) {
+        let what = format!("delete rule {} {table} {chain} handle {handle}", family.name());
+        self.push(NFT_MSG_DELRULE, 0, family, what, |a| {
+            a.str(NFTA_RULE_TABLE, table);
+            a.str(NFTA_RULE_CHAIN, chain);
+            a.bytes(NFTA_RULE_HANDLE, &handle.to_be_bytes());
+        });
+    }
+
     /// The batch as sent: BATCH_BEGIN (sequence `seq`), the messages (`seq + 1 + i`), BATCH_END.
     fn encode(&self, seq: u32) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         let res_id = NFNL_SUBSYS_NFTABLES.to_be_bytes();
-        nlmsg(&mut out, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, [0, 0, res_id[0], res_id[1]], &[]);
+        let mut begin = Attrs::default();
+        if let Some(g) = self.genid {
+            begin.u32(1, g); // NFNL_BATCH_GENID
+        }
+        nlmsg(&mut out, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, [0, 0, res_id[0], res_id[1]], &begin.buf);
         for (i, m) in self.msgs.iter().enumerate() {
             if m.too_long || m.attrs.len() > u32::MAX as usize / 2 {
                 return Err(Error::network(format!("nft {}: message too long for netlink", m.what)));
@@ -1334,6 +1380,8 @@ impl Batch {
 pub(crate) struct ChainListing {
     pub base: bool,
     pub comments: Vec<Option<String>>,
+    /// Each rule's handle and expressions ([`Rule::encoded`]'s form, counters at zero).
+    pub rules: Vec<(u64, Vec<u8>)>,
 }
 
 /// Lists one chain: NFT_MSG_GETCHAIN (is it there, does it have a hook), then a dump of its
@@ -1353,18 +1401,39 @@ pub(crate) fn list_chain(family: Family, table: &str, chain: &str) -> Result<Opt
     attrs.str(NFTA_RULE_CHAIN, chain);
     // None: gone since it was looked up (a parallel DEL).
     let Some(rules) = get(family, NFT_MSG_GETRULE, true, &attrs, &what)? else { return Ok(None) };
-    let comments = rules
+    let rules: Vec<&[u8]> = rules.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWRULE).map(|(_, r)| &r[..]).collect();
+    let attr = |rule: &[u8], ty: u16| attr_iter(rule).find(|(t, _)| *t == ty).map(|(_, v)| v.to_vec());
+    let comments = rules.iter().map(|r| attr(r, NFTA_RULE_USERDATA).and_then(|v| udata_comment(&v))).collect();
+    let rules = rules
         .iter()
-        .filter(|(ty, _)| *ty == NFT_MSG_NEWRULE)
-        .map(|(_, rule)| attr_iter(rule).find(|(t, _)| *t == NFTA_RULE_USERDATA).and_then(|(_, v)| udata_comment(v)))
+        .map(|r| {
+            let handle = attr(r, NFTA_RULE_HANDLE).and_then(|h| h.try_into().ok()).map_or(0, u64::from_be_bytes);
+            let mut exprs = Attrs::default();
+            for (_, e) in attr_iter(&attr(r, NFTA_RULE_EXPRESSIONS).unwrap_or_default()) {
+                match attr(e, NFTA_EXPR_NAME) {
+                    Some(name) if name == b"counter\0" => Expr::Counter.put(&mut exprs),
+                    _ => exprs.bytes(NFTA_LIST_ELEM | NLA_F_NESTED, e),
+                }
+            }
+            (handle, unflag(&exprs.buf))
+        })
         .collect();
-    Ok(Some(ChainListing { base, comments }))
+    Ok(Some(ChainListing { base, comments, rules }))
 }
 
-/// Whether the kernel answers nf_tables requests (NFT_MSG_GETGEN); false when it cannot tell.
-pub(crate) fn kernel_answers() -> bool {
-    let answers = get(Family::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation");
-    answers.is_ok_and(|a| a.unwrap_or_default().iter().any(|(ty, _)| *ty == NFT_MSG_NEWGEN))
+/// ERESTART: a batch with a [`Batch::genid`] was refused because the ruleset changed.
+pub(crate) const GENERATION_CHANGED: i32 = 85;
+
+/// The ruleset's generation (NFT_MSG_GETGEN), for [`Batch::genid`]; an error also when the
+/// kernel does not answer nf_tables requests.
+pub(crate) fn generation() -> Result<u32> {
+    let answers = get(Family::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation")?.unwrap_or_default();
+    let id =
+        answers.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWGEN).flat_map(|(_, m)| attr_iter(m)).find(|(t, _)| *t == 1);
+    match id.and_then(|(_, v)| <[u8; 4]>::try_from(v).ok()) {
+        Some(v) => Ok(u32::from_be_bytes(v)),
+        None => Err(Error::network("nft get generation: the kernel gave none")),
+    }
 }
 
 /// The elements of a set as the kernel lists them: the one with `key` (NFT_MSG_GETSETELEM for
@@ -1511,6 +1580,22 @@ fn attr_iter(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
         b = &b[len.next_multiple_of(4).min(b.len())..];
         Some((ty, value))
     })
+}
+
+/// Attributes with NLA_F_NESTED cleared in every nest that has it (the kernel lists the nests
+/// inside an expression without it, whatever it was given).
+fn unflag(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Attrs::default();
+    while b.len() >= 4 {
+        let (len, ty) = (usize::from(u16::from_ne_bytes([b[0], b[1]])), u16::from_ne_bytes([b[2], b[3]]));
+        let Some(value) = b.get(4..len) else { break };
+        match ty & NLA_F_NESTED {
+            0 => out.bytes(ty, value),
+            _ => out.bytes(ty & !NLA_F_NESTED, &unflag(value)),
+        }
+        b = &b[len.next_multiple_of(4).min(b.len())..];
+    }
+    out.buf
 }
 
 /// The comment TLV of a rule's user data (NFTNL_UDATA_RULE_COMMENT), without its NUL.

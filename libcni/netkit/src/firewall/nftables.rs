@@ -305,7 +305,7 @@ pub struct NftablesBackend;
 /// The kernel has nf_tables: `/sys/module/nf_tables` exists only when it is a module, and a
 /// built-in one is asked directly (one netlink round trip).
 pub(crate) fn usable() -> bool {
-    std::path::Path::new("/sys/module/nf_tables").exists() || nfnl::kernel_answers()
+    std::path::Path::new("/sys/module/nf_tables").exists() || nfnl::generation().is_ok()
 }
 
 impl Firewall for NftablesBackend {
@@ -357,7 +357,7 @@ impl Firewall for NftablesBackend {
     }
 
     fn status(&self) -> Result<()> {
-        if nfnl::kernel_answers() {
+        if nfnl::generation().is_ok() {
             Ok(())
         } else {
             Err(Error::new(

@@ -10,14 +10,14 @@
 //! releases its lease through the interface), then deletes the link in the pod; the kernel removes
 //! it with the namespace, so a namespace that is gone leaves nothing else to do.
 
-use super::{chained, check_pod, configure, ensure_absent, ipam_add, is_v4, set_gateways, Undo};
+use super::{chained, check_pod, configure, ipam_add, is_v4, set_gateways, Undo};
 use crate::netlink::SubLink;
 use crate::sysctl::{self, Family};
 use crate::{Link, NetNs, Netlink};
 use libcni::gojson::Spelled;
 use libcni::invoke;
 use libcni::skel::validate_ifname;
-use libcni::types::{CniResult, Dns, Interface};
+use libcni::types::{CniResult, Dns};
 use libcni::{code, Error, Errors, Request, Result};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -118,9 +118,7 @@ pub fn add(req: &Request, conf: &SubLinkConf) -> Result<CniResult> {
             req.conf.cni_version
         )));
     }
-    let ns = crate::container_netns(req)?;
-    let cont = Netlink::open_in(&ns)?;
-    ensure_absent(&cont, &ns, &req.ifname)?;
+    let (ns, cont) = super::open_pod_for_add(req)?;
     let mut host = None;
     let at = master_ns(conf, &cont, &ns, &mut host)?;
     let kind = conf.sub.kind();
@@ -177,12 +175,7 @@ fn add_link<'a>(
     let link = cont
         .link_by_index(index)?
         .ok_or_else(|| Error::network(format!("{} vanished from {}", req.ifname, ns.path().display())))?;
-    result.interfaces = vec![Interface {
-        name: req.ifname.clone(),
-        mac: link.mac_string(),
-        sandbox: Some(ns.path().display().to_string()),
-        ..Default::default()
-    }];
+    result.interfaces = vec![super::pod_interface(&req.ifname, &link, ns)];
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
     }
@@ -240,15 +233,7 @@ fn create_in_pod<'a>(
 /// addresses and routes; the master still exists.
 pub fn check(req: &Request, conf: &SubLinkConf) -> Result<()> {
     let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);
-    let prev = req
-        .conf
-        .prev_result
-        .as_ref()
-        .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))?;
-    let ns = crate::container_netns(req)?;
-    if let Some(ipam) = &conf.ipam_type {
-        invoke::delegate_check(ipam, req)?;
-    }
+    let (prev, ns) = super::check_start(req, conf.ipam_type.as_deref())?;
     let netns = ns.path().display().to_string();
     if !prev.interfaces.iter().any(|i| i.name == req.ifname && i.sandbox.as_deref() == Some(netns.as_str())) {
         return Err(failed(format!("prevResult lists no interface {} in {netns}", req.ifname)));

@@ -24,12 +24,24 @@
 //!
 //! The per-IP rules carry no owner (the reference's shape), so DEL removes the rules of the
 //! addresses it is given; the shared chains and the isolation rules stay (other pods use them).
-//! Each operation reads the family's filter table once (`iptables-save -t filter`) and applies
-//! its change with one `iptables-restore --noflush`, under the backend's lock.
+//!
+//! Where `iptables` is iptables-nft ([`super::nft_based`]), the rules are written over nf_tables
+//! netlink in process, each encoded as iptables-nft 1.8.9 encodes it (payload + cmp for `-s`/`-d`,
+//! meta + cmp of the name and its NUL for `-i`/`-o`, the xtables `comment` and `conntrack` (rev 3)
+//! matches, a counter, the verdict, and NFTA_RULE_COMPAT), into the `ip`/`ip6 filter` tables
+//! iptables-nft uses, creating the table and the FORWARD base chain (hook forward, priority 0,
+//! policy accept) as iptables-nft does when they are missing. Every operation lists the chains it
+//! touches and sends its change as one batch tied to the ruleset generation it read (a concurrent
+//! change makes the kernel refuse it, and it is read and planned again), under the xtables lock.
+//! A rule is found by comparing expressions, as `iptables -C`/`-D` find it, and deleted by handle.
+//! Where `iptables` is iptables-legacy, each operation reads the family's filter table once
+//! (`iptables-save -t filter`) and applies its change with one `iptables-restore --noflush`.
 
-use super::{apply, host, lock, quote, saved_comment, Ipv, NatTable};
+use super::{apply, cycle, host, lock, quote, Ipv, NatTable};
 use crate::firewall::check_failed;
+use crate::firewall::nfnl::{self, BaseChain, Batch, ChainType, CmpOp, Expr, Family, Hook, Verdict};
 use libcni::{Errors, Result};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 const FORWARD: &str = "FORWARD";
@@ -38,6 +50,9 @@ const STAGE1: &str = "CNI-ISOLATION-STAGE-1";
 const STAGE2: &str = "CNI-ISOLATION-STAGE-2";
 const PRIV_COMMENT: &str = "CNI firewall plugin rules";
 const ADMIN_COMMENT: &str = "CNI firewall plugin admin overrides";
+const SAME_BRIDGE: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge)";
+const ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: isolated)";
+const SHARED_ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)";
 /// The reference's default admin chain.
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
 
@@ -61,148 +76,285 @@ pub struct ForwardRules {
     pub isolation: Option<Isolation>,
 }
 
-/// `-m comment --comment "<c>"` as iptables-save prints it.
-fn comment(c: &str) -> String {
-    format!("-m comment --comment {}", quote(c))
+/// One rule of the layout, in the shapes iptables takes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct XRule {
+    pub chain: String,
+    /// `-i <name>`.
+    pub iif: Option<String>,
+    /// `-o <name>`, or `! -o <name>` when negated.
+    pub oif: Option<(String, bool)>,
+    /// `-s <ip>/32`, `-d <ip>/32` (/128 for IPv6).
+    pub src: Option<IpAddr>,
+    pub dst: Option<IpAddr>,
+    /// `-m conntrack --ctstate RELATED,ESTABLISHED`.
+    pub related: bool,
+    /// `-m comment --comment <text>`.
+    pub comment: Option<String>,
+    /// `-j <target>`: ACCEPT, DROP, RETURN or a chain.
+    pub target: String,
 }
 
-fn priv_rule() -> String {
-    format!("{} -j {PRIV_CHAIN}", comment(PRIV_COMMENT))
+fn rule(chain: &str, comment: Option<&str>, target: &str) -> XRule {
+    XRule { chain: chain.into(), comment: comment.map(Into::into), target: target.into(), ..XRule::default() }
 }
 
-fn admin_rule(admin: &str) -> String {
-    format!("{} -j {admin}", comment(ADMIN_COMMENT))
-}
+impl XRule {
+    /// The rule as iptables-save prints it after `-A <chain> `.
+    pub(crate) fn text(&self) -> String {
+        let mut s: Vec<String> = Vec::new();
+        s.extend(self.src.map(|ip| format!("-s {}", host(ip))));
+        s.extend(self.dst.map(|ip| format!("-d {}", host(ip))));
+        s.extend(self.iif.as_ref().map(|i| format!("-i {i}")));
+        s.extend(self.oif.as_ref().map(|(o, not)| format!("{}-o {o}", if *not { "! " } else { "" })));
+        s.extend(self.comment.as_ref().map(|c| format!("-m comment --comment {}", quote(c))));
+        if self.related {
+            s.push("-m conntrack --ctstate RELATED,ESTABLISHED".into());
+        }
+        s.push(format!("-j {}", self.target));
+        s.join(" ")
+    }
 
-/// The two per-IP rules (chain-relative, as after `-A CNI-FORWARD `).
-fn pod_rules(ip: &IpAddr) -> [String; 2] {
-    let h = host(*ip);
-    [format!("-d {h} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"), format!("-s {h} -j ACCEPT")]
-}
-
-fn policy_comment(isolated: bool) -> String {
-    let name = if isolated { "isolated" } else { "same-bridge" };
-    format!("CNI firewall plugin rules (ingressPolicy: {name})")
-}
-
-fn shared_comment(isolated: bool) -> String {
-    if isolated {
-        "CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)".to_string()
-    } else {
-        policy_comment(false)
+    /// The rule's expressions as iptables-nft writes them into a table of `family`.
+    pub(crate) fn nft(&self, family: Family) -> nfnl::Rule {
+        let r = self.iif.iter().fold(nfnl::Rule::new(family), |r, i| r.ifname(false, i, CmpOp::Eq));
+        let r = self.oif.iter().fold(r, |r, (o, not)| r.ifname(true, o, if *not { CmpOp::Neq } else { CmpOp::Eq }));
+        let r = self.src.into_iter().fold(r, nfnl::Rule::saddr);
+        let r = self.dst.into_iter().fold(r, nfnl::Rule::daddr);
+        // struct xt_comment_info: the text in 256 bytes, NUL padded.
+        let comment = |c: &String| {
+            let info = c.bytes().take(255).chain(std::iter::repeat(0)).take(256).collect();
+            Expr::Match { name: "comment", rev: 0, info }
+        };
+        let r = self.comment.iter().map(comment).fold(r, nfnl::Rule::expr);
+        // struct xt_conntrack_mtinfo3 (168 bytes): match_flags XT_CONNTRACK_STATE at 146,
+        // state_mask RELATED|ESTABLISHED at 150 (host byte order).
+        let mut info = vec![0u8; 168];
+        info[146..148].copy_from_slice(&1u16.to_ne_bytes());
+        info[150..152].copy_from_slice(&6u16.to_ne_bytes());
+        let r = if self.related { r.expr(Expr::Match { name: "conntrack", rev: 3, info }) } else { r };
+        let verdict = match self.target.as_str() {
+            "ACCEPT" => Verdict::Accept,
+            "DROP" => Verdict::Drop,
+            "RETURN" => Verdict::Return,
+            chain => Verdict::Jump(chain.into()),
+        };
+        r.expr(Expr::Counter).verdict(verdict)
     }
 }
 
-/// A saved rule without its `-m comment --comment ...` match, for comparisons that accept either
-/// upstream version's comments.
-fn without_comment(rule: &str) -> String {
-    match saved_comment(rule) {
-        Some((_, span)) => format!("{}{}", &rule[..span.start], &rule[span.end..]),
-        None => rule.to_string(),
+/// A change to a family's filter table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// `-N <chain>`; for FORWARD (iptables-nft without it yet) the table and base chain.
+    Chain(String),
+    /// `-I <chain> 1 <rule>`.
+    Insert(XRule),
+    /// `-A <chain> <rule>`.
+    Append(XRule),
+    /// `-D <chain> <rule>`.
+    Delete(XRule),
+}
+
+impl Op {
+    /// The op as an iptables-restore line.
+    pub(crate) fn line(&self) -> String {
+        match self {
+            Op::Chain(c) => format!("-N {c}"),
+            Op::Insert(r) => format!("-I {} 1 {}", r.chain, r.text()),
+            Op::Append(r) => format!("-A {} {}", r.chain, r.text()),
+            Op::Delete(r) => format!("-D {} {}", r.chain, r.text()),
+        }
     }
 }
 
-fn has_uncommented(t: &NatTable, line: &str) -> bool {
-    let want = without_comment(line);
-    t.rules.iter().any(|r| without_comment(r) == want)
+/// A family's filter table as read: iptables-save's text, or the chains listed over netlink.
+pub(crate) trait View {
+    fn has_chain(&self, chain: &str) -> bool;
+    fn has(&self, r: &XRule) -> bool;
+    /// `r` with any of the isolation comments either upstream version writes.
+    fn has_like(&self, r: &XRule) -> bool {
+        [SAME_BRIDGE, ISOLATED, SHARED_ISOLATED]
+            .iter()
+            .any(|c| self.has(&XRule { comment: Some(c.to_string()), ..r.clone() }))
+    }
 }
 
-/// The restore lines that add `r`'s rules for `ipv` to the table `t` shows (nothing already there).
-pub(crate) fn add_lines(t: &NatTable, r: &ForwardRules, ipv: Ipv) -> Vec<String> {
+impl View for NatTable {
+    fn has_chain(&self, chain: &str) -> bool {
+        NatTable::has_chain(self, chain)
+    }
+    fn has(&self, r: &XRule) -> bool {
+        self.has_rule(&format!("-A {} {}", r.chain, r.text()))
+    }
+}
+
+/// Chains of an `ip`/`ip6 filter` table listed over netlink, at one ruleset generation.
+pub(crate) struct Listed {
+    pub family: Family,
+    pub generation: u32,
+    pub chains: BTreeMap<String, nfnl::ChainListing>,
+}
+
+impl Listed {
+    fn read(ipv: Ipv, chains: &[&str]) -> Result<Listed> {
+        let family = ipv.pick(Family::Ip, Family::Ip6);
+        let generation = nfnl::generation()?;
+        let mut listed = Listed { family, generation, chains: BTreeMap::new() };
+        for c in chains {
+            if let Some(l) = nfnl::list_chain(family, "filter", c)? {
+                listed.chains.insert(c.to_string(), l);
+            }
+        }
+        Ok(listed)
+    }
+
+    fn handle(&self, r: &XRule) -> Option<u64> {
+        let want = r.nft(self.family).encoded();
+        self.chains.get(&r.chain)?.rules.iter().find(|(_, e)| *e == want).map(|(h, _)| *h)
+    }
+
+    /// The batch that applies `ops`, tied to the generation read.
+    pub(crate) fn batch(&self, ops: &[Op]) -> Batch {
+        let mut b = Batch::new();
+        b.genid = Some(self.generation);
+        for op in ops {
+            match op {
+                Op::Chain(c) if c == FORWARD => {
+                    b.add_table(self.family, "filter");
+                    let base =
+                        BaseChain { hook: Hook::Forward, priority: 0, kind: ChainType::Filter, policy_accept: true };
+                    b.add_chain(self.family, "filter", FORWARD, Some(base), None);
+                }
+                Op::Chain(c) => b.add_chain(self.family, "filter", c, None, None),
+                Op::Insert(r) | Op::Append(r) => {
+                    b.add_xt_rule((self.family, "filter", &r.chain), &r.nft(self.family), matches!(op, Op::Append(_)))
+                }
+                Op::Delete(r) => b.delete_rule((self.family, "filter", &r.chain), self.handle(r).unwrap_or(0)),
+            }
+        }
+        b
+    }
+}
+
+impl View for Listed {
+    fn has_chain(&self, chain: &str) -> bool {
+        self.chains.contains_key(chain)
+    }
+    fn has(&self, r: &XRule) -> bool {
+        self.handle(r).is_some()
+    }
+}
+
+/// Reads the family's table, plans with `plan` and applies it: over netlink where iptables is
+/// iptables-nft (again from a fresh read when the ruleset changed in between), else with
+/// iptables-save/-restore.
+fn transact(ipv: Ipv, chains: &[&str], what: &str, plan: impl Fn(&dyn View) -> Vec<Op>) -> Result<()> {
+    if !super::nft_based() {
+        let _guard = lock(super::LOCK_FILE);
+        return apply(ipv, "filter", what, None, |t| Ok(plan(t).iter().map(Op::line).collect()));
+    }
+    let _guard = lock(super::XTABLES_LOCK);
+    let write = |l: &Listed, ops: Vec<Op>| l.batch(&ops).send().map_err(|e| e.context(what));
+    cycle(what, || Listed::read(ipv, chains), |l| Ok(plan(l)), write, |e| e.errno == Some(nfnl::GENERATION_CHANGED))
+}
+
+fn priv_rule() -> XRule {
+    rule(FORWARD, Some(PRIV_COMMENT), PRIV_CHAIN)
+}
+
+fn admin_rule(admin: &str) -> XRule {
+    rule(PRIV_CHAIN, Some(ADMIN_COMMENT), admin)
+}
+
+/// The two per-IP rules.
+fn pod_rules(ip: &IpAddr) -> [XRule; 2] {
+    let related = XRule { dst: Some(*ip), related: true, ..rule(PRIV_CHAIN, None, "ACCEPT") };
+    [related, XRule { src: Some(*ip), ..rule(PRIV_CHAIN, None, "ACCEPT") }]
+}
+
+fn of_family(addresses: &[IpAddr], ipv: Ipv) -> Vec<&IpAddr> {
+    addresses.iter().filter(|ip| Ipv::of(ip) == ipv).collect()
+}
+
+/// What adds `r`'s rules for `ipv` to the table `t` shows (nothing already there).
+pub(crate) fn add_ops(t: &dyn View, r: &ForwardRules, ipv: Ipv) -> Vec<Op> {
     let mut out = Vec::new();
-    let ips: Vec<&IpAddr> = r.addresses.iter().filter(|ip| Ipv::of(ip) == ipv).collect();
+    let ips = of_family(&r.addresses, ipv);
     if ips.is_empty() {
         return out;
     }
-    for chain in [PRIV_CHAIN, r.admin_chain.as_str()] {
-        if !t.has_chain(chain) {
-            out.push(format!("-N {chain}"));
-        }
-    }
-    if !t.has_rule(&format!("-A {FORWARD} {}", priv_rule())) {
-        out.push(format!("-I {FORWARD} 1 {}", priv_rule()));
-    }
-    if !t.has_rule(&format!("-A {PRIV_CHAIN} {}", admin_rule(&r.admin_chain))) {
-        out.push(format!("-I {PRIV_CHAIN} 1 {}", admin_rule(&r.admin_chain)));
-    }
+    out.extend(
+        [FORWARD, PRIV_CHAIN, &r.admin_chain].into_iter().filter(|c| !t.has_chain(c)).map(|c| Op::Chain(c.into())),
+    );
+    out.extend([priv_rule(), admin_rule(&r.admin_chain)].into_iter().filter(|x| !t.has(x)).map(Op::Insert));
     for ip in &ips {
         for rule in pod_rules(ip) {
-            let line = format!("-A {PRIV_CHAIN} {rule}");
-            if !t.has_rule(&line) && !out.contains(&line) {
-                out.push(line);
+            if !t.has(&rule) && !out.contains(&Op::Append(rule.clone())) {
+                out.push(Op::Append(rule));
             }
         }
     }
     if let Some(iso) = &r.isolation {
-        isolation_lines(t, iso, &mut out);
+        isolation_ops(t, iso, &mut out);
     }
     out
 }
 
-fn isolation_lines(t: &NatTable, iso: &Isolation, out: &mut Vec<String>) {
-    let (br, pc, sc) = (&iso.bridge, comment(&policy_comment(iso.isolated)), comment(&shared_comment(iso.isolated)));
-    for chain in [STAGE1, STAGE2] {
-        if !t.has_chain(chain) {
-            out.push(format!("-N {chain}"));
-        }
-    }
+fn isolation_ops(t: &dyn View, iso: &Isolation, out: &mut Vec<Op>) {
+    let br = &iso.bridge;
+    let (pc, sc) = if iso.isolated { (ISOLATED, SHARED_ISOLATED) } else { (SAME_BRIDGE, SAME_BRIDGE) };
+    out.extend([STAGE1, STAGE2].into_iter().filter(|c| !t.has_chain(c)).map(|c| Op::Chain(c.into())));
     // The jump to stage 1 goes first in FORWARD, before the jump to CNI-FORWARD.
-    if t.rules_of(FORWARD).all(|r| !r.ends_with(&format!(" -j {STAGE1}"))) {
-        out.push(format!("-I {FORWARD} 1 {sc} -j {STAGE1}"));
-    }
-    let insert_first = |chain: &str, rule: String, out: &mut Vec<String>| {
-        if !has_uncommented(t, &format!("-A {chain} {rule}")) {
-            out.push(format!("-I {chain} 1 {rule}"));
-        }
+    let bridge = |chain, oif: Option<(String, bool)>, comment, target| XRule {
+        iif: (chain == STAGE1).then(|| br.clone()),
+        oif,
+        ..rule(chain, Some(comment), target)
     };
-    insert_first(STAGE1, format!("-i {br} ! -o {br} {pc} -j {STAGE2}"), out);
+    let mut first = vec![rule(FORWARD, Some(sc), STAGE1), bridge(STAGE1, Some((br.clone(), true)), pc, STAGE2)];
     if iso.isolated {
-        insert_first(STAGE1, format!("-i {br} -o {br} {pc} -j DROP"), out);
+        first.push(bridge(STAGE1, Some((br.clone(), false)), pc, "DROP"));
     }
-    insert_first(STAGE2, format!("-o {br} {sc} -j DROP"), out);
+    first.push(bridge(STAGE2, Some((br.clone(), false)), sc, "DROP"));
+    out.extend(first.into_iter().filter(|r| !t.has_like(r)).map(Op::Insert));
     for chain in [STAGE1, STAGE2] {
-        if !has_uncommented(t, &format!("-A {chain} {sc} -j RETURN")) {
-            out.push(format!("-A {chain} {sc} -j RETURN"));
+        if !t.has_like(&rule(chain, Some(sc), "RETURN")) {
+            out.push(Op::Append(rule(chain, Some(sc), "RETURN")));
         }
     }
 }
 
-/// The restore lines that remove the per-IP rules of `addresses` for `ipv` that are there.
-pub(crate) fn del_lines(t: &NatTable, addresses: &[IpAddr], ipv: Ipv) -> Vec<String> {
+/// What removes the per-IP rules of `addresses` for `ipv` that are there.
+pub(crate) fn del_ops(t: &dyn View, addresses: &[IpAddr], ipv: Ipv) -> Vec<Op> {
     let mut out = Vec::new();
-    for ip in addresses.iter().filter(|ip| Ipv::of(ip) == ipv) {
-        for rule in pod_rules(ip) {
-            let line = format!("-D {PRIV_CHAIN} {rule}");
-            if t.has_rule(&format!("-A {PRIV_CHAIN} {rule}")) && !out.contains(&line) {
-                out.push(line);
-            }
+    for rule in of_family(addresses, ipv).into_iter().flat_map(pod_rules) {
+        if t.has(&rule) && !out.contains(&Op::Delete(rule.clone())) {
+            out.push(Op::Delete(rule));
         }
     }
     out
 }
 
 /// The first rule of `r` for `ipv` the table lacks (CHECK), as an error naming it.
-pub(crate) fn check_table(t: &NatTable, r: &ForwardRules, ipv: Ipv) -> Result<()> {
-    let ips: Vec<&IpAddr> = r.addresses.iter().filter(|ip| Ipv::of(ip) == ipv).collect();
+pub(crate) fn check_table(t: &dyn View, r: &ForwardRules, ipv: Ipv) -> Result<()> {
+    let ips = of_family(&r.addresses, ipv);
     if ips.is_empty() {
         return Ok(());
     }
-    let family = match ipv {
-        Ipv::V4 => "iptables",
-        Ipv::V6 => "ip6tables",
-    };
+    let family = ipv.pick("iptables", "ip6tables");
     for chain in [PRIV_CHAIN, r.admin_chain.as_str()] {
         if !t.has_chain(chain) {
             return Err(check_failed(format!("firewall: chain {chain} is missing from the {family} filter table")));
         }
     }
-    let mut wanted =
-        vec![format!("-A {FORWARD} {}", priv_rule()), format!("-A {PRIV_CHAIN} {}", admin_rule(&r.admin_chain))];
-    for ip in ips {
-        wanted.extend(pod_rules(ip).into_iter().map(|rule| format!("-A {PRIV_CHAIN} {rule}")));
-    }
-    match wanted.iter().find(|w| !t.has_rule(w)) {
-        Some(missing) => Err(check_failed(format!("firewall: rule missing from the {family} filter table: {missing}"))),
+    let mut wanted = vec![priv_rule(), admin_rule(&r.admin_chain)];
+    wanted.extend(ips.into_iter().flat_map(pod_rules));
+    match wanted.iter().find(|w| !t.has(w)) {
+        Some(m) => Err(check_failed(format!(
+            "firewall: rule missing from the {family} filter table: -A {} {}",
+            m.chain,
+            m.text()
+        ))),
         None => Ok(()),
     }
 }
@@ -211,15 +363,19 @@ fn families(addresses: &[IpAddr]) -> Vec<Ipv> {
     [Ipv::V4, Ipv::V6].into_iter().filter(|v| addresses.iter().any(|ip| Ipv::of(ip) == *v)).collect()
 }
 
+/// The chains an operation reads.
+fn chains(admin: &str) -> [&str; 5] {
+    [FORWARD, PRIV_CHAIN, admin, STAGE1, STAGE2]
+}
+
 /// Adds `r`'s rules; a family that fails leaves the pod's rules of the families done before removed.
 pub fn add(r: &ForwardRules) -> Result<()> {
-    let _guard = lock();
     let what = "firewall: add the pod's forwarding rules";
     let mut done = Vec::new();
     for ipv in families(&r.addresses) {
-        if let Err(e) = apply(ipv, "filter", what, None, |t| Ok(add_lines(t, r, ipv))) {
+        if let Err(e) = transact(ipv, &chains(&r.admin_chain), what, |t| add_ops(t, r, ipv)) {
             for undo in done {
-                let _ = apply(undo, "filter", what, None, |t| Ok(del_lines(t, &r.addresses, undo)));
+                let _ = transact(undo, &[PRIV_CHAIN], what, |t| del_ops(t, &r.addresses, undo));
             }
             return Err(e);
         }
@@ -230,12 +386,10 @@ pub fn add(r: &ForwardRules) -> Result<()> {
 
 /// Removes the per-IP rules of `addresses`; what is not there is success.
 pub fn del(addresses: &[IpAddr]) -> Result<()> {
-    let _guard = lock();
     let mut errs = Errors::new();
     for ipv in families(addresses) {
-        errs.record(apply(ipv, "filter", "firewall: delete the pod's forwarding rules", None, |t| {
-            Ok(del_lines(t, addresses, ipv))
-        }));
+        let what = "firewall: delete the pod's forwarding rules";
+        errs.record(transact(ipv, &[PRIV_CHAIN], what, |t| del_ops(t, addresses, ipv)));
     }
     errs.finish()
 }
@@ -243,102 +397,31 @@ pub fn del(addresses: &[IpAddr]) -> Result<()> {
 /// Code 103 naming the first of `r`'s rules (chains, jumps, per-IP rules) that is missing.
 pub fn check(r: &ForwardRules) -> Result<()> {
     for ipv in families(&r.addresses) {
-        let t = super::save_table(ipv, "filter")?;
-        check_table(&t, r, ipv)?;
+        if super::nft_based() {
+            check_table(&Listed::read(ipv, &chains(&r.admin_chain))?, r, ipv)?;
+        } else {
+            check_table(&super::save_table(ipv, "filter")?, r, ipv)?;
+        }
     }
     Ok(())
 }
 
-/// Ok when the iptables tools are installed (code 50 naming the missing one when not).
+/// Ok when the rules can be written: the kernel answers nf_tables where iptables is
+/// iptables-nft, the iptables tools are installed otherwise (code 50 naming what is missing).
 pub fn status() -> Result<()> {
-    for tool in ["iptables-save", "iptables-restore", "ip6tables-save", "ip6tables-restore"] {
-        if super::super::exec::find(tool).is_none() {
-            return Err(libcni::Error::new(
-                libcni::code::NOT_AVAILABLE,
-                format!("firewall: {tool} not found in PATH or the system directories"),
-            ));
-        }
+    if super::nft_based() {
+        let nft = |e: libcni::Error| format!("firewall: iptables is iptables-nft, but nf_tables: {}", e.msg);
+        return nfnl::generation().map(|_| ()).map_err(|e| libcni::Error::new(libcni::code::NOT_AVAILABLE, nft(e)));
     }
-    Ok(())
+    let tools = ["iptables-save", "iptables-restore", "ip6tables-save", "ip6tables-restore"];
+    match tools.into_iter().find(|tool| super::super::exec::find(tool).is_none()) {
+        Some(tool) => Err(libcni::Error::new(
+            libcni::code::NOT_AVAILABLE,
+            format!("firewall: {tool} not found in PATH or the system directories"),
+        )),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod tests {
-    use super::*;
-
-    fn rules(ips: &[&str], iso: Option<(&str, bool)>) -> ForwardRules {
-        ForwardRules {
-            admin_chain: DEFAULT_ADMIN_CHAIN.to_string(),
-            addresses: ips.iter().map(|s| s.parse().unwrap()).collect(),
-            isolation: iso.map(|(b, i)| Isolation { bridge: b.to_string(), isolated: i }),
-        }
-    }
-
-    #[test]
-    fn empty_table_gets_the_reference_layout() {
-        let t = NatTable::parse("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\nCOMMIT\n", "filter");
-        let lines = add_lines(&t, &rules(&["10.1.0.2", "fd00::2"], Some(("br0", false))), Ipv::V4);
-        assert_eq!(
-            lines,
-            vec![
-                "-N CNI-FORWARD",
-                "-N CNI-ADMIN",
-                "-I FORWARD 1 -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD",
-                "-I CNI-FORWARD 1 -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN",
-                "-A CNI-FORWARD -d 10.1.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-                "-A CNI-FORWARD -s 10.1.0.2/32 -j ACCEPT",
-                "-N CNI-ISOLATION-STAGE-1",
-                "-N CNI-ISOLATION-STAGE-2",
-                "-I FORWARD 1 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j CNI-ISOLATION-STAGE-1",
-                "-I CNI-ISOLATION-STAGE-1 1 -i br0 ! -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j CNI-ISOLATION-STAGE-2",
-                "-I CNI-ISOLATION-STAGE-2 1 -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j DROP",
-                "-A CNI-ISOLATION-STAGE-1 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j RETURN",
-                "-A CNI-ISOLATION-STAGE-2 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j RETURN",
-            ]
-        );
-        let v6 = add_lines(&t, &rules(&["10.1.0.2", "fd00::2"], None), Ipv::V6);
-        assert!(v6.contains(&"-A CNI-FORWARD -s fd00::2/128 -j ACCEPT".to_string()), "{v6:?}");
-        assert!(add_lines(&t, &rules(&["10.1.0.2"], None), Ipv::V6).is_empty());
-    }
-
-    #[test]
-    fn present_rules_are_not_added_again_whatever_their_upstream_comment() {
-        let save = "*filter\n:FORWARD DROP [0:0]\n:CNI-FORWARD - [0:0]\n:CNI-ADMIN - [0:0]\n\
-            :CNI-ISOLATION-STAGE-1 - [0:0]\n:CNI-ISOLATION-STAGE-2 - [0:0]\n\
-            -A FORWARD -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j CNI-ISOLATION-STAGE-1\n\
-            -A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD\n\
-            -A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN\n\
-            -A CNI-FORWARD -d 10.1.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
-            -A CNI-FORWARD -s 10.1.0.2/32 -j ACCEPT\n\
-            -A CNI-ISOLATION-STAGE-1 -i br0 ! -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j CNI-ISOLATION-STAGE-2\n\
-            -A CNI-ISOLATION-STAGE-1 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j RETURN\n\
-            -A CNI-ISOLATION-STAGE-2 -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j DROP\n\
-            -A CNI-ISOLATION-STAGE-2 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j RETURN\nCOMMIT\n";
-        let t = NatTable::parse(save, "filter");
-        assert!(add_lines(&t, &rules(&["10.1.0.2"], Some(("br0", false))), Ipv::V4).is_empty());
-        assert!(check_table(&t, &rules(&["10.1.0.2"], None), Ipv::V4).is_ok());
-        let err = check_table(&t, &rules(&["10.1.0.3"], None), Ipv::V4).unwrap_err();
-        assert_eq!(err.code, libcni::code::CHECK_FAILED);
-        assert!(err.msg.contains("-d 10.1.0.3/32 -m conntrack"), "{}", err.msg);
-        // A second bridge gets its own stage rules, first in each chain.
-        let other = add_lines(&t, &rules(&["10.2.0.2"], Some(("br1", false))), Ipv::V4);
-        assert!(other.iter().any(|l| l.starts_with("-I CNI-ISOLATION-STAGE-1 1 -i br1 ! -o br1 ")), "{other:?}");
-        assert!(other.iter().any(|l| l.starts_with("-I CNI-ISOLATION-STAGE-2 1 -o br1 ")), "{other:?}");
-        assert!(!other.iter().any(|l| l.contains("RETURN") || l.starts_with("-I FORWARD")), "{other:?}");
-        assert_eq!(
-            del_lines(&t, &["10.1.0.2".parse().unwrap(), "10.9.9.9".parse().unwrap()], Ipv::V4),
-            vec![
-                "-D CNI-FORWARD -d 10.1.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-                "-D CNI-FORWARD -s 10.1.0.2/32 -j ACCEPT"
-            ]
-        );
-    }
-
-    #[test]
-    fn comments_are_stripped_with_their_quotes() {
-        assert_eq!(without_comment("-A X -o br0 -m comment --comment \"a \\\" b\" -j DROP"), "-A X -o br0 -j DROP");
-        assert_eq!(without_comment("-A X -m comment --comment plain -j RETURN"), "-A X -j RETURN");
-        assert_eq!(without_comment("-A X -j RETURN"), "-A X -j RETURN");
-    }
-}
+mod tests;

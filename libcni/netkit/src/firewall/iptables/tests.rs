@@ -186,3 +186,27 @@ fn comments() {
     assert_eq!(parse_owner("dnat name: \"n\" id: \"c\""), Some(("n".into(), "c".into())));
     assert_eq!(parse_owner("CNI portfwd masquerade mark"), None);
 }
+
+/// iptables-nft or iptables-legacy, told from where `iptables` leads (through alternatives-style
+/// chains of symlinks), without running it.
+#[test]
+fn nft_based_iptables_is_told_from_its_link_target() {
+    let dir = std::env::temp_dir().join(format!("cni-rs-iptlink-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = |name: &str, to: &str| {
+        let p = dir.join(name);
+        std::os::unix::fs::symlink(to, &p).unwrap();
+        p
+    };
+    for multi in ["xtables-nft-multi", "xtables-legacy-multi", "iptables-nft", "iptables-legacy"] {
+        std::fs::write(dir.join(multi), "").unwrap();
+    }
+    assert!(resolves_to_nft(&link("a", &dir.join("xtables-nft-multi").display().to_string())));
+    let alt = link("alt", &dir.join("iptables-nft").display().to_string());
+    assert!(resolves_to_nft(&link("b", &alt.display().to_string())));
+    assert!(!resolves_to_nft(&link("c", &dir.join("xtables-legacy-multi").display().to_string())));
+    assert!(!resolves_to_nft(&link("d", &dir.join("iptables-legacy").display().to_string())));
+    assert!(!resolves_to_nft(&dir.join("missing")));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -11,6 +11,12 @@ use serde_json::Value;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
+/// Each message of a batch: its type (without the subsystem), flags and attributes, for tests
+/// that compare them with messages captured from other tools.
+pub(crate) fn messages(b: &Batch) -> Vec<(u16, u16, Vec<u8>)> {
+    b.msgs.iter().map(|m| (m.ty, m.flags, m.attrs.clone())).collect()
+}
+
 /// Privileged tests need root and nft: without them they fail (`cni_tests::require_root`), never
 /// pass silently.
 fn require_root_and_nft() {
@@ -20,7 +26,7 @@ fn require_root_and_nft() {
 
 /// Runs `f` on a thread of its own in a fresh network namespace (nft, run from that thread,
 /// inherits it).
-fn in_netns(f: impl FnOnce() + Send + 'static) {
+pub(crate) fn in_netns(f: impl FnOnce() + Send + 'static) {
     let r = std::thread::spawn(move || {
         // SAFETY: unshare(2) changes only this thread's network namespace.
         let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
@@ -436,7 +442,10 @@ add rule inet {T} base ip saddr 10.0.0.1 masquerade comment "x"
             c.comments,
             vec![Some("masq4=10.0.0.1".to_string()), None, Some("anyports4=tcp . 8080;snat4=10.0.0.3".to_string())]
         );
-        assert_eq!(list_chain(f, &t, "empty").unwrap(), Some(ChainListing { base: false, comments: vec![] }));
+        assert_eq!(
+            list_chain(f, &t, "empty").unwrap(),
+            Some(ChainListing { base: false, comments: vec![], rules: vec![] })
+        );
         let base = list_chain(f, &t, "base").unwrap().unwrap();
         assert!(base.base);
         assert_eq!(base.comments, vec![Some("x".to_string())]);
