@@ -33,6 +33,11 @@ inns() { ip netns exec "$NS" "$@"; }
 ip4() { echo "10.$((200 + $1 / 62500)).$(($1 / 250 % 250)).$(($1 % 250 + 2))"; }
 # Pod i's host port (the ADD and the DEL of a sample must agree on it).
 hport() { echo $((1024 + $1 % 60000)); }
+# Sets `ip` and `port` (locals of the caller, bash scoping being dynamic) for pod $1.
+pod_addr() {
+    ip=$(ip4 "$1")
+    port=$(hport "$1")
+}
 
 # The base chains every layout shares: DNAT from prerouting and output through `dispatch`, and an
 # empty postrouting chain the layout fills.
@@ -49,8 +54,7 @@ EOF
 # With a chain per pod, reached through verdict maps: one pod's lines.
 chains_pod() {
     local i=$1 ip port
-    ip=$(ip4 "$i")
-    port=$(hport "$i")
+    pod_addr "$i"
     cat <<EOF
 add chain inet pc pm-$i-dnat
 add rule inet pc pm-$i-dnat meta nfproto ipv4 tcp dport $port dnat ip to $ip:80 comment "anyports4=tcp . $port;snat4=$ip"
@@ -87,30 +91,40 @@ EOF
 # DNATed tuple (pod address . protocol . container port . source); same kernel cost.
 flat_pod() {
     local i=$1 ip port
-    ip=$(ip4 "$i")
-    port=$(hport "$i")
+    pod_addr "$i"
+    flat_elements pf "$ip" "$port" "anydnat4=tcp . $port;snat4=$ip;masq4=$ip" \
+        "snat4 { $ip . tcp . 80 . 10.0.0.0/8, $ip . tcp . 80 . 127.0.0.1 }" "masq4 { $ip }" \
+        "masqlocal4 { $ip . 10.0.0.0/8, $ip . 224.0.0.0/4 }"
+}
+
+# A pod's lines in flat table $1 for address $2 and host port $3: its DNAT element, one element
+# per argument after the fourth (`set { value }`), and its owner record with comment $4.
+flat_elements() {
+    local t=$1 ip=$2 port=$3 owner=$4 e
+    shift 4
+    echo "add element inet $t anydnat4 { tcp . $port : $ip . 80 }"
+    for e in "$@"; do echo "add element inet $t $e"; done
+    echo "add element inet $t owners { $ip . $port comment \"$owner\" }"
+}
+
+# What both flat layouts have in table $1: the DNAT map, the owner records, DNAT from `dispatch`.
+flat_base() {
     cat <<EOF
-add element inet pf anydnat4 { tcp . $port : $ip . 80 }
-add element inet pf snat4 { $ip . tcp . 80 . 10.0.0.0/8, $ip . tcp . 80 . 127.0.0.1 }
-add element inet pf masq4 { $ip }
-add element inet pf masqlocal4 { $ip . 10.0.0.0/8, $ip . 224.0.0.0/4 }
-add element inet pf owners { $ip . $port comment "anydnat4=tcp . $port;snat4=$ip;masq4=$ip" }
+add table inet $1
+add map inet $1 anydnat4 { type inet_proto . inet_service : ipv4_addr . inet_service; }
+add set inet $1 owners { type ipv4_addr . inet_service; }
+add chain inet $1 dispatch
+add rule inet $1 dispatch meta nfproto ipv4 dnat ip to meta l4proto . th dport map @anydnat4
 EOF
+    hooks "$1"
 }
 
 flat_setup() {
+    flat_base pf
     cat <<'EOF'
-add table inet pf
-add map inet pf anydnat4 { type inet_proto . inet_service : ipv4_addr . inet_service; }
 add set inet pf snat4 { type ipv4_addr . inet_proto . inet_service . ipv4_addr; flags interval; }
 add set inet pf masq4 { type ipv4_addr; }
 add set inet pf masqlocal4 { type ipv4_addr . ipv4_addr; flags interval; }
-add set inet pf owners { type ipv4_addr . inet_service; }
-add chain inet pf dispatch
-add rule inet pf dispatch meta nfproto ipv4 dnat ip to meta l4proto . th dport map @anydnat4
-EOF
-    hooks pf
-    cat <<'EOF'
 add rule inet pf postrouting ct status dnat ip daddr . meta l4proto . th dport . ip saddr @snat4 masquerade
 add rule inet pf postrouting ip saddr @masq4 ip saddr . ip daddr != @masqlocal4 masquerade
 EOF
@@ -122,25 +136,13 @@ EOF
 # adds elements to plain hash sets only.
 flathash_pod() {
     local i=$1 ip port
-    ip=$(ip4 "$i")
-    port=$(hport "$i")
-    cat <<EOF
-add element inet ph anydnat4 { tcp . $port : $ip . 80 }
-add element inet ph snat4-n1 { $ip . tcp . 80 }
-add element inet ph masq4-n1 { $ip }
-add element inet ph owners { $ip . $port comment "anydnat4=tcp . $port;snat4-n1=$ip . tcp . 80;masq4-n1=$ip" }
-EOF
+    pod_addr "$i"
+    flat_elements ph "$ip" "$port" "anydnat4=tcp . $port;snat4-n1=$ip . tcp . 80;masq4-n1=$ip" \
+        "snat4-n1 { $ip . tcp . 80 }" "masq4-n1 { $ip }"
 }
 
 flathash_setup() {
-    cat <<'EOF'
-add table inet ph
-add map inet ph anydnat4 { type inet_proto . inet_service : ipv4_addr . inet_service; }
-add set inet ph owners { type ipv4_addr . inet_service; }
-add chain inet ph dispatch
-add rule inet ph dispatch meta nfproto ipv4 dnat ip to meta l4proto . th dport map @anydnat4
-EOF
-    hooks ph
+    flat_base ph
     cat <<'EOF'
 add set inet ph snat4-n1 { type ipv4_addr . inet_proto . inet_service; }
 add set inet ph masq4-n1 { type ipv4_addr; }
@@ -150,20 +152,18 @@ add rule inet ph postrouting ip saddr @masq4-n1 ip daddr != 10.0.0.0/8 ip daddr 
 EOF
 }
 
-# Kernel time of the largest sendmsg of `nft -f FILE` (the batch), in ms.
-batch_ms() {
-    inns strace -qq -T -e trace=sendmsg -o "$WORK/st" nft -f "$1"
+# Kernel time of the largest sendmsg of a command run in the namespace, in ms.
+sendmsg_ms() {
+    inns strace -qq -T -e trace=sendmsg -o "$WORK/st" "$@"
     awk -F'<' '/sendmsg/ { t = substr($NF, 1, length($NF) - 1) * 1000; if (t > m) m = t } END { printf "%.3f", m }' "$WORK/st"
 }
 
+# Kernel time of `nft -f FILE` (the batch), in ms.
+batch_ms() { sendmsg_ms nft -f "$1"; }
+
 # Kernel time of creating and of deleting a veth pair in the namespace, in ms.
 link_ms() {
-    inns strace -qq -T -e trace=sendmsg -o "$WORK/st" ip link add cnibp0 type veth peer name cnibp1
-    local add del
-    add=$(awk -F'<' '/sendmsg/ { t = substr($NF, 1, length($NF) - 1) * 1000; if (t > m) m = t } END { printf "%.3f", m }' "$WORK/st")
-    inns strace -qq -T -e trace=sendmsg -o "$WORK/st" ip link del cnibp0
-    del=$(awk -F'<' '/sendmsg/ { t = substr($NF, 1, length($NF) - 1) * 1000; if (t > m) m = t } END { printf "%.3f", m }' "$WORK/st")
-    echo "$add $del"
+    echo "$(sendmsg_ms ip link add cnibp0 type veth peer name cnibp1) $(sendmsg_ms ip link del cnibp0)"
 }
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
@@ -185,8 +185,7 @@ for layout in chains flat flathash; do
             "${layout}_pod" "$i" >"$WORK/one.nft"
             adds+=("$(batch_ms "$WORK/one.nft")")
             if [ "$layout" = chains ]; then
-                ip=$(ip4 "$i")
-                port=$(hport "$i")
+                pod_addr "$i"
                 cat >"$WORK/del.nft" <<EOF
 delete element inet pc anyports4 { tcp . $port }
 delete element inet pc snat4 { $ip }

@@ -52,6 +52,11 @@ fn cni_bench_measures_both_plugin_sets_and_the_floor() {
         key("latency_chain", "reference", "del_median", "bandwidth"),
         key("latency_chain", "ours", "del_median", "podman"),
         key("latency_chain", "reference", "add_median", "podman"),
+        // Each chain's floor, in its rotation: the kernel's own link work for that chain.
+        key("latency", "floor", "ptp_del_median", ""),
+        key("latency", "floor", "macvlan_add_median", ""),
+        key("latency_chain", "floor", "del_median", "bandwidth"),
+        key("latency_chain", "floor", "add_median", "podman"),
         key("churn", "ours", "pods_per_second", "1"),
         key("churn", "reference", "pods_per_second", "1"),
         key("scaling", "ours", "add_median", "10"),

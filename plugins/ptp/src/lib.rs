@@ -41,24 +41,41 @@ impl Plugin for Ptp {
 
     /// Releases the addresses, removes the masquerade rules and the veth (which takes the host
     /// end's gateway address and the host route with it), each best effort. A configuration that
-    /// no longer validates still removes all three: the rules from every backend.
+    /// no longer validates still removes all three: the rules from every backend. The veth's
+    /// deletion waits out RCU grace periods in the kernel, so the release and the rules go
+    /// alongside it ([`iface::alongside`]); a release through the pod's interface (dhcp) first.
     fn del(&self, req: &Request) -> Result<()> {
         let mut errs = Errors::new();
         let conf = config::parse(req);
-        if let Some(ipam) = req.conf.ipam_type() {
-            // invoke refuses a type that names a path.
-            errs.record(invoke::delegate_del(ipam, req));
+        // invoke refuses a type that names a path.
+        let ipam = req.conf.ipam_type();
+        if let Some(t) = ipam.filter(|t| iface::releases_through_link(t)) {
+            errs.record(invoke::delegate_del(t, req));
         }
-        let masq = match &conf {
-            Ok(c) => MasqueradeDel::Configured(c.ip_masq),
-            Err(e) => {
-                eprintln!("ptp: DEL removes everything the attachment can hold, as its configuration is invalid: {e}");
-                MasqueradeDel::Everywhere
+        let others = || {
+            let mut errs = Errors::new();
+            if let Some(t) = ipam.filter(|t| !iface::releases_through_link(t)) {
+                errs.record(invoke::delegate_del(t, req));
             }
+            let masq = match &conf {
+                Ok(c) => MasqueradeDel::Configured(c.ip_masq),
+                Err(e) => {
+                    eprintln!(
+                        "ptp: DEL removes everything the attachment can hold, as its configuration is invalid: {e}"
+                    );
+                    MasqueradeDel::Everywhere
+                }
+            };
+            let (network, id, ifname) = (&req.conf.name, &req.container_id, &req.ifname);
+            iface::del_masquerade(&firewall::open, masq, network, id, ifname).into_iter().for_each(|e| errs.push(e));
+            errs
         };
-        let (network, id, ifname) = (&req.conf.name, &req.container_id, &req.ifname);
-        iface::del_masquerade(&firewall::open, masq, network, id, ifname).into_iter().for_each(|e| errs.push(e));
-        iface::del_pod_link(req, || {}).into_iter().for_each(|e| errs.push(e));
+        let (others, link_errs) = iface::alongside("releasing the addresses or removing the rules", others, || {
+            iface::del_pod_link(req, || {})
+        });
+        // Its errors, joined into one, keep their place (after a dhcp release's, before the link's).
+        errs.record(others.and_then(Errors::finish));
+        link_errs.into_iter().for_each(|e| errs.push(e));
         errs.finish()
     }
 

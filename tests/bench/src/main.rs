@@ -43,6 +43,8 @@ pub struct Chain {
     /// Whether the run makes the host link first: a veth with both ends up, so a macvlan master
     /// has a carrier.
     master: bool,
+    /// What `cni-floor` builds for the chain's floor, in the same rotation.
+    floor: FloorKind,
 }
 
 pub const CHAINS: [Chain; 2] = [
@@ -53,6 +55,7 @@ pub const CHAINS: [Chain; 2] = [
         main: |_| json!({"type": "ptp", "ipMasq": true}),
         octet: 232,
         master: false,
+        floor: FloorKind::Ptp,
     },
     // IPv4 only, as every chain here: an IPv6 address adds both sides' DAD wait, the kernel's.
     Chain {
@@ -62,6 +65,7 @@ pub const CHAINS: [Chain; 2] = [
         main: |link| json!({"type": "macvlan", "master": link, "mode": "bridge"}),
         octet: 234,
         master: true,
+        floor: FloorKind::Macvlan,
     },
 ];
 
@@ -96,6 +100,8 @@ pub struct Opts {
     pub ours: PathBuf,
     pub reference: PathBuf,
     pub command: String,
+    /// `--chain`: only the per-pod latency of these chains, printed, no files written.
+    pub chains: Vec<String>,
 }
 
 fn parse_opts() -> Res<Opts> {
@@ -115,6 +121,7 @@ fn parse_opts() -> Res<Opts> {
         ours: std::env::var_os("CNI_BENCH_OURS").map(PathBuf::from).unwrap_or(exe_dir),
         reference: PathBuf::from("/usr/lib/cni"),
         command: "tests/bench.sh".into(),
+        chains: vec![],
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut levels_set = false;
@@ -144,11 +151,15 @@ fn parse_opts() -> Res<Opts> {
             "--out" => o.out = PathBuf::from(val(&mut i)?),
             "--ours" => o.ours = PathBuf::from(val(&mut i)?),
             "--reference" => o.reference = PathBuf::from(val(&mut i)?),
+            "--chain" => o.chains.extend(val(&mut i)?.split(',').map(|c| c.trim().to_string())),
             "-h" | "--help" => {
                 println!(
                     "usage: cni-bench [--quick] [--probe] [--samples N] [--levels 10,100,500,1000|none] [--scale-samples N]\n\
                      \x20                [--parallel N] [--churn N] [--out DIR] [--ours DIR] [--reference DIR]\n\
-                     Needs root. Writes DIR/results.csv, latency.svg, scaling.svg and the results block of DIR/README.md."
+                     \x20                [--chain bridge,ptp,macvlan,bandwidth,podman]\n\
+                     Needs root. Writes DIR/results.csv, latency.svg, scaling.svg and the results block of DIR/README.md.\n\
+                     --chain: only the per-pod latency of the named chains (ours, reference and the chain's floor\n\
+                     interleaved, --samples each), printed with the load average; writes nothing."
                 );
                 std::process::exit(0);
             }
@@ -189,52 +200,63 @@ pub struct Side {
     caps: Map<String, Value>,
 }
 
+/// Who a side is: its key (network and state directory names), label, pod name tag, plugin
+/// directory, the second octet of its pods' 10.<octet>.0.0/16, and its first mapped host port.
+#[derive(Clone, Copy)]
+pub struct SideSpec<'a> {
+    pub key: &'static str,
+    label: &'static str,
+    pub tag: char,
+    bin: &'a Path,
+    octet: u8,
+    port_base: u16,
+}
+
+impl<'a> SideSpec<'a> {
+    /// The two sides of a comparison, ours first: ours from `ours` on 10.<octet>.0.0/16 with host
+    /// ports from 20000, the reference's from `reference` on the next /16 with host ports from 40000.
+    pub fn pair(keys: [&'static str; 2], tags: [char; 2], ours: &'a Path, reference: &'a Path, octet: u8) -> [Self; 2] {
+        let side = |i: usize, label, bin| SideSpec {
+            key: keys[i],
+            label,
+            tag: tags[i],
+            bin,
+            octet: octet + i as u8,
+            port_base: 20000 * (i as u16 + 1),
+        };
+        [side(0, "cni-rs", ours), side(1, "reference (Go)", reference)]
+    }
+}
+
 impl Side {
-    fn new(key: &'static str, label: &'static str, tag: char, bin: &Path, octet: u8, port_base: u16) -> Res<Side> {
-        let main = json!({"type": "bridge", "bridge": Side::bridge_name(tag), "isGateway": true, "ipMasq": true});
+    /// A side running the base conflist: bridge (with masquerade), portmap, loopback.
+    fn new(spec: SideSpec) -> Res<Side> {
+        let main = json!({"type": "bridge", "bridge": Side::bridge_name(spec.tag), "isGateway": true, "ipMasq": true});
         let rest = [
             json!({"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}),
             json!({"type": "loopback"}),
         ];
-        Side::with_chain(key, label, tag, bin, octet, port_base, main, &rest)
+        Side::with_chain(spec, main, &rest)
     }
 
     /// A side whose conflist is `main` with host-local on 10.<octet>.0.0/16 and a default route,
     /// then `rest`.
-    #[allow(clippy::too_many_arguments)]
-    fn with_chain(
-        key: &'static str,
-        label: &'static str,
-        tag: char,
-        bin: &Path,
-        octet: u8,
-        port_base: u16,
-        mut main: Value,
-        rest: &[Value],
-    ) -> Res<Side> {
+    fn with_chain(spec: SideSpec, mut main: Value, rest: &[Value]) -> Res<Side> {
+        let (key, octet) = (spec.key, spec.octet);
         let dir = Side::state_dir(key);
         main["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": format!("10.{octet}.0.0/16")}]],
                               "routes": [{"dst": "0.0.0.0/0"}], "dataDir": dir.join("ipam")});
         let mut plugins = vec![main];
         plugins.extend_from_slice(rest);
         let conf = json!({"cniVersion": "1.0.0", "name": format!("{PREFIX}{key}"), "plugins": plugins});
-        Side::with_conf(key, label, tag, bin, octet, port_base, &conf, Map::new())
+        Side::with_conf(spec, &conf, Map::new())
     }
 
     /// A side running `conf`, a conflist whose host link (bridge or master) is
     /// [`Side::bridge_name`] with its IPAM state under [`Side::state_dir`]; every pod gets `caps`
     /// besides its port mapping.
-    #[allow(clippy::too_many_arguments)]
-    fn with_conf(
-        key: &'static str,
-        label: &'static str,
-        tag: char,
-        bin: &Path,
-        octet: u8,
-        port_base: u16,
-        conf: &Value,
-        caps: Map<String, Value>,
-    ) -> Res<Side> {
+    fn with_conf(spec: SideSpec, conf: &Value, caps: Map<String, Value>) -> Res<Side> {
+        let SideSpec { key, label, tag, bin, octet, port_base } = spec;
         let list = NetworkConfigList::from_bytes(conf.to_string().as_bytes()).map_err(|e| format!("{key}: {e}"))?;
         Ok(Side {
             key,
@@ -299,6 +321,17 @@ impl Side {
         let t = Instant::now();
         self.cni.del_network_list(&self.list, &self.rt(pod)).map_err(|e| format!("{} DEL {pod}: {e}", self.key))?;
         Ok(t.elapsed())
+    }
+
+    /// ADD and DEL of a new pod, each timed after the settle pause; the pod is removed after.
+    fn sample(&self) -> Res<(Duration, Duration)> {
+        let pod = self.new_pod()?;
+        settle();
+        let a = self.add(&pod);
+        settle();
+        let d = if a.is_ok() { self.del(&pod) } else { Err(String::new()) };
+        self.drop_pod(&pod);
+        Ok((a?, d?))
     }
 
     /// DEL (ignoring errors) and remove the namespace.
@@ -642,26 +675,19 @@ fn settle() {
 }
 
 /// Per-pod latency, sides interleaved sample by sample so that noise hits both alike.
-/// With `floor`, the floor without and with its firewall batch takes part in the same rotation
-/// (its results are the last two).
-fn latency(sides: &[&Side], samples: usize, floor: Option<(&Path, &FloorNet)>) -> Res<Vec<Latency>> {
-    let n = sides.len() + if floor.is_some() { 2 } else { 0 };
+/// Each of `floors` (`cni-floor` on a network, with or without its firewall batch) takes part in
+/// the same rotation; their results follow the sides'.
+fn latency(sides: &[&Side], samples: usize, floors: &[(&Path, &FloorNet, bool)]) -> Res<Vec<Latency>> {
+    let n = sides.len() + floors.len();
     let mut add: Vec<Vec<Duration>> = vec![vec![]; n];
     let mut del: Vec<Vec<Duration>> = vec![vec![]; n];
     for i in 0..samples + 2 {
         let mut round = Vec::with_capacity(n);
         for side in sides {
-            let pod = side.new_pod()?;
-            settle();
-            let a = side.add(&pod);
-            settle();
-            let d = if a.is_ok() { side.del(&pod) } else { Err(String::new()) };
-            side.drop_pod(&pod);
-            round.push((a?, d?));
+            round.push(side.sample()?);
         }
-        if let Some((bin, net)) = floor {
-            round.push(floor_sample(bin, net, i, false)?);
-            round.push(floor_sample(bin, net, i, true)?);
+        for (bin, net, with_nft) in floors {
+            round.push(floor_sample(bin, net, i, *with_nft)?);
         }
         if i >= 2 {
             // The first two are warm-up (page cache, first table creation).
@@ -764,14 +790,9 @@ fn scaling(
             }
             let (mut a, mut d) = (vec![], vec![]);
             for _ in 0..samples {
-                let pod = side.new_pod()?;
-                settle();
-                let ta = side.add(&pod);
-                settle();
-                let td = if ta.is_ok() { side.del(&pod) } else { Err(String::new()) };
-                side.drop_pod(&pod);
-                a.push(ta?);
-                d.push(td?);
+                let (ta, td) = side.sample()?;
+                a.push(ta);
+                d.push(td);
             }
             let (sa, sd) = (Stats::of(&a), Stats::of(&d));
             eprintln!(
@@ -808,8 +829,23 @@ fn scaling(
     Ok(res)
 }
 
-/// Where `cni-floor` attaches its pods: a bridge, its gateway, and the address of sample `i`.
+/// What `cni-floor` builds for a pod: the kernel work of one of the benchmark's conflists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloorKind {
+    /// bridge: a veth pair on a bridge (the base conflist's link work, and the podman chain's).
+    Bridge,
+    /// ptp: a veth pair routed at layer 3, the gateway on the host end.
+    Ptp,
+    /// macvlan: a bridge-mode macvlan on a master, made in the pod's netns.
+    Macvlan,
+    /// bridge's veth plus bandwidth's tbf qdiscs, ingress redirect and ifb.
+    Bandwidth,
+}
+
+/// Where `cni-floor` attaches its pods: a host link (bridge or macvlan master; none for ptp), its
+/// gateway, and the address of sample `i`.
 pub struct FloorNet {
+    kind: FloorKind,
     bridge: String,
     gateway: String,
     /// The first two octets (`10.232.`) of every sample's address.
@@ -822,6 +858,35 @@ impl FloorNet {
     fn addr(&self, i: usize) -> String {
         format!("{}{}.{}/16", self.first_octets, self.third + i / 250, 2 + i % 250)
     }
+
+    /// The floor network of `kind`, with its host link made: `cnib-f0` on 10.232.0.0/16 for
+    /// bridge, `cnib-e0` on 10.238.0.0/16 for bandwidth, the master `cnib-g0` with addresses from
+    /// 10.237.0.0/16 for macvlan, no host link and 10.236.0.0/16 for ptp.
+    fn make(kind: FloorKind) -> Res<FloorNet> {
+        let (tag, octet) = match kind {
+            FloorKind::Bridge => ('f', 232),
+            FloorKind::Ptp => ('d', 236),
+            FloorKind::Macvlan => ('g', 237),
+            FloorKind::Bandwidth => ('e', 238),
+        };
+        let bridge = Side::bridge_name(tag);
+        let gateway = format!("10.{octet}.0.1");
+        match kind {
+            FloorKind::Bridge | FloorKind::Bandwidth => {
+                let cidr = format!("{gateway}/16");
+                for args in [
+                    vec!["link", "add", &bridge, "type", "bridge"],
+                    vec!["addr", "add", &cidr, "dev", &bridge],
+                    vec!["link", "set", &bridge, "up"],
+                ] {
+                    ip(&args)?;
+                }
+            }
+            FloorKind::Macvlan => veth_master(&bridge)?,
+            FloorKind::Ptp => {}
+        }
+        Ok(FloorNet { kind, bridge, gateway, first_octets: format!("10.{octet}."), third: 1 })
+    }
 }
 
 impl Side {
@@ -830,6 +895,7 @@ impl Side {
     fn floor_net(&self) -> FloorNet {
         let octet = self.octet;
         FloorNet {
+            kind: FloorKind::Bridge,
             bridge: self.bridge.clone(),
             gateway: format!("10.{octet}.0.1"),
             first_octets: format!("10.{octet}."),
@@ -838,21 +904,13 @@ impl Side {
     }
 }
 
-/// The bridge of its own (`cnib-f0`, 10.232.0.0/16) that the floor's latency samples attach to.
-fn floor_bridge() -> Res<FloorNet> {
-    let bridge = format!("{PREFIX}f0");
-    let setup = [
-        vec!["link", "add", &bridge, "type", "bridge"],
-        vec!["addr", "add", "10.232.0.1/16", "dev", &bridge],
-        vec!["link", "set", &bridge, "up"],
-    ];
-    for args in &setup {
-        let st = Command::new("ip").args(args).status().map_err(|e| e.to_string())?;
-        if !st.success() {
-            return Err(format!("ip {}: failed", args.join(" ")));
-        }
+/// Runs `ip args`.
+fn ip(args: &[&str]) -> Res<()> {
+    let st = Command::new("ip").args(args).status().map_err(|e| format!("ip: {e}"))?;
+    if !st.success() {
+        return Err(format!("ip {}: failed", args.join(" ")));
     }
-    Ok(FloorNet { bridge, gateway: "10.232.0.1".into(), first_octets: "10.232.".into(), third: 1 })
+    Ok(())
 }
 
 /// `samples` ADD and DEL of `cni-floor` (two more, untimed, first), each in a fresh namespace.
@@ -875,6 +933,7 @@ fn floor_sample(bin: &Path, net: &FloorNet, i: usize, with_nft: bool) -> Res<(Du
     let pod = format!("{PREFIX}f-{i}");
     netns_add(&pod)?;
     let host = format!("cnibf{i}");
+    let ifb = format!("cnibi{i}");
     let addr = net.addr(i);
     let nft = if with_nft { "nft" } else { "" };
     let run = |args: &[&str]| -> Res<Duration> {
@@ -886,11 +945,25 @@ fn floor_sample(bin: &Path, net: &FloorNet, i: usize, with_nft: bool) -> Res<(Du
         Ok(t.elapsed())
     };
     let ns = netns_path(&pod);
+    let (gw, link) = (net.gateway.as_str(), net.bridge.as_str());
+    let (add, del): (Vec<&str>, Vec<&str>) = match net.kind {
+        FloorKind::Bridge => {
+            (vec!["add", &ns, IFNAME, &host, link, &addr, gw, nft], vec!["del", &ns, IFNAME, &host, nft])
+        }
+        FloorKind::Ptp => (vec!["ptp-add", &ns, IFNAME, &host, &addr, gw], vec!["del-links", &ns, IFNAME]),
+        FloorKind::Macvlan => (vec!["macvlan-add", &ns, IFNAME, link, &addr, gw], vec!["del-links", &ns, IFNAME]),
+        FloorKind::Bandwidth => {
+            (vec!["bw-add", &ns, IFNAME, &host, link, &addr, gw, &ifb], vec!["del-links", &ns, IFNAME, &ifb])
+        }
+    };
     settle();
-    let ta = run(&["add", &ns, IFNAME, &host, &net.bridge, &addr, &net.gateway, nft]);
+    let ta = run(&add);
     settle();
-    let td = if ta.is_ok() { run(&["del", &ns, IFNAME, &host, nft]) } else { Err(String::new()) };
+    let td = if ta.is_ok() { run(&del) } else { Err(String::new()) };
     netns_del(&pod);
+    if net.kind == FloorKind::Bandwidth && td.is_err() {
+        let _ = Command::new("ip").args(["link", "del", &ifb]).stderr(Stdio::null()).status();
+    }
     Ok((ta?, td?))
 }
 
@@ -903,7 +976,15 @@ fn floor_cleanup() {
             }
         }
     }
-    let _ = Command::new("ip").args(["link", "del", &format!("{PREFIX}f0")]).stderr(Stdio::null()).status();
+    for tag in ['f', 'e', 'g'] {
+        let _ = Command::new("ip").args(["link", "del", &Side::bridge_name(tag)]).stderr(Stdio::null()).status();
+    }
+    // The bandwidth floor's ifbs (`cnibi<N>`) outlive their pods' namespaces.
+    let ifbs = Command::new("ip").args(["-o", "link", "show", "type", "ifb"]).output();
+    let ifbs = ifbs.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    for name in ifbs.lines().filter_map(|l| l.split(": ").nth(1)).filter(|n| n.starts_with("cnibi")) {
+        let _ = Command::new("ip").args(["link", "del", name]).stderr(Stdio::null()).status();
+    }
     let _ = Command::new("nft").args(["delete", "table", "inet", "cni_bench_floor"]).stderr(Stdio::null()).status();
 }
 
@@ -947,8 +1028,8 @@ pub struct Run {
     pub ours: SideResults,
     pub reference: SideResults,
     pub floor: Floor,
-    /// Per-pod latency of the other chains: (name, ours, reference).
-    pub chains: Vec<(&'static str, Latency, Latency)>,
+    /// Per-pod latency of the other chains.
+    pub chains: Vec<ChainRow>,
     /// The meta plugins' chains, measured in the latency rotation.
     pub meta_chains: Vec<meta_chains::ChainLatency>,
     pub elapsed: f64,
@@ -989,8 +1070,9 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let ours = Side::new("ours", "cni-rs", 'o', &ours_bin, 230, 20000).unwrap();
-    let reference = Side::new("reference", "reference (Go)", 'r', &opts.reference, 231, 40000).unwrap();
+    let [o, r] = SideSpec::pair(["ours", "reference"], ['o', 'r'], &ours_bin, &opts.reference, 230);
+    let ours = Side::new(o).unwrap();
+    let reference = Side::new(r).unwrap();
     let meta = if opts.probe { Ok(vec![]) } else { meta_chains::chains(&ours_bin, &opts.reference) };
     let meta = meta.unwrap_or_else(|e| {
         eprintln!("cni-bench: {e}");
@@ -1012,7 +1094,17 @@ fn main() {
         }
         return;
     }
-    match run_all(&opts, &ours, &reference, &meta, &floor_bin).and_then(|res| Ok((res, chains(&opts, &ours_bin)?))) {
+    if !opts.chains.is_empty() {
+        let r = chain_only(&opts, &ours, &reference, &meta, &ours_bin, &floor_bin);
+        drop(guard);
+        if let Err(e) = r {
+            eprintln!("cni-bench: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let all = run_all(&opts, &ours, &reference, &meta, &floor_bin);
+    match all.and_then(|res| Ok((res, chains(&opts, &ours_bin, &floor_bin, &[])?))) {
         Ok(((o, r, f, meta_chains), chains)) => {
             drop(guard);
             let run = Run {
@@ -1066,13 +1158,19 @@ fn run_all(
         "cni-bench: per-pod latency ({} samples per side, per meta chain and for the floor, interleaved)",
         opts.samples
     );
-    let net = floor_bridge()?;
+    let net = FloorNet::make(FloorKind::Bridge)?;
     let mut sides = vec![ours, reference];
     sides.extend(meta.iter().flat_map(|c| [&c.ours, &c.reference]));
-    let lat = latency(&sides, opts.samples, Some((floor_bin, &net)))?;
+    let mut floors = vec![(floor_bin, &net, false), (floor_bin, &net, true)];
+    // The bandwidth chain's floor (its own bridge); podman's does the base floor's link work.
+    let bw_net =
+        if meta.iter().any(|c| c.key == "bandwidth") { Some(FloorNet::make(FloorKind::Bandwidth)?) } else { None };
+    floors.extend(bw_net.as_ref().map(|n| (floor_bin, n, false)));
+    let lat = latency(&sides, opts.samples, &floors)?;
     floor_cleanup();
     o.latency = lat[0].clone();
     r.latency = lat[1].clone();
+    let n = sides.len();
     let meta_lat = meta
         .iter()
         .enumerate()
@@ -1082,9 +1180,10 @@ fn run_all(
             file: c.file,
             ours: lat[2 + 2 * i].clone(),
             reference: lat[3 + 2 * i].clone(),
+            // The bandwidth floor is the last in the rotation; the others do the base floor's link work.
+            floor: lat[if c.key == "bandwidth" { n + 2 } else { n }].clone(),
         })
         .collect();
-    let n = sides.len();
     let fl = Floor { netlink: lat[n].clone(), with_nft: lat[n + 1].clone() };
 
     for workers in [1, opts.parallel] {
@@ -1109,8 +1208,12 @@ fn run_all(
     Ok((o, r, fl, meta_lat))
 }
 
-/// Per-pod latency of each of [`CHAINS`], ours and the reference interleaved as for bridge.
-fn chains(opts: &Opts, ours_bin: &Path) -> Res<Vec<(&'static str, Latency, Latency)>> {
+/// A chain's per-pod latency: its name, ours, the reference's and its floor's.
+pub type ChainRow = (&'static str, Latency, Latency, Latency);
+
+/// Per-pod latency of each of [`CHAINS`] (those named in `only`, all when it is empty), ours, the
+/// reference and the chain's floor interleaved as for bridge.
+fn chains(opts: &Opts, ours_bin: &Path, floor_bin: &Path, only: &[String]) -> Res<Vec<ChainRow>> {
     /// Removes a side's pods, also on error, panic and Ctrl-C.
     struct Removed<'a>(&'a Side);
     impl Drop for Removed<'_> {
@@ -1119,12 +1222,11 @@ fn chains(opts: &Opts, ours_bin: &Path) -> Res<Vec<(&'static str, Latency, Laten
         }
     }
     let mut out = Vec::new();
-    for c in &CHAINS {
-        let (name, [ko, kr], [to, tr]) = (c.name, c.keys, c.tags);
-        let link = |tag: char| format!("{PREFIX}{tag}0");
-        let ours = Side::with_chain(ko, "cni-rs", to, ours_bin, c.octet, 0, (c.main)(&link(to)), &[])?;
-        let reference =
-            Side::with_chain(kr, "reference (Go)", tr, &opts.reference, c.octet + 1, 0, (c.main)(&link(tr)), &[])?;
+    for c in CHAINS.iter().filter(|c| only.is_empty() || only.iter().any(|o| o == c.name)) {
+        let name = c.name;
+        let [o, r] = SideSpec::pair(c.keys, c.tags, ours_bin, &opts.reference, c.octet);
+        let ours = Side::with_chain(o, (c.main)(&Side::bridge_name(o.tag)), &[])?;
+        let reference = Side::with_chain(r, (c.main)(&Side::bridge_name(r.tag)), &[])?;
         let sides = [&ours, &reference];
         let _removed = (Removed(&ours), Removed(&reference));
         for s in sides {
@@ -1133,15 +1235,75 @@ fn chains(opts: &Opts, ours_bin: &Path) -> Res<Vec<(&'static str, Latency, Laten
                 veth_master(&s.bridge)?;
             }
         }
+        floor_cleanup();
+        let net = FloorNet::make(c.floor)?;
         eprintln!("cni-bench: per-pod latency of {name} + host-local ({} samples per side, interleaved)", opts.samples);
-        let lat = latency(&sides, opts.samples, None)?;
+        let lat = latency(&sides, opts.samples, &[(floor_bin, &net, false)]);
+        floor_cleanup();
+        let lat = lat?;
         eprintln!(
-            "cni-bench: {name}: ADD median {:.1} / {:.1} ms, DEL median {:.1} / {:.1} ms (cni-rs / reference)",
-            lat[0].add.median, lat[1].add.median, lat[0].del.median, lat[1].del.median
+            "cni-bench: {name}: ADD median {:.1} / {:.1} / {:.1} ms, DEL median {:.1} / {:.1} / {:.1} ms (cni-rs / reference / floor)",
+            lat[0].add.median, lat[1].add.median, lat[2].add.median, lat[0].del.median, lat[1].del.median, lat[2].del.median
         );
-        out.push((name, lat[0].clone(), lat[1].clone()));
+        out.push((name, lat[0].clone(), lat[1].clone(), lat[2].clone()));
     }
     Ok(out)
+}
+
+/// `--chain`: the per-pod latency of the named chains only (`bridge` is the base conflist), each
+/// with its floor in the rotation, printed to stdout with the load average before and after.
+fn chain_only(
+    opts: &Opts,
+    ours: &Side,
+    reference: &Side,
+    meta: &[meta_chains::Chain],
+    ours_bin: &Path,
+    floor_bin: &Path,
+) -> Res<()> {
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string();
+    println!("load average before: {}", load());
+    let mut rows: Vec<ChainRow> = Vec::new();
+    for name in &opts.chains {
+        if CHAINS.iter().any(|c| c.name == name) {
+            rows.extend(chains(opts, ours_bin, floor_bin, std::slice::from_ref(name))?);
+            continue;
+        }
+        let (sides, kind): ([&Side; 2], FloorKind) = match meta.iter().find(|c| c.key == name) {
+            Some(c) if c.key == "bandwidth" => ([&c.ours, &c.reference], FloorKind::Bandwidth),
+            Some(c) => ([&c.ours, &c.reference], FloorKind::Bridge),
+            None if name == "bridge" => ([ours, reference], FloorKind::Bridge),
+            None => return Err(format!("--chain {name}: no such chain (bridge, ptp, macvlan, bandwidth, podman)")),
+        };
+        floor_cleanup();
+        let net = FloorNet::make(kind)?;
+        eprintln!("cni-bench: per-pod latency of {name} ({} samples per side, interleaved)", opts.samples);
+        let lat = latency(&sides, opts.samples, &[(floor_bin, &net, false)]);
+        floor_cleanup();
+        let lat = lat?;
+        sides.iter().for_each(|s| s.cleanup());
+        let key = meta.iter().find(|c| c.key == name).map_or("bridge", |c| c.key);
+        rows.push((key, lat[0].clone(), lat[1].clone(), lat[2].clone()));
+    }
+    println!("load average after: {}", load());
+    println!(
+        "| chain | verb | cni-rs median / p99 | reference median / p99 | speedup | floor median | reference / 5 |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for (name, o, r, f) in &rows {
+        for (verb, o, r, f) in [("ADD", &o.add, &r.add, &f.add), ("DEL", &o.del, &r.del, &f.del)] {
+            println!(
+                "| {name} | {verb} | {:.1} / {:.1} ms | {:.1} / {:.1} ms | {:.1}x | {:.1} ms | {:.1} ms |",
+                o.median,
+                o.p99,
+                r.median,
+                r.p99,
+                r.median / o.median,
+                f.median,
+                r.median / 5.0
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A veth pair `name` / `<name>p`, both ends up: a master with a carrier for a macvlan chain.
@@ -1152,10 +1314,7 @@ fn veth_master(name: &str) -> Res<()> {
         vec!["link", "set", &peer, "up"],
         vec!["link", "set", name, "up"],
     ] {
-        let ok = Command::new("ip").args(&args).status().map_err(|e| format!("ip: {e}"))?.success();
-        if !ok {
-            return Err(format!("ip {} failed", args.join(" ")));
-        }
+        ip(&args)?;
     }
     Ok(())
 }
@@ -1163,7 +1322,7 @@ fn veth_master(name: &str) -> Res<()> {
 /// `--probe`: cni-rs alone, for profiling between full runs. With CNI_BENCH_HOLD=FILE set, each
 /// scaling level waits (pods attached) until FILE is removed, so a single ADD can be traced by hand.
 fn probe(opts: &Opts, ours: &Side, floor_bin: &Path) -> Res<()> {
-    let lat = latency(&[ours], opts.samples, None)?;
+    let lat = latency(&[ours], opts.samples, &[])?;
     eprintln!(
         "probe: ADD median {:.2} p99 {:.2} ms; DEL median {:.2} p99 {:.2} ms ({} samples)",
         lat[0].add.median, lat[0].add.p99, lat[0].del.median, lat[0].del.p99, opts.samples

@@ -4,7 +4,7 @@
 //! `firewall` + `tuning` (conf/podman-firewall.conflist). Each side runs the file's conflist with
 //! only its names, addresses and state directory replaced, so both sides run the same shape.
 
-use crate::{Latency, Res, Side};
+use crate::{Latency, Res, Side, SideSpec};
 use serde_json::{json, Map, Value};
 use std::path::Path;
 
@@ -14,44 +14,41 @@ pub const PLUGINS: [&str; 3] = ["bandwidth", "firewall", "tuning"];
 /// The newest CNI version the reference (containernetworking-plugins 1.1.1) accepts.
 const REFERENCE_MAX_VERSION: &str = "1.0.0";
 
-/// One chain: the conflist file it comes from, and the tags and subnets of its two sides.
+/// One chain: its key (`--chain` name, CSV key, and the sides' `<key>-ours` and `<key>-reference`:
+/// network `cnib-<side key>`, state under /run/cni-bench/<side key>), title, the sides' pod name
+/// tags (`cnib-<tag>-N`, bridge `cnib-<tag>0`) and the second octet of ours' /16 (the reference's
+/// is the next). Every tag and /16 is unused by the base conflist's sides and the floors.
 struct Shape {
     key: &'static str,
     title: &'static str,
-    file: &'static str,
-    text: &'static str,
-    /// (ours, reference): the sides' keys (network `cnib-<key>`, state under /run/cni-bench/<key>).
-    keys: (&'static str, &'static str),
-    /// (ours, reference): pod name tags (`cnib-<tag>-N`, bridge `cnib-<tag>0`) and the second octet
-    /// of their /16 (10.<octet>.0.0/16), none of them used by the base conflist's sides or the floor.
-    tags: (char, char),
-    octets: (u8, u8),
-    /// The pods' `bandwidth` capability, when the chain has it.
-    bandwidth: bool,
+    tags: [char; 2],
+    octet: u8,
 }
 
 const SHAPES: [Shape; 2] = [
-    Shape {
-        key: "bandwidth",
-        title: "bridge + portmap (snat) + bandwidth",
-        file: "conf/bandwidth.conflist",
-        text: include_str!("../../../conf/bandwidth.conflist"),
-        keys: ("bandwidth-ours", "bandwidth-reference"),
-        tags: ('w', 'x'),
-        octets: (240, 241),
-        bandwidth: true,
-    },
-    Shape {
-        key: "podman",
-        title: "bridge + portmap + firewall + tuning",
-        file: "conf/podman-firewall.conflist",
-        text: include_str!("../../../conf/podman-firewall.conflist"),
-        keys: ("podman-ours", "podman-reference"),
-        tags: ('y', 'z'),
-        octets: (242, 243),
-        bandwidth: false,
-    },
+    Shape { key: "bandwidth", title: "bridge + portmap (snat) + bandwidth", tags: ['w', 'x'], octet: 240 },
+    Shape { key: "podman", title: "bridge + portmap + firewall + tuning", tags: ['y', 'z'], octet: 242 },
 ];
+
+/// The conflist a chain runs: its file in the repository and its text.
+fn conflist(key: &str) -> (&'static str, &'static str) {
+    match key {
+        "bandwidth" => ("conf/bandwidth.conflist", include_str!("../../../conf/bandwidth.conflist")),
+        _ => ("conf/podman-firewall.conflist", include_str!("../../../conf/podman-firewall.conflist")),
+    }
+}
+
+/// A side's key, `<chain key>-<side>`; it names the side's network and directories for the whole
+/// run (hence leaked: two short strings per chain, once).
+fn side_key(key: &str, side: &str) -> &'static str {
+    Box::leak(format!("{key}-{side}").into_boxed_str())
+}
+
+/// Whether a plugin of conflist `conf` takes the `bandwidth` capability (then every pod gets it).
+fn wants_bandwidth(conf: &Value) -> bool {
+    let plugins = conf["plugins"].as_array().map(Vec::as_slice).unwrap_or_default();
+    plugins.iter().any(|p| p["capabilities"]["bandwidth"] == json!(true))
+}
 
 /// A chain's two sides.
 pub struct Chain {
@@ -70,6 +67,8 @@ pub struct ChainLatency {
     pub file: &'static str,
     pub ours: Latency,
     pub reference: Latency,
+    /// `cni-floor` doing the chain's link work (the bandwidth chain's: its ifb and qdiscs too).
+    pub floor: Latency,
 }
 
 /// `text` (a conflist) for one side: its own network name, bridge, subnet (gateway .1 where the
@@ -112,22 +111,19 @@ pub fn chains(ours_bin: &Path, reference_bin: &Path) -> Res<Vec<Chain>> {
     SHAPES
         .iter()
         .map(|s| {
-            let caps: Map<String, Value> = if s.bandwidth {
-                [("bandwidth".to_string(), limits.clone())].into_iter().collect()
-            } else {
-                Map::new()
+            let (file, text) = conflist(s.key);
+            let keys = [side_key(s.key, "ours"), side_key(s.key, "reference")];
+            let [o, r] = SideSpec::pair(keys, s.tags, ours_bin, reference_bin, s.octet);
+            let side = |spec: SideSpec| -> Res<Side> {
+                let conf = side_conf(text, spec.key, &Side::bridge_name(spec.tag), spec.octet)?;
+                let caps: Map<String, Value> = if wants_bandwidth(&conf) {
+                    [("bandwidth".to_string(), limits.clone())].into_iter().collect()
+                } else {
+                    Map::new()
+                };
+                Side::with_conf(spec, &conf, caps)
             };
-            let side = |key: &'static str, label, tag, bin: &Path, octet, port_base| -> Res<Side> {
-                let conf = side_conf(s.text, key, &Side::bridge_name(tag), octet)?;
-                Side::with_conf(key, label, tag, bin, octet, port_base, &conf, caps.clone())
-            };
-            Ok(Chain {
-                key: s.key,
-                title: s.title,
-                file: s.file,
-                ours: side(s.keys.0, "cni-rs", s.tags.0, ours_bin, s.octets.0, 20000)?,
-                reference: side(s.keys.1, "reference (Go)", s.tags.1, reference_bin, s.octets.1, 40000)?,
-            })
+            Ok(Chain { key: s.key, title: s.title, file, ours: side(o)?, reference: side(r)? })
         })
         .collect()
 }

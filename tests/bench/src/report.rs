@@ -60,8 +60,8 @@ fn csv(run: &Run) -> String {
         lat(side, "add", &r.latency.add);
         lat(side, "del", &r.latency.del);
     }
-    for (name, o, r) in &run.chains {
-        for (side, l) in [("ours", o), ("reference", r)] {
+    for (name, o, r, f) in &run.chains {
+        for (side, l) in [("ours", o), ("reference", r), ("floor", f)] {
             lat(side, &format!("{name}_add"), &l.add);
             lat(side, &format!("{name}_del"), &l.del);
         }
@@ -71,7 +71,7 @@ fn csv(run: &Run) -> String {
     lat("floor+nft", "add", &run.floor.with_nft.add);
     lat("floor+nft", "del", &run.floor.with_nft.del);
     for c in &run.meta_chains {
-        for (side, l) in [("ours", &c.ours), ("reference", &c.reference)] {
+        for (side, l) in [("ours", &c.ours), ("reference", &c.reference), ("floor", &c.floor)] {
             for (name, st) in [("add", &l.add), ("del", &l.del)] {
                 for (metric, v) in [("median", st.median), ("p99", st.p99), ("mean", st.mean), ("min", st.min)] {
                     let _ = writeln!(s, "latency_chain,{side},{name}_{metric},{},{v:.3},ms", c.key);
@@ -391,18 +391,18 @@ pub fn tables(run: &Run) -> String {
     if !run.chains.is_empty() {
         let _ =
             writeln!(s, "\n### Per-pod latency of other chains (each with host-local, the same conflist both sides)\n");
-        let _ = writeln!(s, "| chain | | cni-rs | reference | ours/ref | speedup |");
-        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|");
-        for (name, a, b) in &run.chains {
-            for (what, x, y) in [
-                ("ADD median", a.add.median, b.add.median),
-                ("ADD p99", a.add.p99, b.add.p99),
-                ("DEL median", a.del.median, b.del.median),
-                ("DEL p99", a.del.p99, b.del.p99),
+        let _ = writeln!(s, "| chain | | cni-rs | reference | ours/ref | speedup | floor (netlink) |");
+        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|");
+        for (name, a, b, f) in &run.chains {
+            for (what, x, y, z) in [
+                ("ADD median", a.add.median, b.add.median, f.add.median),
+                ("ADD p99", a.add.p99, b.add.p99, f.add.p99),
+                ("DEL median", a.del.median, b.del.median, f.del.median),
+                ("DEL p99", a.del.p99, b.del.p99, f.del.p99),
             ] {
                 let _ = writeln!(
                     s,
-                    "| {name} | {what} | {x:.1} ms | {y:.1} ms | {:.3} | {:.1}x |",
+                    "| {name} | {what} | {x:.1} ms | {y:.1} ms | {:.3} | {:.1}x | {z:.1} ms |",
                     ratio(x, y),
                     ratio(y, x)
                 );
@@ -410,15 +410,15 @@ pub fn tables(run: &Run) -> String {
         }
     }
     for c in &run.meta_chains {
-        for (name, a, b) in [
-            ("ADD median", c.ours.add.median, c.reference.add.median),
-            ("ADD p99", c.ours.add.p99, c.reference.add.p99),
-            ("DEL median", c.ours.del.median, c.reference.del.median),
-            ("DEL p99", c.ours.del.p99, c.reference.del.p99),
+        for (name, a, b, f) in [
+            ("ADD median", c.ours.add.median, c.reference.add.median, c.floor.add.median),
+            ("ADD p99", c.ours.add.p99, c.reference.add.p99, c.floor.add.p99),
+            ("DEL median", c.ours.del.median, c.reference.del.median, c.floor.del.median),
+            ("DEL p99", c.ours.del.p99, c.reference.del.p99, c.floor.del.p99),
         ] {
             let _ = writeln!(
                 s,
-                "| {}: {name} | {a:.1} ms | {b:.1} ms | {:.3} | {:.1}x | | | |",
+                "| {}: {name} | {a:.1} ms | {b:.1} ms | {:.3} | {:.1}x | {f:.1} ms | | |",
                 c.title,
                 ratio(a, b),
                 ratio(b, a)
@@ -431,7 +431,8 @@ pub fn tables(run: &Run) -> String {
             s,
             "\nThe chain rows run the conflists {} on both sides, in the same rotation (names, subnets \
              and IPAM directory replaced; the bandwidth chain's pods also get the `bandwidth` capability, \
-             100 Mbit/s each way); the floor does not apply to them.",
+             100 Mbit/s each way); their floor (netlink) is `cni-floor` doing the chain's link work: \
+             the base floor's for podman, with bandwidth's ifb, qdiscs and redirect for bandwidth.",
             files.join(" and ")
         );
     }
@@ -481,22 +482,10 @@ pub fn tables(run: &Run) -> String {
     let _ = writeln!(s, "\n### Footprint\n");
     let _ = writeln!(s, "| | files | bytes on disk | the 4 plugins used |");
     let _ = writeln!(s, "|---|---:|---:|---:|");
-    let _ = writeln!(
-        s,
-        "| cni-rs (installed set) | {} names | {} ({}) | {} |",
-        o.disk_all.0,
-        o.disk_all.1,
-        mb(o.disk_all.1),
-        mb(o.disk_used)
-    );
-    let _ = writeln!(
-        s,
-        "| reference package | {} files | {} ({}) | {} |",
-        r.disk_all.0,
-        r.disk_all.1,
-        mb(r.disk_all.1),
-        mb(r.disk_used)
-    );
+    for (what, unit, side) in [("cni-rs (installed set)", "names", o), ("reference package", "files", r)] {
+        let (n, bytes) = side.disk_all;
+        let _ = writeln!(s, "| {what} | {n} {unit} | {bytes} ({}) | {} |", mb(bytes), mb(side.disk_used));
+    }
     let _ = writeln!(
         s,
         "\n### Per plugin: mean wall time and peak RSS of the process tree (plugin and what it runs), {} pods\n",

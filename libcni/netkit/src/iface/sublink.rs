@@ -259,15 +259,29 @@ pub fn check(req: &Request, conf: &SubLinkConf) -> Result<()> {
     Ok(())
 }
 
-/// DEL: IPAM's release (when `ipam` names a plugin), then the link in the pod; every step runs,
-/// and the errors are reported together. Needs no other key, so a configuration that no longer
-/// validates never strands an attachment.
+/// DEL: IPAM's release (when `ipam` names a plugin) and the link in the pod; every step runs,
+/// and the errors are reported together. A release through the link (dhcp) runs before the link
+/// goes; any other runs alongside the deletion ([`super::alongside`]). Needs no other key, so a
+/// configuration that no longer validates never strands an attachment.
 pub fn del(req: &Request, ipam: Option<&str>) -> Result<()> {
     let mut errs = Errors::new();
-    if let Some(ipam) = ipam {
+    let (early, late) = match ipam {
+        Some(t) if super::releases_through_link(t) => (Some(t), None),
+        other => (None, other),
+    };
+    if let Some(ipam) = early {
         errs.record(invoke::delegate_del(ipam, req));
     }
-    errs.record(super::del_in_pod(req));
+    let deleted = match late {
+        Some(ipam) => {
+            let release = || invoke::delegate_del(ipam, req);
+            let (released, deleted) = super::alongside("releasing the addresses", release, || super::del_in_pod(req));
+            errs.record(released.and_then(|r| r));
+            deleted
+        }
+        None => super::del_in_pod(req),
+    };
+    errs.record(deleted);
     errs.finish()
 }
 
