@@ -57,23 +57,12 @@ impl Socket {
         }
     }
 
-    /// Sends `buf` (one or more netlink messages) to the kernel, whole.
+    /// Sends `buf` (one or more netlink messages) to the kernel, whole. No address: an unconnected
+    /// netlink socket sends to port 0, the kernel.
     pub(crate) fn send(&self, buf: &[u8]) -> io::Result<()> {
-        // SAFETY: all-zero is a valid sockaddr_nl; the family is set below (port 0: the kernel).
-        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
         loop {
-            // SAFETY: buf and kernel are valid for the lengths given.
-            let sent = unsafe {
-                libc::sendto(
-                    self.fd.as_raw_fd(),
-                    buf.as_ptr().cast(),
-                    buf.len(),
-                    0,
-                    (&kernel as *const libc::sockaddr_nl).cast(),
-                    std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-                )
-            };
+            // SAFETY: buf is valid for its length.
+            let sent = unsafe { libc::send(self.fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), 0) };
             if sent == buf.len() as isize {
                 return Ok(());
             }

@@ -14,10 +14,10 @@
 //! shape the backend uses. Objects are referred to by name (sets and chains added earlier in the
 //! same batch are found by name too).
 
+use crate::nlsock::Socket;
 use ipnetwork::IpNetwork;
 use libcni::{Error, Result};
 use std::net::IpAddr;
-use crate::nlsock::Socket;
 
 const NETLINK_NETFILTER: libc::c_int = 12;
 const NETLINK_CAP_ACK: libc::c_int = 10;
@@ -1594,8 +1594,7 @@ fn open_socket(msgs: usize, len: usize) -> Result<Socket> {
 
 /// Sends an nf_tables batch or request.
 fn send(sock: &Socket, buf: &[u8]) -> Result<()> {
-    sock.send(buf)
-        .map_err(|e| Error::network(format!("send an nf_tables batch of {} bytes: {e}", buf.len())))
+    sock.send(buf).map_err(|e| Error::network(format!("send an nf_tables batch of {} bytes: {e}", buf.len())))
 }
 
 #[cfg(test)]

@@ -104,6 +104,12 @@ impl Netlink {
         Ok(Netlink { sock, seq: AtomicU32::new(0) })
     }
 
+    /// A connection over `sock`: tests play the kernel on the other end of a socket pair.
+    #[cfg(test)]
+    fn over(sock: Socket) -> Netlink {
+        Netlink { sock, seq: AtomicU32::new(0) }
+    }
+
     /// A connection whose socket lives in `ns`: the thread enters `ns` only to create the socket,
     /// and every later request acts in `ns`.
     pub fn open_in(ns: &NetNs) -> Result<Netlink> {
@@ -246,3 +252,6 @@ impl Netlink {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
