@@ -1,5 +1,6 @@
 //! The request/answer exchange against a fake kernel: the test holds the other end of a datagram
 //! socket pair, queues the kernel's answers before the call and reads the request it sent. No root.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
 use netlink_packet_core::{DefaultNla, Emitable, NLMSG_DONE, NLMSG_ERROR};
