@@ -25,6 +25,9 @@ const PODMAN: &[&str] = &["podman", "--runtime", "runc", "--cgroup-manager=cgrou
 /// test machines lack it, and lowering limits is always allowed.
 const ULIMITS: &[&str] = &["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"];
 
+/// The multi-call binary stays under 4.5 MB (10^6 bytes to the MB) with every plugin linked in.
+const MULTICALL_BUDGET: usize = 4_500_000;
+
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
@@ -155,6 +158,14 @@ fn image_end_to_end() {
     assert_eq!(manifest.lines().collect::<Vec<_>>(), PLUGINS);
     let built = fs::read(context.join("bin/cni-rs")).unwrap();
     eprintln!("cni-rs in the image: {} bytes, linked as {PLUGINS:?}", built.len());
+    // The budget for the multi-call binary with every plugin (issue 15). A size is deterministic,
+    // so it is checked, not only reported.
+    assert!(
+        built.len() < MULTICALL_BUDGET,
+        "cni-rs is {} bytes, over the budget of {MULTICALL_BUDGET} bytes (4.5 MB): find what grew with \
+         `cargo bloat --release --target x86_64-unknown-linux-gnu -p cni-rs --crates` (docs/bench/README.md)",
+        built.len()
+    );
 
     // The node agent (install/daemonset.yaml runs /cni-rs-node) is in the image and runs there.
     let mut args = vec!["run", "--rm", "--network", "none"];

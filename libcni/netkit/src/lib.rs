@@ -12,6 +12,7 @@ pub mod firewall;
 pub mod iface;
 pub mod netlink;
 pub mod netns;
+mod nlsock;
 pub mod saved;
 pub mod sysctl;
 pub mod tuntap;

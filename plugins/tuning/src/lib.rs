@@ -88,7 +88,7 @@ fn remove(path: &Path) -> Result<()> {
 }
 
 /// The allowlist's patterns, or `None` when the file does not exist (then any `net.` key goes).
-fn read_allowlist(path: &Path) -> Result<Option<Vec<regex::Regex>>> {
+fn read_allowlist(path: &Path) -> Result<Option<Vec<regex_lite::Regex>>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -100,7 +100,7 @@ fn read_allowlist(path: &Path) -> Result<Option<Vec<regex::Regex>>> {
         if line.is_empty() {
             continue;
         }
-        out.push(regex::Regex::new(line).map_err(|e| {
+        out.push(regex_lite::Regex::new(line).map_err(|e| {
             Error::config(format!(
                 "tuning: sysctl allowlist {} line {}: invalid regexp {line:?}: {e}",
                 path.display(),
@@ -409,6 +409,22 @@ mod tests {
         std::fs::write(&file, "net\\.(\n").unwrap();
         let e = check_allowlist(&file, &[s("net.core.somaxconn")]).unwrap_err();
         assert!(e.msg.contains("line 1"), "{}", e.msg);
+        // Go's RE2 semantics: `\w`, `\d` are ASCII, so a pattern does not admit a key with a letter
+        // outside ASCII; upstream's style of lines (classes, `*`, alternation, `(?i)`) works.
+        std::fs::write(
+            &file,
+            "^net\\.ipv4\\.conf\\.\\w+\\.rp_filter$\n^net\\.ipv6\\.conf\\.IFNAME\\.[a-z_]*$\n(?i)^NET\\.core\\.(somaxconn|rmem_\\d+)$\n",
+        )
+        .unwrap();
+        check_allowlist(
+            &file,
+            &[s("net.ipv4.conf.eth0.rp_filter"), s("net.ipv6.conf.IFNAME.accept_ra"), s("net.core.somaxconn")],
+        )
+        .unwrap();
+        check_allowlist(&file, &[s("net.core.rmem_1")]).unwrap();
+        assert!(check_allowlist(&file, &[s("net.ipv4.conf.\u{e9}th0.rp_filter")]).is_err());
+        assert!(check_allowlist(&file, &[s("net.core.rmem_\u{0663}")]).is_err());
+        assert!(check_allowlist(&file, &[s("net.ipv6.conf.IFNAME.accept_ra.x")]).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

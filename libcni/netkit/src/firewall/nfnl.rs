@@ -14,10 +14,10 @@
 //! shape the backend uses. Objects are referred to by name (sets and chains added earlier in the
 //! same batch are found by name too).
 
+use crate::nlsock::Socket;
 use ipnetwork::IpNetwork;
 use libcni::{Error, Result};
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 const NETLINK_NETFILTER: libc::c_int = 12;
 const NETLINK_CAP_ACK: libc::c_int = 10;
@@ -1307,8 +1307,8 @@ impl Batch {
         }
         const SEQ: u32 = 1;
         let buf = self.encode(SEQ)?;
-        let sock = Socket::open(self.msgs.len(), buf.len())?;
-        sock.send(&buf)?;
+        let sock = open_socket(self.msgs.len(), buf.len())?;
+        send(&sock, &buf)?;
         self.read_answers(&sock, SEQ)
     }
 
@@ -1468,12 +1468,12 @@ type Answer = (u16, Vec<u8>);
 /// (type, attributes). A dump that a concurrent change interrupted (NLM_F_DUMP_INTR) is read
 /// again. None when the kernel answers ENOENT (no such table, chain, set or element).
 fn get(family: Family, ty: u16, dump: bool, attrs: &Attrs, what: &str) -> Result<Option<Vec<Answer>>> {
-    let sock = Socket::open(1, 0)?;
+    let sock = open_socket(1, 0)?;
     let flags = if dump { NLM_F_REQUEST | NLM_F_DUMP } else { NLM_F_REQUEST };
     for seq in 1..=5 {
         let mut req = Vec::new();
         nlmsg(&mut req, (NFNL_SUBSYS_NFTABLES << 8) | ty, flags, seq, [family.nfproto(), 0, 0, 0], &attrs.buf);
-        sock.send(&req)?;
+        send(&sock, &req)?;
         let mut answers = Vec::new();
         match read_replies(&sock, what, |ty, msg| answers.push((ty, msg.to_vec()))) {
             Ok(true) => return Ok(Some(answers)),
@@ -1649,107 +1649,37 @@ fn nlmsg(out: &mut Vec<u8>, ty: u16, flags: u16, seq: u32, nfgen: [u8; 4], attrs
     out.extend_from_slice(attrs);
 }
 
-/// A NETLINK_NETFILTER socket for one transaction.
-struct Socket {
-    fd: OwnedFd,
+/// A NETLINK_NETFILTER socket whose buffers hold a batch of `len` bytes and the `msgs` answers to
+/// it (the kernel queues them all before `sendmsg` returns, each in its own buffer).
+fn open_socket(msgs: usize, len: usize) -> Result<Socket> {
+    let open_err = |e: std::io::Error| Error::network(format!("open a netfilter netlink socket: {e}"));
+    let sock = Socket::open(NETLINK_NETFILTER).map_err(open_err)?;
+    // Errors carry only the failed message's header, plus the kernel's text if it has one.
+    let _ = sock.setsockopt(libc::SOL_NETLINK, NETLINK_CAP_ACK, &1 as &libc::c_int);
+    let _ = sock.setsockopt(libc::SOL_NETLINK, NETLINK_EXT_ACK, &1 as &libc::c_int);
+    // Each ack is a small buffer but counts ~1 KiB against the receive buffer (truesize); the
+    // default (~208 KiB) would drop acks past ~150 messages. FORCE needs CAP_NET_ADMIN, which
+    // writing nf_tables needs anyway; without it the plain option is capped by rmem_max.
+    const DEFAULT_BUF: usize = 200 * 1024;
+    let rcv = msgs.saturating_mul(2048).saturating_add(64 * 1024);
+    if rcv > DEFAULT_BUF {
+        let v = libc::c_int::try_from(rcv).unwrap_or(libc::c_int::MAX);
+        if sock.setsockopt(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v).is_err() {
+            let _ = sock.setsockopt(libc::SOL_SOCKET, libc::SO_RCVBUF, &v);
+        }
+    }
+    if len + 4096 > DEFAULT_BUF {
+        let v = libc::c_int::try_from(len + 4096).unwrap_or(libc::c_int::MAX);
+        if sock.setsockopt(libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &v).is_err() {
+            let _ = sock.setsockopt(libc::SOL_SOCKET, libc::SO_SNDBUF, &v);
+        }
+    }
+    Ok(sock)
 }
 
-impl Socket {
-    /// A socket whose buffers hold a batch of `len` bytes and the `msgs` answers to it (the kernel
-    /// queues them all before `sendmsg` returns, each in its own buffer).
-    fn open(msgs: usize, len: usize) -> Result<Socket> {
-        let open_err = |e: std::io::Error| Error::network(format!("open a netfilter netlink socket: {e}"));
-        // SAFETY: plain socket(2); the fd is owned (and closed) by `fd` below.
-        let raw = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_NETFILTER) };
-        if raw < 0 {
-            return Err(open_err(std::io::Error::last_os_error()));
-        }
-        // SAFETY: raw is a fresh socket we own.
-        let sock = Socket { fd: unsafe { OwnedFd::from_raw_fd(raw) } };
-        let timeout = libc::timeval { tv_sec: 10, tv_usec: 0 };
-        sock.setsockopt(libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout).map_err(open_err)?;
-        // Errors carry only the failed message's header, plus the kernel's text if it has one.
-        let _ = sock.setsockopt(libc::SOL_NETLINK, NETLINK_CAP_ACK, &1 as &libc::c_int);
-        let _ = sock.setsockopt(libc::SOL_NETLINK, NETLINK_EXT_ACK, &1 as &libc::c_int);
-        // Each ack is a small buffer but counts ~1 KiB against the receive buffer (truesize); the
-        // default (~208 KiB) would drop acks past ~150 messages. FORCE needs CAP_NET_ADMIN, which
-        // writing nf_tables needs anyway; without it the plain option is capped by rmem_max.
-        const DEFAULT_BUF: usize = 200 * 1024;
-        let rcv = msgs.saturating_mul(2048).saturating_add(64 * 1024);
-        if rcv > DEFAULT_BUF {
-            let v = libc::c_int::try_from(rcv).unwrap_or(libc::c_int::MAX);
-            if sock.setsockopt(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v).is_err() {
-                let _ = sock.setsockopt(libc::SOL_SOCKET, libc::SO_RCVBUF, &v);
-            }
-        }
-        if len + 4096 > DEFAULT_BUF {
-            let v = libc::c_int::try_from(len + 4096).unwrap_or(libc::c_int::MAX);
-            if sock.setsockopt(libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &v).is_err() {
-                let _ = sock.setsockopt(libc::SOL_SOCKET, libc::SO_SNDBUF, &v);
-            }
-        }
-        Ok(sock)
-    }
-
-    fn setsockopt<T>(&self, level: libc::c_int, name: libc::c_int, value: &T) -> std::io::Result<()> {
-        // SAFETY: value points to a valid T of the size given.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                level,
-                name,
-                (value as *const T).cast(),
-                std::mem::size_of::<T>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
-    }
-
-    fn send(&self, buf: &[u8]) -> Result<()> {
-        // SAFETY: all-zero is a valid sockaddr_nl; the family is set below (port 0: the kernel).
-        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        loop {
-            // SAFETY: buf and kernel are valid for the lengths given.
-            let sent = unsafe {
-                libc::sendto(
-                    self.fd.as_raw_fd(),
-                    buf.as_ptr().cast(),
-                    buf.len(),
-                    0,
-                    (&kernel as *const libc::sockaddr_nl).cast(),
-                    std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-                )
-            };
-            if sent == buf.len() as isize {
-                return Ok(());
-            }
-            let e = std::io::Error::last_os_error();
-            if sent < 0 && e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            let e = if sent < 0 { e } else { std::io::Error::other(format!("sent {sent} of {} bytes", buf.len())) };
-            return Err(Error::network(format!("send an nf_tables batch of {} bytes: {e}", buf.len())));
-        }
-    }
-
-    fn recv(&self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            // SAFETY: buf is writable for its length.
-            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n >= 0 {
-                return Ok(n as usize);
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-    }
+/// Sends an nf_tables batch or request.
+fn send(sock: &Socket, buf: &[u8]) -> Result<()> {
+    sock.send(buf).map_err(|e| Error::network(format!("send an nf_tables batch of {} bytes: {e}", buf.len())))
 }
 
 #[cfg(test)]

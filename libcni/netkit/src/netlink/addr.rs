@@ -3,11 +3,9 @@
 use super::{IpFamily, Netlink, RequestFailure};
 use ipnetwork::{IpNetwork, Ipv4Network};
 use libcni::{Error, Result};
-use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL};
-use rtnetlink::packet_route::address::{
-    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope,
-};
-use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 

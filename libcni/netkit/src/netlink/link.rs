@@ -3,13 +3,13 @@
 use super::{Netlink, RequestFailure};
 use crate::netns::NetNs;
 use libcni::{Error, Result};
-use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL};
-use rtnetlink::packet_route::link::{
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_route::link::{
     AfSpecBridge, AfSpecInet, AfSpecUnspec, BridgeFlag, BridgeVlanInfo, BridgeVlanInfoFlags, InetDevConf, InfoBridge,
     InfoBridgePort, InfoData, InfoKind, InfoPortData, InfoPortKind, InfoVeth, LinkAttribute, LinkExtentMask, LinkFlags,
     LinkInfo, LinkMessage, State,
 };
-use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 

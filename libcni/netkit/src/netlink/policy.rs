@@ -5,10 +5,10 @@
 use super::{IpFamily, Netlink, RequestFailure};
 use ipnetwork::IpNetwork;
 use libcni::Result;
-use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
-use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteFlags, RouteMessage};
-use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
-use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteFlags, RouteMessage};
+use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use std::fmt;
 use std::net::IpAddr;
 

@@ -3,11 +3,11 @@
 use super::{IpFamily, Netlink, RequestFailure};
 use ipnetwork::IpNetwork;
 use libcni::Result;
-use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
-use rtnetlink::packet_route::route::{
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteMetric, RouteProtocol, RouteScope, RouteType,
 };
-use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -5,11 +5,11 @@
 use super::Netlink;
 use crate::netns::NetNs;
 use libcni::Result;
-use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL};
-use rtnetlink::packet_route::link::{
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_route::link::{
     InfoData, InfoIpVlan, InfoKind, InfoMacVlan, IpVlanMode, LinkAttribute, LinkInfo, LinkMessage, MacVlanMode,
 };
-use rtnetlink::packet_route::RouteNetlinkMessage;
+use netlink_packet_route::RouteNetlinkMessage;
 use std::os::fd::AsRawFd;
 
 /// A macvlan's mode (`ip link add ... type macvlan mode M`).

@@ -7,14 +7,14 @@
 
 use super::{Netlink, RequestFailure};
 use libcni::{Error, Result};
-use rtnetlink::packet_core::{DefaultNla, Nla, NLM_F_CREATE, NLM_F_EXCL};
-use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
-use rtnetlink::packet_route::tc::{
+use netlink_packet_core::{DefaultNla, Nla, NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use netlink_packet_route::tc::{
     TcAction, TcActionAttribute, TcActionGeneric, TcActionMirrorOption, TcActionOption, TcActionType, TcAttribute,
     TcFilterU32Option, TcHandle, TcHeader, TcMessage, TcMirror, TcMirrorActionType, TcOption, TcU32Key, TcU32Selector,
     TcU32SelectorFlags,
 };
-use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 /// Handle `1:` of the root tbf qdisc.
 pub const TBF_HANDLE: u32 = 0x0001_0000;

@@ -3,8 +3,8 @@
 
 use super::{Netlink, RequestFailure};
 use libcni::Result;
-use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
-use rtnetlink::packet_route::RouteNetlinkMessage;
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::RouteNetlinkMessage;
 
 /// A link's tunable attributes as the kernel reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,9 +4,9 @@
 use super::{Netlink, RequestFailure};
 use crate::netns::NetNs;
 use libcni::Result;
-use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL};
-use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVlan, InfoVrf, LinkAttribute, LinkInfo, LinkMessage};
-use rtnetlink::packet_route::RouteNetlinkMessage;
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_route::link::{InfoData, InfoKind, InfoVlan, InfoVrf, LinkAttribute, LinkInfo, LinkMessage};
+use netlink_packet_route::RouteNetlinkMessage;
 use std::os::fd::AsRawFd;
 
 /// The kind of virtual link [`Netlink::create_link`] makes.

@@ -304,7 +304,7 @@ fn a_large_batch_loses_no_acks() {
 #[test]
 fn a_refusal_keeps_its_errno_as_data() {
     let (ours, kernel) = std::os::unix::net::UnixDatagram::pair().unwrap();
-    let sock = Socket { fd: OwnedFd::from(ours) };
+    let sock = Socket::from_fd(std::os::fd::OwnedFd::from(ours));
     let mut answer = Vec::new();
     nlmsg(&mut answer, NLMSG_ERROR, 0, 1, (-libc::EEXIST).to_ne_bytes(), &[0; NLMSG_HDRLEN]);
     kernel.send(&answer).unwrap();

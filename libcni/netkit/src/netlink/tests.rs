@@ -1,0 +1,122 @@
+//! The request/answer exchange against a fake kernel: the test holds the other end of a datagram
+//! socket pair, queues the kernel's answers before the call and reads the request it sent. No root.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::*;
+use netlink_packet_core::{DefaultNla, Emitable, NLMSG_DONE, NLMSG_ERROR};
+use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+use std::os::unix::net::UnixDatagram;
+
+const RTM_NEWLINK: u16 = 16;
+const RTM_GETLINK: u16 = 18;
+
+fn pair() -> (Netlink, UnixDatagram) {
+    let (ours, kernel) = UnixDatagram::pair().unwrap();
+    // A read that would wait for an answer never sent fails the test instead of hanging it.
+    ours.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+    (Netlink::over(Socket::from_fd(std::os::fd::OwnedFd::from(ours))), kernel)
+}
+
+/// One netlink message, padded to 4 bytes as the kernel lays them out in a datagram.
+fn raw(ty: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(16 + payload.len() as u32).to_ne_bytes());
+    out.extend_from_slice(&ty.to_ne_bytes());
+    out.extend_from_slice(&flags.to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    out.extend_from_slice(payload);
+    out.resize(out.len().next_multiple_of(4), 0);
+    out
+}
+
+fn link(index: u32, name: &str, extra: Option<LinkAttribute>) -> Vec<u8> {
+    let mut m = LinkMessage::default();
+    m.header.index = index;
+    m.attributes.push(LinkAttribute::IfName(name.into()));
+    m.attributes.extend(extra);
+    let mut buf = vec![0; m.buffer_len()];
+    m.emit(&mut buf);
+    buf
+}
+
+/// An NLMSG_ERROR payload: the negated errno (0: an ack) and the request's header.
+fn error(errno: i32) -> Vec<u8> {
+    let mut p = (-errno).to_ne_bytes().to_vec();
+    p.extend_from_slice(&[0; 16]);
+    p
+}
+
+/// The request the plugin sent: (type, flags, sequence number).
+fn request(kernel: &UnixDatagram) -> (u16, u16, u32) {
+    let mut buf = [0u8; 4096];
+    let n = kernel.recv(&mut buf).unwrap();
+    assert!(n >= 16);
+    let ty = u16::from_ne_bytes([buf[4], buf[5]]);
+    let flags = u16::from_ne_bytes([buf[6], buf[7]]);
+    (ty, flags, u32::from_ne_bytes([buf[8], buf[9], buf[10], buf[11]]))
+}
+
+#[test]
+fn a_get_reads_its_own_answer_past_stale_ones() {
+    let (nl, kernel) = pair();
+    // An answer to an earlier request (another sequence number) comes first and is not ours.
+    kernel.send(&raw(NLMSG_ERROR, 0, 7, &error(libc::EEXIST))).unwrap();
+    kernel.send(&raw(RTM_NEWLINK, 0, 1, &link(4, "eth0", None))).unwrap();
+    let got = nl.link_by_index(4).unwrap().unwrap();
+    assert_eq!((got.index, got.name.as_str()), (4, "eth0"));
+    assert_eq!(request(&kernel), (RTM_GETLINK, NLM_F_REQUEST, 1));
+    // The next request has the next sequence number; the kernel's ENODEV is "no such link".
+    kernel.send(&raw(NLMSG_ERROR, 0, 2, &error(libc::ENODEV))).unwrap();
+    assert!(nl.link_by_index(9).unwrap().is_none());
+    assert_eq!(request(&kernel).2, 2);
+}
+
+#[test]
+fn a_single_answer_larger_than_the_buffer_is_read_whole() {
+    let (nl, kernel) = pair();
+    let big = LinkAttribute::Other(DefaultNla::new(0x7fff, vec![0xab; 60_000]));
+    let answer = raw(RTM_NEWLINK, 0, 1, &link(5, "vf-parent", Some(big)));
+    assert!(answer.len() > RECV_BUF);
+    kernel.send(&answer).unwrap();
+    assert_eq!(nl.link_by_index(5).unwrap().unwrap().name, "vf-parent");
+}
+
+#[test]
+fn a_dump_spans_datagrams_and_skips_what_does_not_decode() {
+    let (nl, kernel) = pair();
+    let multi = NLM_F_MULTIPART;
+    let mut first = raw(RTM_NEWLINK, multi, 1, &link(1, "lo", None));
+    first.extend(raw(RTM_NEWLINK, multi, 1, &link(2, "eth0", None)));
+    kernel.send(&first).unwrap();
+    // A link message too short for its header does not decode; the rest of the datagram does.
+    let mut second = raw(RTM_NEWLINK, multi, 1, &[0; 4]);
+    second.extend(raw(RTM_NEWLINK, multi, 1, &link(3, "eth1", None)));
+    kernel.send(&second).unwrap();
+    kernel.send(&raw(NLMSG_DONE, multi, 1, &0i32.to_ne_bytes())).unwrap();
+    let names: Vec<String> = nl.links().unwrap().into_iter().map(|l| l.name).collect();
+    assert_eq!(names, ["lo", "eth0", "eth1"]);
+    assert_eq!(request(&kernel), (RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, 1));
+}
+
+#[test]
+fn an_interrupted_dump_is_reported_and_a_done_error_is_its_errno() {
+    let (nl, kernel) = pair();
+    kernel.send(&raw(RTM_NEWLINK, NLM_F_MULTIPART | NLM_F_DUMP_INTR, 1, &link(1, "lo", None))).unwrap();
+    kernel.send(&raw(NLMSG_DONE, NLM_F_MULTIPART, 1, &0i32.to_ne_bytes())).unwrap();
+    let get = || RouteNetlinkMessage::GetLink(LinkMessage::default());
+    assert!(matches!(nl.dump_once(get()), Err(RequestFailure::Interrupted)));
+    kernel.send(&raw(NLMSG_DONE, NLM_F_MULTIPART, 2, &(-libc::EBUSY).to_ne_bytes())).unwrap();
+    assert_eq!(nl.dump_once(get()).unwrap_err().errno(), Some(libc::EBUSY));
+}
+
+#[test]
+fn an_ack_waits_for_the_kernels_verdict() {
+    let (nl, kernel) = pair();
+    let set = || RouteNetlinkMessage::SetLink(LinkMessage::default());
+    kernel.send(&raw(NLMSG_ERROR, 0, 1, &error(0))).unwrap();
+    nl.ack(set(), 0).unwrap();
+    assert_eq!(request(&kernel).1, NLM_F_REQUEST | NLM_F_ACK);
+    kernel.send(&raw(NLMSG_ERROR, 0, 2, &error(libc::EPERM))).unwrap();
+    assert_eq!(nl.ack(set(), 0).unwrap_err().errno(), Some(libc::EPERM));
+}
