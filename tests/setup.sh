@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(iproute2 iptables nftables conntrack socat curl busybox-static podman runc containerd
       containernetworking-plugins python3-pip file qemu-system-x86 xz-utils
       etcd-server etcd-client protobuf-compiler strace openssl python3
-      dnsmasq-base systemd)
+      dnsmasq-base systemd ethtool)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -378,3 +378,14 @@ pub fn wait_for(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool
     }
     f()
 }
+
+/// Puts the veth `dev` in namespace `ns` in NAPI mode (GRO on, TSO and GSO off), so the frames it
+/// sends are queued on its peer's own ring. A plain veth hands every frame to the sending CPU's
+/// input backlog, which all namespaces on the host share (`net.core.netdev_max_backlog`): another
+/// test's burst of traffic fills it and drops this test's frames (counted in the second column of
+/// /proc/net/softnet_stat), so a one-packet probe fails without any fault in the path it probes.
+/// Call it for both ends of each veth a probe crosses.
+pub fn veth_off_shared_backlog(ns: &Netns, dev: &str) {
+    require_tools(&["ethtool"]);
+    ns.sh("ethtool", &["-K", dev, "gro", "on", "tso", "off", "gso", "off"]);
+}

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use cni_tests::exec::Call;
-use cni_tests::{bin_dir, require_root, sh, Netns};
+use cni_tests::{bin_dir, require_root, sh, veth_off_shared_backlog, Netns};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,11 +34,19 @@ impl World {
                 "ip",
                 &["-n", &pod.name, "link", "add", &ifname, "type", "veth", "peer", "name", "gw", "netns", &net.name],
             );
+            // The probes are single echoes: no other test's traffic may drop them.
+            veth_off_shared_backlog(&pod, &ifname);
+            veth_off_shared_backlog(net, "gw");
             sh("ip", &["-n", &pod.name, "addr", "add", &format!("10.248.{n}.5/24"), "dev", &ifname]);
             sh("ip", &["-n", &pod.name, "link", "set", &ifname, "up"]);
             sh("ip", &["-n", &net.name, "addr", "add", &format!("10.248.{n}.1/24"), "dev", "gw"]);
             sh("ip", &["-n", &net.name, "addr", "add", &format!("10.248.1{n}.2/32"), "dev", "lo"]);
             sh("ip", &["-n", &net.name, "link", "set", "gw", "up"]);
+            // The gateway asks for the pod's address from its own (10.248.n.1), not from the
+            // client's: the pod's strict rp_filter drops an ARP request from 10.248.12.2 on eth1
+            // before sbr, which left network 2's neighbour entry unresolved and the probe with sbr
+            // depending on whether an ARP retry happened to come after the rule was in place.
+            net.sh("sysctl", &["-q", "-w", "net.ipv4.conf.gw.arp_announce=2"]);
             if dual_stack {
                 sh("ip", &["-n", &pod.name, "addr", "add", &format!("fd48:{n}::5/64"), "dev", &ifname, "nodad"]);
                 sh("ip", &["-n", &net.name, "addr", "add", &format!("fd48:{n}::1/64"), "dev", "gw", "nodad"]);
