@@ -524,7 +524,8 @@ fn ipv6_rules_add_check_and_del() {
 
 /// On an iptables-legacy node the rules go into the legacy tables and nothing into nf_tables;
 /// the rules of other chains, the FORWARD policy and their counters stay as they were across
-/// ADD, CHECK, DEL and a DEL with nothing left to delete.
+/// ADD, CHECK, DEL and a DEL with nothing left to delete; an ADD or DEL with nothing to change
+/// (and CHECK) writes no table.
 #[test]
 fn legacy_add_and_del_keep_other_rules_and_their_counters() {
     let node = Node::legacy();
@@ -552,7 +553,18 @@ fn legacy_add_and_del_keep_other_rules_and_their_counters() {
         }
     };
     let conf = ref_conf(&["10.78.0.7/24", "fd78::7/64"], json!({}));
-    direct_ok(&node, &ours(), "ADD", "c7", &conf);
+    // Our binary under strace, counting the table replacements (one per family that changes).
+    let traces = TempDir::new("fwtrace");
+    let traced = traces.path().join("firewall");
+    let trace = traces.path().join("trace");
+    let script = format!("#!/bin/sh\nexec strace -qq -f -e trace=setsockopt -o '{}' '{}'\n", trace.display(), ours());
+    std::fs::write(&traced, script).unwrap();
+    std::fs::set_permissions(&traced, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let replaces = |command: &str| {
+        direct_ok(&node, &traced.display().to_string(), command, "c7", &conf);
+        std::fs::read_to_string(&trace).unwrap().matches("SO_SET_REPLACE").count()
+    };
+    assert_eq!(replaces("ADD"), 2, "ADD replaces each family's table once");
     let legacy = node.filter();
     for line in ["-A CNI-FORWARD -s 10.78.0.7/32 -j ACCEPT", "-A CNI-FORWARD -s fd78::7/128 -j ACCEPT"] {
         assert!(legacy.contains(line), "no legacy rule {line}:\n{legacy}");
@@ -560,12 +572,13 @@ fn legacy_add_and_del_keep_other_rules_and_their_counters() {
     let nft = text(&node.ns.exec("iptables-nft-save", &["-t", "filter"]).stdout);
     assert!(!nft.contains("10.78.0.7"), "the rules went to nf_tables:\n{nft}");
     still_kept("after ADD");
-    direct_ok(&node, &ours(), "CHECK", "c7", &conf);
-    direct_ok(&node, &ours(), "DEL", "c7", &conf);
+    assert_eq!(replaces("ADD"), 0, "an ADD with every rule there writes nothing");
+    assert_eq!(replaces("CHECK"), 0, "CHECK writes nothing");
+    assert_eq!(replaces("DEL"), 2, "DEL replaces each family's table once");
     still_kept("after DEL");
     let legacy = node.filter();
     assert!(!legacy.contains("10.78.0.7") && !legacy.contains("fd78::7"), "DEL left legacy rules:\n{legacy}");
-    direct_ok(&node, &ours(), "DEL", "c7", &conf);
+    assert_eq!(replaces("DEL"), 0, "a DEL with nothing left to delete writes nothing");
     still_kept("after a second DEL");
 }
 

@@ -312,3 +312,42 @@ fn rules_encode_byte_for_byte_as_iptables_legacy_1_8_9_writes_them() {
             .all(|r| r.target != xtables::Target::Verdict(xtables::ACCEPT)));
     }
 }
+
+/// iptables-legacy on this node writes the fixtures' tables (so the byte-for-byte tests hold on
+/// it); a replace through the codec keeps every rule's and policy's counters, and a replace of a
+/// table read before someone else changed it is refused with EAGAIN (what makes us read again).
+#[test]
+fn iptables_legacy_on_this_node_writes_the_fixtures_and_replace_keeps_counters() {
+    cni_tests::require_root();
+    cni_tests::require_tools(&["iptables-legacy", "ip6tables-legacy"]);
+    nfnl::tests::in_netns(|| {
+        for ipv in [Ipv::V4, Ipv::V6] {
+            let family = legacy_family(ipv);
+            let tool = ipv.pick("iptables-legacy", "ip6tables-legacy");
+            legacy_fixture_rules(ipv);
+            let here = xtables::Table::read(family, "filter").unwrap();
+            let fixture = xtables::tests::table(family);
+            assert!(
+                here.serialize().unwrap().0 == fixture.serialize().unwrap().0,
+                "{ipv:?}: {tool} wrote another table"
+            );
+
+            let mut t = here.clone();
+            t.add_chain("NEW");
+            t.chain_mut("FORWARD").unwrap().rules.remove(0);
+            t.replace().unwrap();
+            let back = xtables::Table::read(family, "filter").unwrap();
+            assert!(back.chain("NEW").is_some_and(|c| c.rules.is_empty()), "{ipv:?}");
+            let counters = |t: &xtables::Table, chain: &str| -> Vec<xtables::Counters> {
+                t.chain(chain).unwrap().rules.iter().map(|r| r.counters).collect()
+            };
+            assert_eq!(counters(&back, "OTHER"), counters(&here, "OTHER"), "{ipv:?}");
+            assert_eq!(counters(&back, "INPUT")[0], xtables::Counters { packets: 3, bytes: 300 }, "{ipv:?}");
+            assert_eq!(back.chain("FORWARD").unwrap().rules.len(), here.chain("FORWARD").unwrap().rules.len() - 1);
+
+            iptables(tool, &["-A", "NEW", "-j", "RETURN"]);
+            let err = t.replace().unwrap_err();
+            assert_eq!(err.errno, Some(libc::EAGAIN), "{ipv:?}: a stale replace: {}", err.msg);
+        }
+    });
+}
