@@ -11,7 +11,9 @@
 //! anew; the kernel answers with the old table's counters, and `SO_SET_ADD_COUNTERS` hands each
 //! kept rule (and policy) its counters back, so only new rules start at zero, as with libiptc.
 //! A replace whose entry count no longer matches the kernel's (the table changed since it was
-//! read) is refused with EAGAIN: read and plan again.
+//! read) is refused with EAGAIN: read and plan again. A change that keeps the count is not seen
+//! by the kernel, as with libiptc: writers serialize on the xtables lock, as iptables does.
+//! The layouts are those of a 64-bit process on a 64-bit kernel (no 32-bit compat layout).
 
 use libcni::{Error, Result};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -490,10 +492,10 @@ impl Table {
     pub fn replace(&self) -> Result<()> {
         let (mut buf, from) = self.serialize()?;
         let mut old = vec![Counters::default(); self.read_entries];
-        // SAFETY (of the pointer's use): `old` outlives the setsockopt below, which writes at
-        // most `read_entries` counters (num_counters) into it.
+        // ipt_replace.counters: where the kernel writes the old table's `read_entries` counters
+        // (num_counters) during the setsockopt below; `old` lives past it.
         let ptr = old.as_mut_ptr() as usize as u64;
-        buf[88..96].copy_from_slice(&ptr.to_ne_bytes());
+        buf[REPLACE_HEAD - 8..REPLACE_HEAD].copy_from_slice(&ptr.to_ne_bytes());
         let sock = Sock::open(self.family, &self.name)?;
         sock.set(SO_REPLACE, &buf, "replace it")?;
         let mut add = vec![0u8; COUNTERS_INFO_HEAD];
