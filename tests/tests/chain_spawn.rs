@@ -4,7 +4,8 @@
 //! bandwidth and tuning start no process at all (their kernel work is netlink and /proc/sys writes
 //! in process), and neither does the firewall's iptables backend on a node whose iptables is
 //! iptables-nft (Debian's default): it writes the reference's rules over nf_tables netlink, on ADD,
-//! CHECK, DEL, GC and STATUS.
+//! CHECK, DEL, GC and STATUS; nor on a node whose iptables is iptables-legacy, where it reads and
+//! replaces the kernel's legacy filter table through its socket options.
 //!
 //! The whole test runs on a thread in a network namespace of its own (the chains' bridges, the
 //! host ends of the veths and the iptables tables live there), so the firewall's tables start
@@ -73,14 +74,16 @@ fn spawned(dir: &Path, prefix: &str, program: &Path) -> Spawned {
 }
 
 /// A plugin directory for libcni: the plugins of `bin` as links, and `traced` ones as scripts that
-/// run the real plugin under strace, tracing into `traces` as `<plugin>.<CNI_COMMAND>.<tid>`.
-fn plugin_dir(bin: &Path, dir: &Path, traces: &Path, plain: &[&str], traced: &[&str]) {
+/// run the real plugin under strace, tracing into `traces` as `<plugin>.<CNI_COMMAND>.<tid>`,
+/// with `path_first` (if any) first in their PATH.
+fn plugin_dir(bin: &Path, dir: &Path, traces: &Path, plain: &[&str], traced: &[&str], path_first: Option<&Path>) {
+    let path = path_first.map(|p| format!("PATH='{}':\"$PATH\" ", p.display())).unwrap_or_default();
     for p in plain {
         std::os::unix::fs::symlink(bin.join(p), dir.join(p)).unwrap();
     }
     for p in traced {
         let script = format!(
-            "#!/bin/sh\nexec strace {} -o '{}/{p}.'\"$CNI_COMMAND\" '{}'\n",
+            "#!/bin/sh\n{path}exec strace {} -o '{}/{p}.'\"$CNI_COMMAND\" '{}'\n",
             STRACE.map(|a| format!("'{a}'")).join(" "),
             traces.display(),
             bin.join(p).display()
@@ -121,20 +124,39 @@ fn bandwidth_tuning_and_the_firewall_on_iptables_nft_start_no_process() {
         "this test needs the node's iptables to be iptables-nft, not {}",
         iptables.display()
     );
+    in_own_netns(false);
+}
+
+/// The same where the plugins' `iptables` is iptables-legacy (a PATH whose iptables tools lead
+/// to xtables-legacy-multi, first for the traced plugins).
+#[test]
+fn bandwidth_tuning_and_the_firewall_on_iptables_legacy_start_no_process() {
+    require_root();
+    require_tools(&["strace", "iptables-legacy-save", "xtables-legacy-multi", "tc"]);
+    in_own_netns(true);
+}
+
+fn in_own_netns(legacy: bool) {
     let bin = bin_dir();
     std::thread::spawn(move || {
         // SAFETY: unshare has no memory preconditions; CLONE_NEWNET applies to this thread only,
         // and the programs it starts inherit it.
         assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare: {}", std::io::Error::last_os_error());
         sh("ip", &["link", "set", "lo", "up"]);
-        chains(&bin);
+        chains(&bin, legacy);
     })
     .join()
     .expect("the test thread failed (its panic is printed above)");
 }
 
-fn chains(bin: &Path) {
+fn chains(bin: &Path, legacy: bool) {
     let tmp = TempDir::new("chain-spawn");
+    let fake = tmp.path().join("legacy");
+    std::fs::create_dir_all(&fake).unwrap();
+    for tool in ["iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"] {
+        std::os::unix::fs::symlink("/usr/sbin/xtables-legacy-multi", fake.join(tool)).unwrap();
+    }
+    let save = if legacy { "iptables-legacy-save" } else { "iptables-save" };
     let (traces, dir, state) = (tmp.path().join("traces"), tmp.path().join("bin"), tmp.path().join("state"));
     for d in [&traces, &dir, &state] {
         std::fs::create_dir_all(d).unwrap();
@@ -158,6 +180,7 @@ fn chains(bin: &Path) {
         &traces,
         &["bridge", "host-local", "portmap", "loopback"],
         &["bandwidth", "tuning", "firewall"],
+        legacy.then_some(fake.as_path()),
     );
     let cni = CniConfig::with_cache_dir(vec![dir.clone()], state.join("cache"));
 
@@ -193,10 +216,10 @@ fn chains(bin: &Path) {
     let ip = result.ips[0].address.ip().to_string();
     assert!(pod.ip(&["link", "show", "eth0"]).contains("mtu 1400"), "tuning set no MTU");
     assert_eq!(pod.sh("cat", &["/proc/sys/net/ipv4/conf/eth0/arp_ignore"]).trim(), "1", "tuning set no sysctl");
-    let filter = sh("iptables-save", &["-t", "filter"]);
+    let filter = sh(save, &["-t", "filter"]);
     assert!(filter.contains(&format!("-A CNI-FORWARD -d {ip}/32")), "firewall let nothing through for {ip}: {filter}");
     cni.del_network_list(&podman, &rt).expect("podman chain DEL");
-    let filter = sh("iptables-save", &["-t", "filter"]);
+    let filter = sh(save, &["-t", "filter"]);
     assert!(!filter.contains(&format!("{ip}/32")), "DEL left {ip}'s rules: {filter}");
     cni.gc_network_list(&podman, Some(&[])).expect("podman chain GC");
     cni.status_network_list(&podman).expect("podman chain STATUS");

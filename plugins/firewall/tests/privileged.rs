@@ -26,6 +26,9 @@ struct Node {
     confs: TempDir,
     cache: TempDir,
     ipam: TempDir,
+    /// A PATH directory whose iptables tools lead to xtables-legacy-multi: the node is an
+    /// iptables-legacy node for the plugins run through [`direct`].
+    legacy: Option<TempDir>,
 }
 
 impl Node {
@@ -42,7 +45,30 @@ impl Node {
              ip -n {r} addr add {REMOTE}/24 dev eth0 && ip -n {r} link set eth0 up && \
              ip -n {r} route add 10.77.0.0/16 via {NODE_UP}"
         ));
-        Node { ns, remote, confs: TempDir::new("fwconf"), cache: TempDir::new("fwcache"), ipam: TempDir::new("fwipam") }
+        let (confs, cache, ipam) = (TempDir::new("fwconf"), TempDir::new("fwcache"), TempDir::new("fwipam"));
+        Node { ns, remote, confs, cache, ipam, legacy: None }
+    }
+
+    /// A node whose iptables is iptables-legacy, with its legacy FORWARD policies DROP too.
+    fn legacy() -> Node {
+        let mut node = Node::new();
+        let fake = TempDir::new("fwlegacy");
+        for tool in
+            ["iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"]
+        {
+            std::os::unix::fs::symlink("/usr/sbin/xtables-legacy-multi", fake.path().join(tool)).unwrap();
+        }
+        node.legacy = Some(fake);
+        let n = &node.ns.name;
+        must(&format!(
+            "ip netns exec {n} iptables-legacy -P FORWARD DROP && ip netns exec {n} ip6tables-legacy -P FORWARD DROP"
+        ));
+        node
+    }
+
+    /// The node's `iptables`: iptables-legacy on a legacy node.
+    fn iptables(&self, v6: bool) -> String {
+        format!("{}{}", if v6 { "ip6tables" } else { "iptables" }, if self.legacy.is_some() { "-legacy" } else { "" })
     }
 
     /// Writes a conflist: bridge `br` on `subnet` with host-local, then firewall with `fw` keys
@@ -98,8 +124,8 @@ impl Node {
 
     fn filter(&self) -> String {
         let mut s = String::new();
-        for tool in ["iptables-save", "ip6tables-save"] {
-            s.push_str(&text(&self.ns.exec(tool, &["-t", "filter"]).stdout));
+        for v6 in [false, true] {
+            s.push_str(&text(&self.ns.exec(&format!("{}-save", self.iptables(v6)), &["-t", "filter"]).stdout));
         }
         normalise(&s)
     }
@@ -249,7 +275,11 @@ fn isolated_stops_pods_of_one_bridge_too() {
 
 /// Runs a firewall binary inside the node namespace.
 fn direct(node: &Node, bin: &str, command: &str, container: &str, conf: &Value) -> Output {
-    Call::new(command, container, &node.remote.path).run(netns_exec(&node.ns.name, bin), conf)
+    let mut cmd = netns_exec(&node.ns.name, bin);
+    if let Some(fake) = &node.legacy {
+        cmd.env("PATH", format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", fake.path().display()));
+    }
+    Call::new(command, container, &node.remote.path).run(cmd, conf)
 }
 
 fn direct_ok(node: &Node, bin: &str, command: &str, container: &str, conf: &Value) {
@@ -279,6 +309,17 @@ fn ours() -> String {
 
 #[test]
 fn rules_equal_the_reference_and_each_deletes_the_others() {
+    each_deletes_the_others(Node::new);
+}
+
+/// On an iptables-legacy node (where ours write the legacy table in process and the reference
+/// runs iptables-legacy): the same tables, and each CHECKs and DELs the other's rules.
+#[test]
+fn legacy_rules_equal_the_reference_and_each_deletes_the_others() {
+    each_deletes_the_others(Node::legacy);
+}
+
+fn each_deletes_the_others(new: fn() -> Node) {
     assert!(
         std::path::Path::new(REFERENCE).is_file(),
         "the reference plugin is missing: apt-get install containernetworking-plugins"
@@ -286,9 +327,9 @@ fn rules_equal_the_reference_and_each_deletes_the_others() {
     for extra in [json!({}), json!({"ingressPolicy": "same-bridge", "iptablesAdminChainName": "MY-ADMIN"})] {
         let conf = ref_conf(&["10.78.0.2/24", "fd78::2/64"], extra.clone());
         // The same input gives the same filter tables.
-        let theirs = Node::new();
+        let theirs = new();
         direct_ok(&theirs, REFERENCE, "ADD", "c1", &conf);
-        let mine = Node::new();
+        let mine = new();
         direct_ok(&mine, &ours(), "ADD", "c1", &conf);
         assert_eq!(mine.filter(), theirs.filter(), "{extra}: our rules differ from the reference's");
 
@@ -481,31 +522,64 @@ fn ipv6_rules_add_check_and_del() {
     assert!(!node.filter().contains("fd78::5"), "DEL left rules:\n{}", node.filter());
 }
 
-/// On a node whose iptables is iptables-legacy (here: a PATH whose iptables tools lead to
-/// xtables-legacy-multi), the rules go through iptables-save/-restore into the legacy tables, and
-/// nothing into nf_tables; CHECK and DEL work there too.
+/// On an iptables-legacy node the rules go into the legacy tables and nothing into nf_tables;
+/// the rules of other chains, the FORWARD policy and their counters stay as they were across
+/// ADD, CHECK, DEL and a DEL with nothing left to delete; an ADD or DEL with nothing to change
+/// (and CHECK) writes no table.
 #[test]
-fn legacy_iptables_keeps_the_save_restore_path() {
-    let node = Node::new();
-    let fake = TempDir::new("fwlegacy");
-    for tool in ["iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"] {
-        std::os::unix::fs::symlink("/usr/sbin/xtables-legacy-multi", fake.path().join(tool)).unwrap();
+fn legacy_add_and_del_keep_other_rules_and_their_counters() {
+    let node = Node::legacy();
+    let n = &node.ns.name;
+    let kept = [
+        ":FORWARD DROP [5:500]",
+        ":OTHER - [0:0]",
+        "[3:300] -A FORWARD -j OTHER",
+        "[7:700] -A OTHER -s ADDR -p tcp -m tcp --dport 80 -j LOG --log-prefix x",
+        "[9:900] -A OTHER -i eth+",
+    ];
+    for (v6, addr) in [(false, "192.0.2.1/32"), (true, "2001:db8::1/128")] {
+        let lines: Vec<String> = kept.iter().map(|l| l.replace("ADDR", addr)).collect();
+        let restore = format!("*filter\n{}\nCOMMIT\n", lines.join("\n"));
+        must(&format!("printf '{restore}' | ip netns exec {n} {}-restore --noflush --counters", node.iptables(v6)));
     }
-    let conf = ref_conf(&["10.78.0.7/24"], json!({}));
-    let run = |command: &str| {
-        let mut cmd = netns_exec(&node.ns.name, ours());
-        cmd.env("PATH", format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", fake.path().display()));
-        let out = Call::new(command, "c7", &node.remote.path).run(cmd, &conf);
-        assert!(out.status.success(), "{command} on legacy iptables: {}{}", text(&out.stdout), text(&out.stderr));
+    let counted =
+        |v6: bool| text(&node.ns.exec(&format!("{}-save", node.iptables(v6)), &["-t", "filter", "-c"]).stdout);
+    let still_kept = |when: &str| {
+        for (v6, addr) in [(false, "192.0.2.1/32"), (true, "2001:db8::1/128")] {
+            let save = counted(v6);
+            for line in kept.iter().map(|l| l.replace("ADDR", addr)) {
+                assert!(save.lines().any(|l| l == line), "{when}: {line} changed:\n{save}");
+            }
+        }
     };
-    run("ADD");
-    let legacy = text(&node.ns.exec("iptables-legacy-save", &["-t", "filter"]).stdout);
-    assert!(legacy.contains("-A CNI-FORWARD -s 10.78.0.7/32 -j ACCEPT"), "no legacy rule:\n{legacy}");
-    assert!(!node.filter().contains("10.78.0.7"), "the rules went to nf_tables:\n{}", node.filter());
-    run("CHECK");
-    run("DEL");
-    let legacy = text(&node.ns.exec("iptables-legacy-save", &["-t", "filter"]).stdout);
-    assert!(!legacy.contains("10.78.0.7"), "DEL left legacy rules:\n{legacy}");
+    let conf = ref_conf(&["10.78.0.7/24", "fd78::7/64"], json!({}));
+    // Our binary under strace, counting the table replacements (one per family that changes).
+    let traces = TempDir::new("fwtrace");
+    let traced = traces.path().join("firewall");
+    let trace = traces.path().join("trace");
+    let script = format!("#!/bin/sh\nexec strace -qq -f -e trace=setsockopt -o '{}' '{}'\n", trace.display(), ours());
+    std::fs::write(&traced, script).unwrap();
+    std::fs::set_permissions(&traced, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let replaces = |command: &str| {
+        direct_ok(&node, &traced.display().to_string(), command, "c7", &conf);
+        std::fs::read_to_string(&trace).unwrap().matches("SO_SET_REPLACE").count()
+    };
+    assert_eq!(replaces("ADD"), 2, "ADD replaces each family's table once");
+    let legacy = node.filter();
+    for line in ["-A CNI-FORWARD -s 10.78.0.7/32 -j ACCEPT", "-A CNI-FORWARD -s fd78::7/128 -j ACCEPT"] {
+        assert!(legacy.contains(line), "no legacy rule {line}:\n{legacy}");
+    }
+    let nft = text(&node.ns.exec("iptables-nft-save", &["-t", "filter"]).stdout);
+    assert!(!nft.contains("10.78.0.7"), "the rules went to nf_tables:\n{nft}");
+    still_kept("after ADD");
+    assert_eq!(replaces("ADD"), 0, "an ADD with every rule there writes nothing");
+    assert_eq!(replaces("CHECK"), 0, "CHECK writes nothing");
+    assert_eq!(replaces("DEL"), 2, "DEL replaces each family's table once");
+    still_kept("after DEL");
+    let legacy = node.filter();
+    assert!(!legacy.contains("10.78.0.7") && !legacy.contains("fd78::7"), "DEL left legacy rules:\n{legacy}");
+    assert_eq!(replaces("DEL"), 0, "a DEL with nothing left to delete writes nothing");
+    still_kept("after a second DEL");
 }
 
 /// Sixteen ADDs at once (IPv4 and IPv6), while iptables itself keeps changing the ruleset, then
@@ -513,9 +587,19 @@ fn legacy_iptables_keeps_the_save_restore_path() {
 /// nothing of the pods is left after DEL.
 #[test]
 fn concurrent_adds_and_dels_with_iptables_writing_alongside() {
-    let node = Node::new();
+    concurrent_adds_and_dels(Node::new());
+}
+
+/// The same on an iptables-legacy node, with iptables-legacy writing alongside.
+#[test]
+fn legacy_concurrent_adds_and_dels_with_iptables_writing_alongside() {
+    concurrent_adds_and_dels(Node::legacy());
+}
+
+fn concurrent_adds_and_dels(node: Node) {
     let n = node.ns.name.clone();
-    must(&format!("ip netns exec {n} iptables -N OTHER"));
+    let iptables = node.iptables(false);
+    must(&format!("ip netns exec {n} {iptables} -N OTHER"));
     let stop = std::sync::atomic::AtomicBool::new(false);
     let confs: Vec<Value> =
         (10..26).map(|i| ref_conf(&[&format!("10.78.1.{i}/24"), &format!("fd78:1::{i}/64")], json!({}))).collect();
@@ -525,7 +609,7 @@ fn concurrent_adds_and_dels_with_iptables_writing_alongside() {
             s.spawn(|| {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     must(&format!(
-                        "ip netns exec {n} iptables -A OTHER -j RETURN && ip netns exec {n} iptables -F OTHER"
+                        "ip netns exec {n} {iptables} -A OTHER -j RETURN && ip netns exec {n} {iptables} -F OTHER"
                     ));
                 }
             });

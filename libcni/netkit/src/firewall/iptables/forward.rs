@@ -34,13 +34,16 @@
 //! touches and sends its change as one batch tied to the ruleset generation it read (a concurrent
 //! change makes the kernel refuse it, and it is read and planned again), under the xtables lock.
 //! A rule is found by comparing expressions, as `iptables -C`/`-D` find it, and deleted by handle.
-//! Where `iptables` is iptables-legacy, each operation reads the family's filter table once
-//! (`iptables-save -t filter`) and applies its change with one `iptables-restore --noflush`.
+//! Where `iptables` is iptables-legacy, each operation reads the family's x_tables filter table
+//! from the kernel ([`crate::xtables`], the socket options libiptc uses), changes its chains and
+//! writes it back whole with the counters of the rules it kept, under the xtables lock; each rule
+//! encoded as iptables-legacy 1.8.9 encodes it, so `iptables -C`/`-D` find ours and we theirs.
 
-use super::{apply, cycle, host, lock, quote, Ipv, NatTable};
+use super::{cycle, host, lock, quote, Ipv};
 use crate::firewall::check_failed;
 use crate::firewall::nfnl::{self, BaseChain, Batch, ChainType, CmpOp, Expr, Family, Hook, Verdict};
-use libcni::{Errors, Result};
+use crate::xtables;
+use libcni::{Error, Errors, Result};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -53,6 +56,8 @@ const ADMIN_COMMENT: &str = "CNI firewall plugin admin overrides";
 const SAME_BRIDGE: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge)";
 const ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: isolated)";
 const SHARED_ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)";
+/// `IPT_INV_VIA_OUT` (the same bit for IPv6).
+const IPT_INV_VIA_OUT: u8 = 0x02;
 /// The reference's default admin chain.
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
 
@@ -121,18 +126,9 @@ impl XRule {
         let r = self.oif.iter().fold(r, |r, (o, not)| r.ifname(true, o, if *not { CmpOp::Neq } else { CmpOp::Eq }));
         let r = self.src.into_iter().fold(r, nfnl::Rule::saddr);
         let r = self.dst.into_iter().fold(r, nfnl::Rule::daddr);
-        // struct xt_comment_info: the text in 256 bytes, NUL padded.
-        let comment = |c: &String| {
-            let info = c.bytes().take(255).chain(std::iter::repeat(0)).take(256).collect();
-            Expr::Match { name: "comment", rev: 0, info }
-        };
+        let comment = |c: &String| Expr::Match { name: "comment", rev: 0, info: comment_info(c) };
         let r = self.comment.iter().map(comment).fold(r, nfnl::Rule::expr);
-        // struct xt_conntrack_mtinfo3 (168 bytes): match_flags XT_CONNTRACK_STATE at 146,
-        // state_mask RELATED|ESTABLISHED at 150 (host byte order).
-        let mut info = vec![0u8; 168];
-        info[146..148].copy_from_slice(&1u16.to_ne_bytes());
-        info[150..152].copy_from_slice(&6u16.to_ne_bytes());
-        let r = if self.related { r.expr(Expr::Match { name: "conntrack", rev: 3, info }) } else { r };
+        let r = if self.related { r.expr(Expr::Match { name: "conntrack", rev: 3, info: related_info() }) } else { r };
         let verdict = match self.target.as_str() {
             "ACCEPT" => Verdict::Accept,
             "DROP" => Verdict::Drop,
@@ -141,6 +137,60 @@ impl XRule {
         };
         r.expr(Expr::Counter).verdict(verdict)
     }
+
+    /// The rule as iptables-legacy 1.8.9 writes it into the kernel's table of `family`: an
+    /// address with an all-ones mask, an interface name with a mask over the name and its NUL,
+    /// `! -o` as IPT_INV_VIA_OUT, the comment (rev 0) and conntrack (rev 3) matches, and a
+    /// standard target.
+    pub(crate) fn legacy(&self, family: xtables::Family) -> xtables::Rule {
+        let v4 = family == xtables::Family::V4;
+        let (len, ifaces) = if v4 { (4, 16) } else { (16, 64) };
+        let mut ip = vec![0u8; family.ip_len()];
+        for (i, addr) in [self.src, self.dst].into_iter().enumerate() {
+            let octets = match addr {
+                Some(IpAddr::V4(a)) => a.octets().to_vec(),
+                Some(IpAddr::V6(a)) => a.octets().to_vec(),
+                None => continue,
+            };
+            ip[i * len..(i + 1) * len].copy_from_slice(&octets);
+            ip[(i + 2) * len..(i + 3) * len].fill(0xff);
+        }
+        for (i, name) in [self.iif.as_ref(), self.oif.as_ref().map(|(o, _)| o)].into_iter().enumerate() {
+            let Some(name) = name.map(|n| &n.as_bytes()[..n.len().min(15)]) else { continue };
+            let at = ifaces + 16 * i;
+            ip[at..at + name.len()].copy_from_slice(name);
+            ip[at + 32..at + 33 + name.len()].fill(0xff);
+        }
+        if self.oif.as_ref().is_some_and(|(_, not)| *not) {
+            ip[family.ip_len() - if v4 { 1 } else { 4 }] = IPT_INV_VIA_OUT;
+        }
+        let mut matches =
+            self.comment.as_ref().map(|c| xtables::entry_match("comment", 0, &comment_info(c))).unwrap_or_default();
+        if self.related {
+            matches.extend(xtables::entry_match("conntrack", 3, &related_info()));
+        }
+        let target = match self.target.as_str() {
+            "ACCEPT" => xtables::Target::Verdict(xtables::ACCEPT),
+            "DROP" => xtables::Target::Verdict(xtables::DROP),
+            "RETURN" => xtables::Target::Verdict(xtables::RETURN),
+            chain => xtables::Target::Jump(chain.into()),
+        };
+        xtables::Rule::new(family, &ip, &matches, target)
+    }
+}
+
+/// `struct xt_comment_info`: the text in 256 bytes, NUL padded.
+fn comment_info(c: &str) -> Vec<u8> {
+    c.bytes().take(255).chain(std::iter::repeat(0)).take(256).collect()
+}
+
+/// `struct xt_conntrack_mtinfo3` (168 bytes) of `--ctstate RELATED,ESTABLISHED`: match_flags
+/// XT_CONNTRACK_STATE at 146, state_mask RELATED|ESTABLISHED at 150 (host byte order).
+fn related_info() -> Vec<u8> {
+    let mut info = vec![0u8; 168];
+    info[146..148].copy_from_slice(&1u16.to_ne_bytes());
+    info[150..152].copy_from_slice(&6u16.to_ne_bytes());
+    info
 }
 
 /// A change to a family's filter table.
@@ -156,19 +206,7 @@ pub(crate) enum Op {
     Delete(XRule),
 }
 
-impl Op {
-    /// The op as an iptables-restore line.
-    pub(crate) fn line(&self) -> String {
-        match self {
-            Op::Chain(c) => format!("-N {c}"),
-            Op::Insert(r) => format!("-I {} 1 {}", r.chain, r.text()),
-            Op::Append(r) => format!("-A {} {}", r.chain, r.text()),
-            Op::Delete(r) => format!("-D {} {}", r.chain, r.text()),
-        }
-    }
-}
-
-/// A family's filter table as read: iptables-save's text, or the chains listed over netlink.
+/// A family's filter table as read: the legacy table, or the chains listed over netlink.
 pub(crate) trait View {
     fn has_chain(&self, chain: &str) -> bool;
     fn has(&self, r: &XRule) -> bool;
@@ -180,13 +218,43 @@ pub(crate) trait View {
     }
 }
 
-impl View for NatTable {
+impl View for xtables::Table {
     fn has_chain(&self, chain: &str) -> bool {
-        NatTable::has_chain(self, chain)
+        self.chain(chain).is_some()
     }
     fn has(&self, r: &XRule) -> bool {
-        self.has_rule(&format!("-A {} {}", r.chain, r.text()))
+        let want = r.legacy(self.family);
+        self.chain(&r.chain).is_some_and(|c| c.rules.iter().any(|x| x.same(&want)))
     }
+}
+
+/// `t` with `ops` applied at chain level (what the kernel is then given whole).
+pub(crate) fn changed(t: &xtables::Table, ops: &[Op]) -> Result<xtables::Table> {
+    let mut t = t.clone();
+    for op in ops {
+        let r = match op {
+            Op::Chain(c) => {
+                t.add_chain(c);
+                continue;
+            }
+            Op::Insert(r) | Op::Append(r) | Op::Delete(r) => r,
+        };
+        let rule = r.legacy(t.family);
+        let family = if t.family == xtables::Family::V4 { "iptables" } else { "ip6tables" };
+        let Some(chain) = t.chain_mut(&r.chain) else {
+            return Err(Error::network(format!("chain {} is missing from the {family} filter table", r.chain)));
+        };
+        match op {
+            Op::Insert(_) => chain.rules.insert(0, rule),
+            Op::Append(_) => chain.rules.push(rule),
+            _ => {
+                if let Some(at) = chain.rules.iter().position(|x| x.same(&rule)) {
+                    chain.rules.remove(at);
+                }
+            }
+        }
+    }
+    Ok(t)
 }
 
 /// Chains of an `ip`/`ip6 filter` table listed over netlink, at one ruleset generation.
@@ -246,15 +314,20 @@ impl View for Listed {
     }
 }
 
-/// Reads the family's table, plans with `plan` and applies it: over netlink where iptables is
-/// iptables-nft (again from a fresh read when the ruleset changed in between), else with
-/// iptables-save/-restore.
+fn legacy_family(ipv: Ipv) -> xtables::Family {
+    ipv.pick(xtables::Family::V4, xtables::Family::V6)
+}
+
+/// Reads the family's table, plans with `plan` and applies it, under the xtables lock: over
+/// netlink where iptables is iptables-nft, else by replacing the legacy table; again from a fresh
+/// read when the table changed in between.
 fn transact(ipv: Ipv, chains: &[&str], what: &str, plan: impl Fn(&dyn View) -> Vec<Op>) -> Result<()> {
-    if !super::nft_based() {
-        let _guard = lock(super::LOCK_FILE);
-        return apply(ipv, "filter", what, None, |t| Ok(plan(t).iter().map(Op::line).collect()));
-    }
     let _guard = lock(super::XTABLES_LOCK);
+    if !super::nft_based() {
+        let read = || xtables::Table::read(legacy_family(ipv), "filter");
+        let write = |t: &xtables::Table, ops: Vec<Op>| changed(t, &ops)?.replace().map_err(|e| e.context(what));
+        return cycle(what, read, |t| Ok(plan(t)), write, |e| e.errno == Some(libc::EAGAIN));
+    }
     let write = |l: &Listed, ops: Vec<Op>| l.batch(&ops).send().map_err(|e| e.context(what));
     cycle(what, || Listed::read(ipv, chains), |l| Ok(plan(l)), write, |e| e.errno == Some(nfnl::GENERATION_CHANGED))
 }
@@ -400,27 +473,21 @@ pub fn check(r: &ForwardRules) -> Result<()> {
         if super::nft_based() {
             check_table(&Listed::read(ipv, &chains(&r.admin_chain))?, r, ipv)?;
         } else {
-            check_table(&super::save_table(ipv, "filter")?, r, ipv)?;
+            check_table(&xtables::Table::read(legacy_family(ipv), "filter")?, r, ipv)?;
         }
     }
     Ok(())
 }
 
 /// Ok when the rules can be written: the kernel answers nf_tables where iptables is
-/// iptables-nft, the iptables tools are installed otherwise (code 50 naming what is missing).
+/// iptables-nft, and has the legacy filter table otherwise (code 50 naming what is missing).
 pub fn status() -> Result<()> {
     if super::nft_based() {
         let nft = |e: libcni::Error| format!("firewall: iptables is iptables-nft, but nf_tables: {}", e.msg);
         return nfnl::generation().map(|_| ()).map_err(|e| libcni::Error::new(libcni::code::NOT_AVAILABLE, nft(e)));
     }
-    let tools = ["iptables-save", "iptables-restore", "ip6tables-save", "ip6tables-restore"];
-    match tools.into_iter().find(|tool| super::super::exec::find(tool).is_none()) {
-        Some(tool) => Err(libcni::Error::new(
-            libcni::code::NOT_AVAILABLE,
-            format!("firewall: {tool} not found in PATH or the system directories"),
-        )),
-        None => Ok(()),
-    }
+    xtables::Table::available(xtables::Family::V4, "filter")
+        .map_err(|e| e.context("firewall: iptables is iptables-legacy"))
 }
 
 #[cfg(test)]
