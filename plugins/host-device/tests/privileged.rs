@@ -238,3 +238,30 @@ fn compatible_with_the_reference_host_device() {
     rig.ours("DEL", &with_prev(conf, &r));
     assert!(rig.host_link("hd0").unwrap().contains("alias orig"), "alias after an ADD over a stale saved file");
 }
+
+/// No `ipam` at 0.1.0/0.2.0: those results cannot hold an attachment without addresses. Ours
+/// fails as the reference does, the same code and message, and then gives the device back as it
+/// was (the reference leaves it in the pod).
+#[test]
+fn no_addresses_at_0_2_0_is_the_references_error() {
+    assert!(Path::new(REFERENCE).join("host-device").exists(), "the reference host-device is missing");
+    let rig = Rig::new(34);
+    for version in ["0.1.0", "0.2.0"] {
+        let conf = rig.conf(version, json!({ "ipam": null }));
+        let (ok, theirs) = rig.call(Path::new(REFERENCE), "ADD", &rig.pod.path, &conf);
+        assert!(!ok, "{version}: reference ADD: {theirs}");
+        assert!(rig.pod_has("net1"), "{version}: the reference's failed ADD no longer leaves the device in the pod");
+        rig.call(Path::new(REFERENCE), "DEL", &rig.pod.path, &conf);
+        rig.host.ip(&["link", "set", "hd0", "alias", "orig", "up"]);
+
+        let (ok, mine) = rig.call(&ours(), "ADD", &rig.pod.path, &conf);
+        assert!(!ok, "{version}: ADD: {mine}");
+        assert_eq!(mine["code"], theirs["code"], "{version}: ours {mine}, the reference {theirs}");
+        assert_eq!(mine["msg"], theirs["msg"], "{version}: ours {mine}, the reference {theirs}");
+        assert_eq!(mine["code"], 999, "{version}: {mine}");
+        assert!(!rig.pod_has("net1"), "{version}: our failed ADD left the device in the pod");
+        let home = rig.host_link("hd0").unwrap_or_else(|| panic!("{version}: hd0 not back"));
+        assert!(home.contains("alias orig"), "{version}: {home}");
+        assert_eq!(std::fs::read_dir(rig.data.path()).unwrap().count(), 0, "{version}: the saved alias stays");
+    }
+}
