@@ -44,6 +44,27 @@ pub fn read(path: &Path, what: &str) -> Result<Option<Vec<u8>>> {
     }
 }
 
+/// The records in `dir` (`*.json`, not the temporary files `write` renames), sorted; none when
+/// `dir` does not exist.
+pub fn list(dir: &Path, what: &str) -> Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format_args!("{what}: list {}", dir.display()), &e)),
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+            name.ends_with(".json") && !name.starts_with('.')
+        })
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
 /// Removes the file; one already gone is success.
 pub fn remove(path: &Path, what: &str) -> Result<()> {
     match std::fs::remove_file(path) {
