@@ -83,6 +83,21 @@ impl Request {
     pub fn valid_attachments(&self) -> &[Attachment] {
         self.conf.valid_attachments.as_deref().unwrap_or(&[])
     }
+    /// prevResult, which `plugin` needs on this verb: code 7 without it, worded for the verb as the
+    /// fix differs. On CHECK the runtime did not send ADD's result (the reference: "Required
+    /// prevResult missing"); on ADD the plugin is not chained after the one that made the pod's
+    /// interface (the reference: "must be called as chained plugin").
+    pub fn prev_result(&self, plugin: &str) -> Result<&CniResult> {
+        self.conf.prev_result.as_ref().ok_or_else(|| {
+            Error::config(match self.command {
+                Command::Check => format!("{plugin} CHECK needs prevResult: the runtime must send the result of ADD"),
+                _ => format!(
+                    "{plugin} must be called as a chained plugin, after the plugin that made the pod's interface: \
+                     the configuration has no prevResult"
+                ),
+            })
+        })
+    }
     /// Decode the plugin's own keys; a wrong type is code 7.
     pub fn plugin_conf<'a, T: serde::Deserialize<'a>>(&'a self) -> Result<T> {
         conf::plugin_conf(&self.raw, &self.conf.plugin_type)
