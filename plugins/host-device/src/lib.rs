@@ -98,14 +98,7 @@ impl Plugin for HostDevice {
                 .iter()
                 .map(|a| netkit::saved::path(&conf.data_dir, &a.container_id, &a.ifname))
                 .collect();
-            match records(&conf.data_dir) {
-                Ok(found) => {
-                    for (path, saved) in found.into_iter().filter(|(p, _)| !keep.contains(p)) {
-                        errs.record(give_back(&path, &saved));
-                    }
-                }
-                Err(e) => errs.push(e),
-            }
+            errs.record(collect_stale(&conf.data_dir, &keep));
         }
         if let Some(ipam) = &conf.ipam_type {
             errs.record(invoke::delegate_gc(ipam, req));
@@ -264,7 +257,7 @@ fn saved_path(dir: &Path, req: &Request) -> PathBuf {
 fn restore_alias(saved: &Path) -> Result<()> {
     let Some(bytes) = netkit::saved::read(saved, "host-device")? else { return Ok(()) };
     match serde_json::from_slice::<Saved>(&bytes) {
-        Ok(s) => give_back(saved, &s),
+        Ok(s) => give_back(&Netlink::open()?, saved, &s),
         Err(e) => {
             eprintln!("host-device: {} is unreadable, so the alias stays: {e}", saved.display());
             netkit::saved::remove(saved, "host-device")
@@ -276,8 +269,7 @@ fn restore_alias(saved: &Path) -> Result<()> {
 /// alias (as moving it in left it) and the same device (its index or MAC), gets its own alias back
 /// (none when it had none). Then the record at `path` goes: whatever was not found is not there to
 /// restore.
-fn give_back(path: &Path, s: &Saved) -> Result<()> {
-    let host = Netlink::open()?;
+fn give_back(host: &Netlink, path: &Path, s: &Saved) -> Result<()> {
     if let Some(link) = host.link(&s.name)?.filter(|l| s.left(l)) {
         host.set_alias(link.index, &s.alias)
             .map_err(|e| e.context(format_args!("give {} its alias {:?} back", s.name, s.alias)))?;
@@ -300,9 +292,23 @@ fn records(dir: &Path) -> Result<Vec<(PathBuf, Saved)>> {
         .into_iter()
         .filter_map(|p| {
             let bytes = netkit::saved::read(&p, "host-device").ok()??;
-            Some((p.clone(), serde_json::from_slice(&bytes).ok()?))
+            Some((p, serde_json::from_slice(&bytes).ok()?))
         })
         .collect())
+}
+
+/// GC: gives back what each record in `dir` but those at `keep` saved, and removes them.
+fn collect_stale(dir: &Path, keep: &[PathBuf]) -> Result<()> {
+    let stale: Vec<_> = records(dir)?.into_iter().filter(|(p, _)| !keep.contains(p)).collect();
+    if stale.is_empty() {
+        return Ok(());
+    }
+    let host = Netlink::open()?;
+    let mut errs = Errors::new();
+    for (path, saved) in &stale {
+        errs.record(give_back(&host, path, saved));
+    }
+    errs.finish()
 }
 
 /// Before ADD moves `dev`, a device of the host: gives back what each record in `dir` naming it
@@ -312,7 +318,7 @@ fn reclaim_stale(host: &Netlink, dir: &Path, dev: &Link) -> Result<Option<Link>>
     let mut reclaimed = false;
     for (path, saved) in records(dir)? {
         if saved.name == dev.name && (saved.index == dev.index || saved.mac == dev.mac_string()) {
-            give_back(&path, &saved)?;
+            give_back(host, &path, &saved)?;
             reclaimed = true;
         }
     }
