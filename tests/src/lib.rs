@@ -280,6 +280,36 @@ impl Drop for TempDir {
     }
 }
 
+/// A tmpfs mounted over a directory, lazily unmounted on drop.
+pub struct Mount(pub PathBuf);
+
+impl Mount {
+    /// Mounts a tmpfs of `size` (`16k`, `1m`) over `dir`, which must exist.
+    pub fn tmpfs(dir: &Path, size: &str) -> Mount {
+        sh("mount", &["-t", "tmpfs", "-o", &format!("size={size}"), "cni-rs-test", &dir.display().to_string()]);
+        Mount(dir.to_path_buf())
+    }
+
+    /// Fills the file system with `<dir>/filler` until a write fails with ENOSPC.
+    pub fn fill(&self) {
+        use std::io::Write;
+        let mut file = std::fs::File::create(self.0.join("filler")).expect("filler");
+        let chunk = vec![b'x'; 4096];
+        let full = loop {
+            if let Err(e) = file.write_all(&chunk).and_then(|()| file.sync_data()) {
+                break e;
+            }
+        };
+        assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "filling the tmpfs at {}: {full}", self.0.display());
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = run("umount", &["-l", &self.0.display().to_string()]);
+    }
+}
+
 /// A "remote host" in a namespace of its own, linked to this host by a veth on 203.0.113.0/24
 /// (this host .1, the remote [`RemoteHost::ADDR`]) and with no route back to any pod subnet, so
 /// only a pod's masqueraded packets are answered. Panics when this host already routes that subnet.

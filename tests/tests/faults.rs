@@ -4,7 +4,7 @@
 //! the dataDir fails ADD cleanly. Privileged; subnets 10.211.x.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cni_tests::{bridge_ports, require_root, run, sh, unique, LinkGuard, Netns, TempDir};
+use cni_tests::{bridge_ports, require_root, run, sh, unique, LinkGuard, Mount, Netns, TempDir};
 use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use serde_json::json;
@@ -209,34 +209,15 @@ fn failed_add_undoes_itself() {
     assert_clean("ADD + DEL", &net, &pod, &r);
 }
 
-/// A tmpfs mount, lazily unmounted on drop.
-struct Mount(PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = run("umount", &["-l", &self.0.display().to_string()]);
-    }
-}
-
 /// A full disk under the dataDir: ADD fails with code 5 and a clear message, and leaves neither a
 /// half-written reservation nor a veth.
 #[test]
 fn full_disk_fails_add_cleanly() {
     require_root();
     let net = network(FaultPath::new("CNI_RS_FAIL_AT", "none"), "nftables", false);
-    let mount = Mount(net.data.path().to_path_buf());
-    sh("mount", &["-t", "tmpfs", "-o", "size=16k", "cni-rs-full", &mount.0.display().to_string()]);
+    let mount = Mount::tmpfs(net.data.path(), "16k");
     std::fs::create_dir_all(net.data.path().join(&net.list.name)).expect("network dir");
-    let filler = net.data.path().join("filler");
-    let chunk = vec![b'x'; 4096];
-    let mut file = std::fs::File::create(&filler).expect("filler");
-    let full = loop {
-        use std::io::Write;
-        if let Err(e) = file.write_all(&chunk).and_then(|()| file.sync_data()) {
-            break e;
-        }
-    };
-    assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "filling the tmpfs: {full}");
+    mount.fill();
     let pod = Netns::new("cnfd");
     let r = rt(&pod);
     let err = net.cni.add_network_list(&net.list, &r).expect_err("ADD on a full disk");
@@ -281,8 +262,7 @@ fn host_local(command: &str, conf: &serde_json::Value, container_id: &str, netns
 fn read_only_data_dir_del_and_gc() {
     require_root();
     let data = TempDir::new("cnf-ro");
-    let mount = Mount(data.path().to_path_buf());
-    sh("mount", &["-t", "tmpfs", "-o", "size=1m", "cni-rs-ro", &mount.0.display().to_string()]);
+    let mount = Mount::tmpfs(data.path(), "1m");
     let pod = Netns::new("cnfr");
     let conf = |name: &str| {
         json!({ "cniVersion": "1.1.0", "name": name, "type": "host-local",

@@ -1426,6 +1426,39 @@ fn del_and_check_refuse_hostile_input_too() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// A missing prevResult is code 7 and says what to fix, which differs by verb: on CHECK the
+/// runtime did not send ADD's result; on ADD a plugin that needs one is not chained after the
+/// plugin that made the pod's interface.
+#[test]
+fn a_missing_prev_result_says_what_to_fix() {
+    let f = Fixture::new();
+    let check = |p: &str| format!("{p} CHECK needs prevResult: the runtime must send the result of ADD");
+    let chained = |p: &str| {
+        format!(
+            "{p} must be called as a chained plugin, after the plugin that made the pod's interface: the \
+             configuration has no prevResult"
+        )
+    };
+    let mut failures = Vec::new();
+    let mut rows = vec![("bridge", "bridge", "CHECK"), ("ptp", "ptp", "CHECK"), ("static", "static", "CHECK")];
+    for p in ["portmap", "tuning", "bandwidth", "sbr", "firewall", "vrf"] {
+        rows.extend([(p, p, "ADD"), (p, p, "CHECK")]);
+    }
+    for (plugin, binary, command) in rows {
+        let stdin = without(&f.base(plugin), "prevResult");
+        let ran = exec(&bin_dir().join(binary), &[], &f.env(command), &stdin);
+        let want = if command == "CHECK" { check(plugin) } else { chained(plugin) };
+        let msg = serde_json::from_str::<Value>(&ran.stdout).ok().and_then(|v| v["msg"].as_str().map(String::from));
+        if let Err(why) = check_error(&ran, CONFIG) {
+            failures.push(format!("{plugin} {command}: {why}"));
+        } else if msg.as_deref() != Some(want.as_str()) {
+            failures.push(format!("{plugin} {command}: {msg:?}, wanted {want:?}"));
+        }
+    }
+    f.assert_nothing_left("no prevResult");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// DEL is best effort: what would refuse ADD but does not say which attachment to remove lets DEL
 /// succeed (an unknown or malformed CNI_ARGS, a plugin key that no longer validates, a broken
 /// prevResult or runtimeConfig, a netns path left as an empty file), and it leaves nothing behind.

@@ -23,11 +23,7 @@ impl Plugin for Static {
     /// Every address the configuration hands out is in prevResult, with the configured gateway.
     fn check(&self, req: &Request) -> Result<()> {
         let conf = StaticConfig::parse(&req.conf, &req.args)?;
-        let prev = req
-            .conf
-            .prev_result
-            .as_ref()
-            .ok_or_else(|| Error::config("CHECK needs prevResult (the result of ADD) in the configuration"))?;
+        let prev = req.prev_result("static")?;
         for want in &conf.addresses {
             let Some(got) = prev.ips.iter().find(|ip| ip.address.ip() == want.address.ip()) else {
                 return Err(Error::new(

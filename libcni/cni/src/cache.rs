@@ -5,15 +5,13 @@
 //! where `config` is the base64 of the list's bytes. A file without `kind` is a legacy bare result.
 
 use crate::conf::valid_name;
+use crate::durable;
 use crate::error::{Error, Result};
 use crate::skel::validate_ifname;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const DEFAULT_CACHE_DIR: &str = "/var/lib/cni";
 pub const KIND_V1: &str = "cniCacheV1";
@@ -76,67 +74,15 @@ pub fn result_path(cache_dir: &Path, network: &str, container_id: &str, ifname: 
     Ok(results_dir(cache_dir).join(format!("{network}-{container_id}-{ifname}")))
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Temporary names are `.tmp-<final name>-<writer pid>-<counter>`: hidden, so no listing takes one for an entry.
-const TEMP_PREFIX: &str = ".tmp-";
-/// A write takes microseconds: a temporary file this old was left by a writer that is gone, even if its
-/// pid now belongs to another process.
-const TEMP_STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// The writer's pid, if `name` is a temporary name `write` makes.
-fn temp_writer(name: &str) -> Option<i32> {
-    let rest = name.strip_prefix(TEMP_PREFIX)?;
-    let mut fields = rest.rsplitn(3, '-');
-    let _counter: u64 = fields.next()?.parse().ok()?;
-    let pid: i32 = fields.next()?.parse().ok()?;
-    let target = fields.next()?;
-    (pid > 0 && !target.is_empty()).then_some(pid)
-}
-
-/// Whether a process `pid` exists (in this pid namespace).
-fn process_exists(pid: i32) -> bool {
-    // SAFETY: kill with signal 0 sends nothing; it only checks that the process exists.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
-/// Remove the temporary files that writers killed between creating and renaming them left in the
-/// results directory: only names `write` makes, only regular files, and only stale ones (the writer's
-/// process is gone, or the file is older than a minute). Returns how many were removed; a missing
-/// directory has none.
+/// Removes the temporary files that writers killed between creating and renaming them left in the
+/// results directory (`durable::remove_stale_temp_files`). How many were removed.
 pub fn remove_stale_temp_files(cache_dir: &Path) -> Result<usize> {
-    let dir = results_dir(cache_dir);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(Error::io(format!("read cache directory {}", dir.display()), &e)),
-    };
-    let mut removed = 0;
-    for entry in entries.filter_map(|e| e.ok()) {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(temp_writer) else { continue };
-        let Ok(meta) = entry.metadata() else { continue };
-        let age = meta.modified().ok().and_then(|m| m.elapsed().ok()).unwrap_or_default();
-        if !meta.is_file() || (process_exists(pid) && age < TEMP_STALE_AFTER) {
-            continue;
-        }
-        if std::fs::remove_file(entry.path()).is_ok() {
-            removed += 1;
-        }
-    }
-    Ok(removed)
+    durable::remove_stale_temp_files(&results_dir(cache_dir), "result cache")
 }
 
-/// Write (or replace) an entry atomically: a 0600 temp file in the same directory, then rename.
+/// Write (or replace) an entry whole or not at all, synced (`durable::write`), mode 0600.
 pub fn write(cache_dir: &Path, entry: &CacheEntry) -> Result<PathBuf> {
     let path = result_path(cache_dir, &entry.network_name, &entry.container_id, &entry.ifname)?;
-    let dir = results_dir(cache_dir);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| Error::io(format!("create cache directory {}", dir.display()), &e))?;
     let wire = Wire {
         kind: KIND_V1.to_string(),
         container_id: entry.container_id.clone(),
@@ -150,24 +96,7 @@ pub fn write(cache_dir: &Path, entry: &CacheEntry) -> Result<PathBuf> {
     };
     let data =
         serde_json::to_vec(&wire).map_err(|e| Error::new(crate::code::INTERNAL, format!("encode cache entry: {e}")))?;
-    let tmp = dir.join(format!(
-        "{TEMP_PREFIX}{}-{}-{}",
-        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-        // Not synced (as upstream): the cache is only read back by this node's runtime, a crash
-        // that loses it also killed the containers it describes, and a file cut short by one is
-        // handled where it is read (DEL drops an unreadable entry, GC skips it).
-        f.write_all(&data)?;
-        std::fs::rename(&tmp, &path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(format!("write cache file {}", path.display()), &e));
-    }
+    durable::write(&path, &data, "result cache")?;
     Ok(path)
 }
 
@@ -436,11 +365,11 @@ mod tests {
                 for i in 0..100 {
                     write(&d, &entry("c1", (i % 4) * 20_000)).unwrap();
                 }
-                done.store(true, Ordering::Relaxed);
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
             })
         };
         let mut reads = 0;
-        while !done.load(Ordering::Relaxed) {
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
             let got = read(&d, "n", "c1", "eth0").unwrap().unwrap();
             let pad = got.result.unwrap()["pad"].as_str().unwrap().len();
             assert!(pad == 1 || pad.is_multiple_of(20_000), "{pad}");

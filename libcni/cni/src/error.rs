@@ -27,6 +27,10 @@ pub mod code {
     pub const CHECK_FAILED: u32 = 103;
     /// Our own: a bug (a caught panic).
     pub const INTERNAL: u32 = 110;
+    /// The reference skel's code for an error its plugin returned without a CNI code (Go's
+    /// `types.ErrInternal`). Ours only where the reference's plugins fail the same way for a
+    /// reason upstream's shared code gives, so a runtime sees the same code from either.
+    pub const UNTYPED: u32 = 999;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,6 +5,7 @@ pub mod args;
 pub mod cache;
 pub mod conf;
 pub mod conflist;
+pub mod durable;
 pub mod error;
 pub mod fault;
 pub mod gojson;

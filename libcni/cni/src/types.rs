@@ -222,9 +222,10 @@ impl CniResult {
         match target {
             Shape::Legacy => {
                 // Only coming down from an `ips` list can leave nothing to put in ip4/ip6; 0.1 and 0.2
-                // have the same shape, so converting between them never fails.
+                // have the same shape, so converting between them never fails. Upstream's converter
+                // returns this as a plain error, which its plugins print as code 999.
                 if source != Shape::Legacy && self.ips.is_empty() {
-                    return Err(Error::version("cannot convert: no valid IP addresses"));
+                    return Err(Error::new(code::UNTYPED, "cannot convert: no valid IP addresses"));
                 }
                 let block = |v4: bool| {
                     self.ips.iter().find(|ip| ip.is_ipv4() == v4).map(|ip| WireLegacyIp {

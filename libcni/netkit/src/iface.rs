@@ -355,7 +355,7 @@ pub fn del_pod_link(req: &Request, started: impl FnOnce()) -> Vec<Error> {
 /// link deletion waits out RCU grace periods in the kernel after it released the rtnl lock
 /// (~16-28 ms for a veth here, more for an ifb), so what needs neither that link nor its wait
 /// (releasing addresses from IPAM's own state, removing rules, deleting another link) runs
-/// alongside instead of after it. A panic on the thread is an error naming `what` (code 999).
+/// alongside instead of after it. A panic on the thread is an error naming `what` (code 110).
 pub fn alongside<A: Send, B>(what: &str, side: impl FnOnce() -> A + Send, main: impl FnOnce() -> B) -> (Result<A>, B) {
     std::thread::scope(|s| {
         let thread = s.spawn(side);
@@ -367,6 +367,8 @@ pub fn alongside<A: Send, B>(what: &str, side: impl FnOnce() -> A + Send, main: 
 
 /// Whether IPAM plugin `ipam` releases through the pod's interface, so its DEL must run before
 /// the interface goes: dhcp sends DHCPRELEASE from it. Every other IPAM releases from its own state.
+/// A function rather than `== "dhcp"` at each DEL (bridge, ptp, the sublink plugins): the reason
+/// for the order lives here, and an IPAM that also releases through the link is added once.
 pub fn releases_through_link(ipam: &str) -> bool {
     ipam == "dhcp"
 }
@@ -610,10 +612,10 @@ pub fn open_pod_and_host_for_add(req: &Request) -> Result<(NetNs, Netlink, Netli
     Ok((ns, cont, Netlink::open()?))
 }
 
-/// What an interface plugin's CHECK starts with: prevResult ([`prev_result_for_check`]), the pod's
+/// What an interface plugin's CHECK starts with: prevResult ([`Request::prev_result`]), the pod's
 /// namespace, and IPAM's CHECK when `ipam` names a plugin.
 pub fn check_start<'r>(req: &'r Request, ipam: Option<&str>) -> Result<(&'r CniResult, NetNs)> {
-    let prev = prev_result_for_check(req)?;
+    let prev = req.prev_result(&req.conf.plugin_type)?;
     let ns = crate::container_netns(req)?;
     if let Some(ipam) = ipam {
         invoke::delegate_check(ipam, req)?;
@@ -688,25 +690,6 @@ pub fn del_masquerade(
         }
     }
     errs
-}
-
-/// The prevResult CHECK compares with (code 7 without one).
-pub fn prev_result_for_check(req: &Request) -> Result<&CniResult> {
-    req.conf
-        .prev_result
-        .as_ref()
-        .ok_or_else(|| Error::config("CHECK needs prevResult: the runtime must send the result of ADD"))
-}
-
-/// The prevResult a chained plugin (portmap, firewall, vrf, ...) works on, on every verb that has
-/// one: code 7 without it, naming `plugin`.
-pub fn chained_prev_result<'r>(req: &'r Request, plugin: &str) -> Result<&'r CniResult> {
-    req.conf.prev_result.as_ref().ok_or_else(|| {
-        Error::config(format!(
-            "{plugin} must be called as a chained plugin, after the plugin that made the pod's interface: the \
-             configuration has no prevResult"
-        ))
-    })
 }
 
 /// CHECK for a plugin whose only interface is the pod's: IPAM's CHECK (when `ipam` is set), then

@@ -195,7 +195,9 @@ impl Drop for NsGuard {
 }
 
 fn open_error(path: &Path, err: &io::Error) -> Error {
-    let what = format_args!("open netns {}", path.display());
+    // A String, not format_args!: a let-bound format_args! holding a temporary (`display()`)
+    // builds only on recent rustc, and the crates keep to the workspace's rust-version.
+    let what = format!("open netns {}", path.display());
     match err.raw_os_error() {
         // A path with a file where a directory should be is as absent as a missing one: both are
         // ENOENT, so is_not_found() recognises them.

@@ -1,10 +1,8 @@
 //! What a plugin saves on ADD to undo on DEL, one file per attachment in a directory its
 //! configuration names (`dataDir`): `<dir>/<containerID>_<ifname>.json`, written whole or not at
-//! all (a temporary file renamed over it), readable by root only.
+//! all and synced (`libcni::durable`), readable by root only.
 
 use libcni::{Error, Result};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// `<dir>/<containerID>_<ifname>.json`; skel has checked that neither part can form a path.
@@ -12,28 +10,9 @@ pub fn path(dir: &Path, container_id: &str, ifname: &str) -> PathBuf {
     dir.join(format!("{container_id}_{ifname}.json"))
 }
 
-/// Writes `bytes` to `path`, creating its directory (mode 0700). `what` names the content for
-/// errors (`tuning: save original link attributes`).
-pub fn write(path: &Path, bytes: &[u8], what: &str) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| Error::io(format_args!("{what}: create dataDir {}", dir.display()), &e))?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(format_args!("{what} to {}", path.display()), &e)
-    })
-}
+/// Writes `bytes` to `path` whole or not at all, synced, creating its directory (mode 0700).
+/// `what` names the content for errors (`tuning: save original link attributes`).
+pub use libcni::durable::write;
 
 /// The saved bytes, `None` when nothing was saved.
 pub fn read(path: &Path, what: &str) -> Result<Option<Vec<u8>>> {
@@ -42,6 +21,27 @@ pub fn read(path: &Path, what: &str) -> Result<Option<Vec<u8>>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io(format_args!("{what}: read {}", path.display()), &e)),
     }
+}
+
+/// The records in `dir` (`*.json`, not the temporary files `write` renames), sorted; none when
+/// `dir` does not exist.
+pub fn list(dir: &Path, what: &str) -> Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format_args!("{what}: list {}", dir.display()), &e)),
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+            name.ends_with(".json") && !name.starts_with('.')
+        })
+        .collect();
+    paths.sort();
+    Ok(paths)
 }
 
 /// Removes the file; one already gone is success.
@@ -70,4 +70,40 @@ pub fn dir_for_del(raw: &serde_json::Value, default: &str, plugin: &str) -> Resu
         _ => None,
     };
     dir(value, default, plugin)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    /// Two ADDs saving one attachment's record at once (a retried ADD) each write a whole record:
+    /// no error, no torn file, no temporary file left.
+    #[test]
+    fn concurrent_saves_of_one_record() {
+        let d = std::env::temp_dir().join(format!("netkit-saved-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let p = path(&d, "c1", "eth0");
+        let writers: Vec<_> = (0..2u8)
+            .map(|w| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    for i in 0..200usize {
+                        write(&p, &vec![b'a' + w; (i % 4 + 1) * 20_000], "test: save").unwrap();
+                    }
+                })
+            })
+            .collect();
+        while writers.iter().any(|w| !w.is_finished()) {
+            if let Some(got) = read(&p, "test").unwrap() {
+                assert!(got.len() % 20_000 == 0 && got.iter().all(|b| *b == got[0]), "torn: {} bytes", got.len());
+            }
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert_eq!(list(&d, "test").unwrap(), [p]);
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1, "a temporary file stays");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }

@@ -215,7 +215,7 @@ impl Plugin for Bandwidth {
         if conf.is_empty() {
             return Ok(req.conf.prev_result.clone().unwrap_or_default());
         }
-        let prev = netkit::iface::chained_prev_result(req, "bandwidth")?;
+        let prev = req.prev_result("bandwidth")?;
         let pod = netkit::container_netns(req)?;
         let nl = Netlink::open()?;
         let host = host_interface(&nl, &pod, req, prev)?;
@@ -263,7 +263,7 @@ impl Plugin for Bandwidth {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = Config::parse(req)?;
-        let prev = netkit::iface::chained_prev_result(req, "bandwidth")?;
+        let prev = req.prev_result("bandwidth")?;
         let pod = netkit::container_netns(req)?;
         let nl = Netlink::open()?;
         let host = host_interface(&nl, &pod, req, prev)?;

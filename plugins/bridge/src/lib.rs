@@ -37,10 +37,13 @@ impl Plugin for Bridge {
 
     fn del(&self, req: &Request) -> Result<()> {
         let mut plan = DelPlan::new(req);
-        // dhcp's DEL sends DHCPRELEASE from the pod's interface, so it runs before the veth goes
-        // (with the reference's order the release fails and the server keeps the address until
-        // the lease expires). Every other IPAM releases from its own state, alongside.
-        let early = plan.ipam.take_if(|t| t == "dhcp").and_then(|ipam| invoke::delegate_del(&ipam, req).err());
+        // An IPAM that releases through the pod's interface (dhcp's DHCPRELEASE) runs before the
+        // veth goes (with the reference's order the release fails and the server keeps the address
+        // until the lease expires). Every other IPAM releases from its own state, alongside.
+        let early = plan
+            .ipam
+            .take_if(|t| iface::releases_through_link(t))
+            .and_then(|ipam| invoke::delegate_del(&ipam, req).err());
         // Deleting a veth waits out RCU grace periods in the kernel (~20 ms), and so does removing
         // firewall rules that deletes something (iptables, the MAC spoof check's chain; nftables
         // masquerade only gives its elements an expiry): the rules and the addresses go on a thread

@@ -66,7 +66,7 @@ impl Plugin for Firewall {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(&req.raw)?;
-        let prev = netkit::iface::chained_prev_result(req, "firewall")?;
+        let prev = req.prev_result("firewall")?;
         let r = rules(&conf, prev)?;
         match conf.backend {
             Backend::Iptables => forward::add(&r)?,
@@ -86,7 +86,7 @@ impl Plugin for Firewall {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(&req.raw)?;
-        let prev = netkit::iface::chained_prev_result(req, "firewall")?;
+        let prev = req.prev_result("firewall")?;
         let r = rules(&conf, prev)?;
         match conf.backend {
             Backend::Iptables => forward::check(&r),

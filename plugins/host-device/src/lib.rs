@@ -4,8 +4,9 @@
 //! (IFLA_IFALIAS), so either plugin returns a device the other moved in. The alias the device had
 //! is kept in `<dataDir>/<containerID>_<ifname>.json` and given back on DEL (the reference leaves
 //! the host name in the alias for good); a device the reference moved in keeps its alias as the
-//! reference leaves it. A PCI device bound to a
-//! userspace (DPDK) driver has no network interface to move: ADD only runs IPAM, as the reference.
+//! reference leaves it. A record the reference's DEL orphaned is reclaimed by our next ADD of the
+//! device or by GC. A PCI device bound to a userspace (DPDK) driver has no network interface to
+//! move: ADD only runs IPAM, as the reference.
 
 pub mod config;
 
@@ -84,11 +85,25 @@ impl Plugin for HostDevice {
         }
     }
 
+    /// Records of attachments the runtime no longer lists are stale (another plugin's DEL, the
+    /// reference's, returned the device): each device back on the host as its record left it gets
+    /// its alias back, and the record goes. Then IPAM's GC. Without a list from the runtime nothing
+    /// is taken as stale.
     fn gc(&self, req: &Request) -> Result<()> {
-        match config::parse(req)?.ipam_type {
-            Some(ipam) => invoke::delegate_gc(&ipam, req),
-            None => Ok(()),
+        let conf = config::parse(req)?;
+        let mut errs = Errors::new();
+        if req.conf.valid_attachments.is_some() {
+            let keep: Vec<PathBuf> = req
+                .valid_attachments()
+                .iter()
+                .map(|a| netkit::saved::path(&conf.data_dir, &a.container_id, &a.ifname))
+                .collect();
+            errs.record(collect_stale(&conf.data_dir, &keep));
         }
+        if let Some(ipam) = &conf.ipam_type {
+            errs.record(invoke::delegate_gc(ipam, req));
+        }
+        errs.finish()
     }
 }
 
@@ -151,10 +166,21 @@ fn move_in<'a>(
     saved: PathBuf,
     undo: &mut Undo<'a>,
 ) -> Result<Link> {
-    let what = |e: Error, step: &str| e.context(format_args!("{step} host device {}", dev.name));
     if dev.name == "lo" {
         return Err(Error::config("host-device cannot move lo: name a network device"));
     }
+    // A record of ours naming this device is stale, as the device is on the host: another
+    // plugin's DEL (the reference's) returned it. Its alias is the device's own, not the host name
+    // that moving it in left.
+    let dev = match reclaim_stale(host, saved.parent().unwrap_or(Path::new("/")), &dev) {
+        Ok(Some(back)) => back,
+        Ok(None) => dev,
+        Err(e) => {
+            eprintln!("host-device: ADD of {} goes on without reclaiming stale records: {e}", dev.name);
+            dev
+        }
+    };
+    let what = |e: Error, step: &str| e.context(format_args!("{step} host device {}", dev.name));
     let (index, was_up, old_alias) = (dev.index, dev.up, dev.alias.clone().unwrap_or_default());
     // Kept before the alias changes, so that DEL finds it whenever the device can be in the pod.
     let record = Saved { name: dev.name.clone(), alias: old_alias.clone(), index, mac: dev.mac_string() };
@@ -226,26 +252,80 @@ fn saved_path(dir: &Path, req: &Request) -> PathBuf {
     netkit::saved::path(dir, &req.container_id, &req.ifname)
 }
 
-/// DEL, once the device is out of the pod: the device back on the host under the saved name,
-/// still carrying that name as its alias (as moving it in left it) and the same device (its index
-/// or MAC), gets its own alias back (none when it had none). Then the file goes: whatever was not
-/// found is not there to restore. Nothing saved (the reference moved the device in): nothing to do.
+/// DEL, once the device is out of the pod: gives back what `saved` records (`give_back`). Nothing
+/// saved (the reference moved the device in): nothing to do.
 fn restore_alias(saved: &Path) -> Result<()> {
     let Some(bytes) = netkit::saved::read(saved, "host-device")? else { return Ok(()) };
     match serde_json::from_slice::<Saved>(&bytes) {
-        Ok(s) => {
-            let host = Netlink::open()?;
-            let ours = |l: &Link| {
-                l.alias.as_deref() == Some(s.name.as_str()) && (l.index == s.index || l.mac_string() == s.mac)
-            };
-            if let Some(link) = host.link(&s.name)?.filter(ours) {
-                host.set_alias(link.index, &s.alias)
-                    .map_err(|e| e.context(format_args!("give {} its alias {:?} back", s.name, s.alias)))?;
-            }
+        Ok(s) => give_back(&Netlink::open()?, saved, &s),
+        Err(e) => {
+            eprintln!("host-device: {} is unreadable, so the alias stays: {e}", saved.display());
+            netkit::saved::remove(saved, "host-device")
         }
-        Err(e) => eprintln!("host-device: {} is unreadable, so the alias stays: {e}", saved.display()),
     }
-    netkit::saved::remove(saved, "host-device")
+}
+
+/// The device `s` records, back on the host under its saved name, still carrying that name as its
+/// alias (as moving it in left it) and the same device (its index or MAC), gets its own alias back
+/// (none when it had none). Then the record at `path` goes: whatever was not found is not there to
+/// restore.
+fn give_back(host: &Netlink, path: &Path, s: &Saved) -> Result<()> {
+    if let Some(link) = host.link(&s.name)?.filter(|l| s.left(l)) {
+        host.set_alias(link.index, &s.alias)
+            .map_err(|e| e.context(format_args!("give {} its alias {:?} back", s.name, s.alias)))?;
+    }
+    netkit::saved::remove(path, "host-device")
+}
+
+impl Saved {
+    /// Whether `link` is the device this records, as moving it into a pod left it.
+    fn left(&self, link: &Link) -> bool {
+        link.alias.as_deref() == Some(self.name.as_str()) && (link.index == self.index || link.mac_string() == self.mac)
+    }
+}
+
+/// The records of ours in `dir` (files that parse as one), with their paths; none when `dir` does
+/// not exist.
+fn records(dir: &Path) -> Result<Vec<(PathBuf, Saved)>> {
+    let paths = netkit::saved::list(dir, "host-device")?;
+    Ok(paths
+        .into_iter()
+        .filter_map(|p| {
+            let bytes = netkit::saved::read(&p, "host-device").ok()??;
+            Some((p, serde_json::from_slice(&bytes).ok()?))
+        })
+        .collect())
+}
+
+/// GC: gives back what each record in `dir` but those at `keep` saved, and removes them.
+fn collect_stale(dir: &Path, keep: &[PathBuf]) -> Result<()> {
+    let stale: Vec<_> = records(dir)?.into_iter().filter(|(p, _)| !keep.contains(p)).collect();
+    if stale.is_empty() {
+        return Ok(());
+    }
+    let host = Netlink::open()?;
+    let mut errs = Errors::new();
+    for (path, saved) in &stale {
+        errs.record(give_back(&host, path, saved));
+    }
+    errs.finish()
+}
+
+/// Before ADD moves `dev`, a device of the host: gives back what each record in `dir` naming it
+/// saved (none can be current, as the device is not in a pod) and removes those records. The
+/// device as it then is, when a record was given back.
+fn reclaim_stale(host: &Netlink, dir: &Path, dev: &Link) -> Result<Option<Link>> {
+    let mut reclaimed = false;
+    for (path, saved) in records(dir)? {
+        if saved.name == dev.name && (saved.index == dev.index || saved.mac == dev.mac_string()) {
+            give_back(host, &path, &saved)?;
+            reclaimed = true;
+        }
+    }
+    if !reclaimed {
+        return Ok(None);
+    }
+    host.link_by_index(dev.index)
 }
 
 fn restore_mtu(host: &Netlink, name: &str, mtu: Option<u32>) -> Result<()> {

@@ -51,11 +51,16 @@ impl Rig {
 
     /// Runs `plugin` (ours unless `dir` says otherwise) inside the test host namespace.
     fn call(&self, dir: &Path, cmd: &str, netns: &str, conf: &Value) -> (bool, Value) {
+        self.call_as("hd-ctr", dir, cmd, netns, conf)
+    }
+
+    /// `call` for container `id`.
+    fn call_as(&self, id: &str, dir: &Path, cmd: &str, netns: &str, conf: &Value) -> (bool, Value) {
         let mut child = Command::new("ip")
             .args(["netns", "exec", &self.host.name])
             .arg(dir.join("host-device"))
             .env("CNI_COMMAND", cmd)
-            .env("CNI_CONTAINERID", "hd-ctr")
+            .env("CNI_CONTAINERID", id)
             .env("CNI_NETNS", netns)
             .env("CNI_IFNAME", "net1")
             .env("CNI_PATH", dir)
@@ -232,9 +237,90 @@ fn compatible_with_the_reference_host_device() {
     assert!(ok, "reference DEL: {v}");
     assert!(rig.host_link("hd0").is_some() && !rig.pod_has("net1"), "the reference's DEL of our device");
 
-    // The reference's DEL of our device leaves our saved file: the next ADD of ours replaces it.
+    // The reference's DEL of our device leaves our saved file: the next ADD of ours reclaims it.
     rig.host.ip(&["link", "set", "hd0", "alias", "orig"]);
     let r = rig.ours("ADD", &conf);
     rig.ours("DEL", &with_prev(conf, &r));
     assert!(rig.host_link("hd0").unwrap().contains("alias orig"), "alias after an ADD over a stale saved file");
+}
+
+/// The reference's DEL of a device ours moved in leaves our saved record (the reference knows
+/// nothing of it) and the host name as the device's alias. Our next ADD of that device, for any
+/// container, or our GC of an attachment the runtime no longer lists, gives the device its own
+/// alias back and removes the record.
+#[test]
+fn a_record_the_reference_orphaned_is_reclaimed() {
+    assert!(Path::new(REFERENCE).join("host-device").exists(), "the reference host-device is missing");
+    let rig = Rig::new(35);
+    // The reference speaks up to 1.0.0; GC needs 1.1.0.
+    let conf = rig.conf("1.0.0", json!({}));
+    let files = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(rig.data.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let orphan = |id: &str| {
+        let (ok, r) = rig.call_as(id, &ours(), "ADD", &rig.pod.path, &conf);
+        assert!(ok, "{id}: ADD: {r}");
+        let (ok, v) = rig.call_as(id, Path::new(REFERENCE), "DEL", &rig.pod.path, &with_prev(conf.clone(), &r));
+        assert!(ok, "{id}: reference DEL: {v}");
+        assert!(rig.host_link("hd0").unwrap().contains("alias hd0"), "{id}: the reference's DEL");
+        assert_eq!(files(), [format!("{id}_net1.json")], "{id}: our record");
+    };
+
+    // Our next ADD, for another container.
+    orphan("hd-old");
+    let (ok, r) = rig.call_as("hd-new", &ours(), "ADD", &rig.pod.path, &conf);
+    assert!(ok, "ADD over a stale record: {r}");
+    assert_eq!(files(), ["hd-new_net1.json"], "the stale record stays");
+    let (ok, v) = rig.call_as("hd-new", &ours(), "DEL", &rig.pod.path, &with_prev(conf.clone(), &r));
+    assert!(ok, "DEL: {v}");
+    let home = rig.host_link("hd0").unwrap();
+    assert!(home.contains("alias orig"), "the device's own alias is lost: {home}");
+    assert!(files().is_empty(), "{:?}", files());
+
+    // Our GC: a record whose attachment is still listed stays, the others go.
+    orphan("hd-gone");
+    std::fs::write(rig.data.path().join("hd-live_net1.json"), r#"{"name":"x9","alias":"","index":1,"mac":null}"#)
+        .unwrap();
+    let mut gc = rig.conf("1.1.0", json!({}));
+    let (ok, v) = rig.call_as("hd-gc", &ours(), "GC", &rig.pod.path, &gc);
+    assert!(ok, "GC without a list: {v}");
+    assert_eq!(files(), ["hd-gone_net1.json", "hd-live_net1.json"], "GC without a list of attachments");
+    gc["cni.dev/valid-attachments"] = json!([{ "containerID": "hd-live", "ifname": "net1" }]);
+    let (ok, v) = rig.call_as("hd-gc", &ours(), "GC", &rig.pod.path, &gc);
+    assert!(ok, "GC: {v}");
+    assert_eq!(files(), ["hd-live_net1.json"], "GC");
+    let home = rig.host_link("hd0").unwrap();
+    assert!(home.contains("alias orig"), "GC did not give the alias back: {home}");
+}
+
+/// No `ipam` at 0.1.0/0.2.0: those results cannot hold an attachment without addresses. Ours
+/// fails as the reference does, the same code and message, and then gives the device back as it
+/// was (the reference leaves it in the pod).
+#[test]
+fn no_addresses_at_0_2_0_is_the_references_error() {
+    assert!(Path::new(REFERENCE).join("host-device").exists(), "the reference host-device is missing");
+    let rig = Rig::new(34);
+    for version in ["0.1.0", "0.2.0"] {
+        let conf = rig.conf(version, json!({ "ipam": null }));
+        let (ok, theirs) = rig.call(Path::new(REFERENCE), "ADD", &rig.pod.path, &conf);
+        assert!(!ok, "{version}: reference ADD: {theirs}");
+        assert!(rig.pod_has("net1"), "{version}: the reference's failed ADD no longer leaves the device in the pod");
+        rig.call(Path::new(REFERENCE), "DEL", &rig.pod.path, &conf);
+        rig.host.ip(&["link", "set", "hd0", "alias", "orig", "up"]);
+
+        let (ok, mine) = rig.call(&ours(), "ADD", &rig.pod.path, &conf);
+        assert!(!ok, "{version}: ADD: {mine}");
+        assert_eq!(mine["code"], theirs["code"], "{version}: ours {mine}, the reference {theirs}");
+        assert_eq!(mine["msg"], theirs["msg"], "{version}: ours {mine}, the reference {theirs}");
+        assert_eq!(mine["code"], 999, "{version}: {mine}");
+        assert!(!rig.pod_has("net1"), "{version}: our failed ADD left the device in the pod");
+        let home = rig.host_link("hd0").unwrap_or_else(|| panic!("{version}: hd0 not back"));
+        assert!(home.contains("alias orig"), "{version}: {home}");
+        assert_eq!(std::fs::read_dir(rig.data.path()).unwrap().count(), 0, "{version}: the saved alias stays");
+    }
 }

@@ -116,7 +116,7 @@ impl Plugin for PortMap {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = Config::parse(req)?;
-        let prev = netkit::iface::chained_prev_result(req, "portmap")?;
+        let prev = req.prev_result("portmap")?;
         if conf.mappings.is_empty() {
             return Ok(prev.clone());
         }
@@ -162,7 +162,7 @@ impl Plugin for PortMap {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = Config::parse(req)?;
-        let prev = netkit::iface::chained_prev_result(req, "portmap")?;
+        let prev = req.prev_result("portmap")?;
         if conf.mappings.is_empty() {
             return Ok(());
         }

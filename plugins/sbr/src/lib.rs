@@ -163,7 +163,7 @@ impl Plugin for Sbr {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = SbrConfig::from_request(req)?;
-        let prev = netkit::iface::chained_prev_result(req, "sbr")?;
+        let prev = req.prev_result("sbr")?;
         let ips = addresses_of(prev, &req.ifname);
         if ips.is_empty() {
             return Err(Error::config(format!(
@@ -193,7 +193,7 @@ impl Plugin for Sbr {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = SbrConfig::from_request(req)?;
-        let prev = netkit::iface::chained_prev_result(req, "sbr")?;
+        let prev = req.prev_result("sbr")?;
         let ips = addresses_of(prev, &req.ifname);
         let ns = container_netns(req)?;
         let nl = Netlink::open_in(&ns)?;

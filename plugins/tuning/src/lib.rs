@@ -262,11 +262,7 @@ impl Plugin for Tuning {
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = Config::parse(req)?;
         check_allowlist(allowlist_path(), &conf.sysctls)?;
-        let Some(prev) = req.conf.prev_result.clone() else {
-            return Err(Error::config(
-                "tuning needs a prevResult: chain it after the plugin that creates the interface".to_string(),
-            ));
-        };
+        let prev = req.prev_result("tuning")?.clone();
         let ns = netkit::container_netns(req)?;
         let saved_file = config_saved_path(&conf.data_dir, req);
         self.add_in(req, &conf, &ns, &saved_file)?;
@@ -308,9 +304,7 @@ impl Plugin for Tuning {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = Config::parse(req)?;
-        if req.conf.prev_result.is_none() {
-            return Err(Error::config("tuning CHECK needs a prevResult".to_string()));
-        }
+        req.prev_result("tuning")?;
         let ns = netkit::container_netns(req)?;
         let failed = |msg: String| Error::new(code::CHECK_FAILED, format!("tuning CHECK: {msg}"));
         let sysctls = ns.run(|| -> Result<Vec<(String, String)>> {

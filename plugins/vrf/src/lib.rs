@@ -192,7 +192,7 @@ impl Plugin for Vrf {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(&req.raw)?;
-        let prev = netkit::iface::chained_prev_result(req, "vrf")?;
+        let prev = req.prev_result("vrf")?;
         let ns = netkit::container_netns(req)?;
         add(req, &conf, &ns)?;
         Ok(prev.clone())
@@ -200,7 +200,7 @@ impl Plugin for Vrf {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(&req.raw)?;
-        netkit::iface::chained_prev_result(req, "vrf")?;
+        req.prev_result("vrf")?;
         let ns = netkit::container_netns(req)?;
         let nl = Netlink::open_in(&ns)?;
         let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);
