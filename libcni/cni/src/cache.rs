@@ -80,7 +80,8 @@ pub fn remove_stale_temp_files(cache_dir: &Path) -> Result<usize> {
     durable::remove_stale_temp_files(&results_dir(cache_dir), "result cache")
 }
 
-/// Write (or replace) an entry whole or not at all, synced (`durable::write`), mode 0600.
+/// Write (or replace) an entry whole or not at all, mode 0600, not synced (`durable::write_unsynced`,
+/// as upstream libcni).
 pub fn write(cache_dir: &Path, entry: &CacheEntry) -> Result<PathBuf> {
     let path = result_path(cache_dir, &entry.network_name, &entry.container_id, &entry.ifname)?;
     let wire = Wire {
@@ -96,7 +97,7 @@ pub fn write(cache_dir: &Path, entry: &CacheEntry) -> Result<PathBuf> {
     };
     let data =
         serde_json::to_vec(&wire).map_err(|e| Error::new(crate::code::INTERNAL, format!("encode cache entry: {e}")))?;
-    durable::write(&path, &data, "result cache")?;
+    durable::write_unsynced(&path, &data, "result cache")?;
     Ok(path)
 }
 

@@ -4,8 +4,8 @@
 //! survives a crash. A failure (a full disk, a read-only mount) is a CNI I/O error naming the path,
 //! and leaves the target as it was and no temporary file.
 //!
-//! Users: the runtime's result cache (`cache`), and what plugins save on ADD to undo on DEL
-//! (`netkit::saved`).
+//! Users: what plugins save on ADD to undo on DEL (`netkit::saved`), and, without the two syncs
+//! ([`write_unsynced`]), the runtime's result cache (`cache`).
 
 use crate::error::{Error, Result};
 use std::io::Write;
@@ -25,6 +25,18 @@ const TEMP_STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60)
 /// Writes `bytes` to `path`, creating its directory (mode 0700) when missing. `what` names the
 /// content for errors: `"<what>: write <path>: <os error>"`, code 5.
 pub fn write(path: &Path, bytes: &[u8], what: &str) -> Result<()> {
+    write_as(path, bytes, what, true)
+}
+
+/// [`write`] without syncing the file or the directory: the file is still whole or absent, but a
+/// crash of the node may lose it. For the runtime's result cache, which upstream libcni does not
+/// sync either: it is read back only by this node's runtime, and a crash that loses an entry also
+/// ended the container it describes. A sync costs 0.5-5 ms on every ADD (docs/bench/README.md).
+pub fn write_unsynced(path: &Path, bytes: &[u8], what: &str) -> Result<()> {
+    write_as(path, bytes, what, false)
+}
+
+fn write_as(path: &Path, bytes: &[u8], what: &str, sync: bool) -> Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -40,12 +52,17 @@ pub fn write(path: &Path, bytes: &[u8], what: &str) -> Result<()> {
     let written = (|| {
         let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if sync {
+            f.sync_all()?;
+        }
         std::fs::rename(&tmp, path)
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(Error::io(format_args!("{what}: write {}", path.display()), &e));
+    }
+    if !sync {
+        return Ok(());
     }
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
