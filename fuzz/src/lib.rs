@@ -108,16 +108,17 @@ pub fn result_convert(data: &[u8]) {
                         panic!("to_pretty({to:?}) failed after to_value succeeded: {e}");
                     }
                 }
-                Err(e) => expect_code("result render", &e, &[1]),
+                // 999: a result without addresses cannot be rendered at 0.1.0/0.2.0 (the reference's code).
+                Err(e) => expect_code("result render", &e, &[1, 999]),
             }
             if let Err(e) = result.as_version(to) {
-                expect_code("as_version", &e, &[1]);
+                expect_code("as_version", &e, &[1, 999]);
             }
         }
     }
     for to in targets {
         if let Err(e) = types::convert(&value, to) {
-            expect_code("convert", &e, &[1, 6]);
+            expect_code("convert", &e, &[1, 6, 999]);
         }
     }
 }
