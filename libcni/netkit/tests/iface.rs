@@ -6,15 +6,21 @@ use libcni::types::{CniResult, Interface, IpConfig, Route};
 use netkit::iface;
 use netkit::{NetNs, Netlink};
 
-/// A veth into a pod namespace, configured from a result, then CHECKed against it: every
-/// difference CHECK must see is one the kernel really has.
-#[test]
-fn configure_then_check_the_pod_interface() {
+/// A pod namespace (the test's and netkit's handle) and netlink connections to the host and to it.
+fn pod() -> (Netns, NetNs, Netlink, Netlink) {
     require_root();
     let tns = Netns::new("cnk-");
     let ns = NetNs::open(&tns.path).unwrap();
     let host = Netlink::open().unwrap();
     let cont = Netlink::open_in(&ns).unwrap();
+    (tns, ns, host, cont)
+}
+
+/// A veth into a pod namespace, configured from a result, then CHECKed against it: every
+/// difference CHECK must see is one the kernel really has.
+#[test]
+fn configure_then_check_the_pod_interface() {
+    let (tns, ns, host, cont) = pod();
     let id = unique("cnk-iface-");
 
     iface::ensure_absent(&cont, &ns, "eth0").unwrap();
@@ -134,11 +140,7 @@ fn create_in_pod_falls_back_to_a_rename_and_refuses_a_taken_name() {
 /// every one, and a failed request is reported with the object it names.
 #[test]
 fn configure_adds_many_routes_and_names_the_one_that_fails() {
-    require_root();
-    let tns = Netns::new("cnk-");
-    let ns = NetNs::open(&tns.path).unwrap();
-    let host = Netlink::open().unwrap();
-    let cont = Netlink::open_in(&ns).unwrap();
+    let (tns, ns, host, cont) = pod();
     let id = unique("cnk-iface-");
     iface::create_veth(&host, &id, "eth0", &ns, None, None).unwrap();
     let link = cont.link("eth0").unwrap().unwrap();

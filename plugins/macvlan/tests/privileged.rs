@@ -328,13 +328,18 @@ fn default_master_is_the_default_route_interface() {
     assert_eq!(links_in(&pod), ["lo"]);
 }
 
+/// A veth pair `name`/`peer` in `ns`, both ends up: a master with a carrier.
+fn veth_up(ns: &Netns, name: &str, peer: &str) {
+    ns.ip(&["link", "add", name, "type", "veth", "peer", "name", peer]);
+    ns.ip(&["link", "set", name, "up"]);
+    ns.ip(&["link", "set", peer, "up"]);
+}
+
 #[test]
 fn link_in_container_finds_the_master_in_the_pod() {
     let pod = Netns::new("mvi");
     // The master lives in the pod (as a device a former plugin moved there would).
-    pod.ip(&["link", "add", "inner0", "type", "veth", "peer", "name", "inner0p"]);
-    pod.ip(&["link", "set", "inner0", "up"]);
-    pod.ip(&["link", "set", "inner0p", "up"]);
+    veth_up(&pod, "inner0", "inner0p");
     let data = TempDir::new("mv-ipam");
     let mut conf = macvlan_conf("inner0", 41, false, data.path(), json!({ "linkInContainer": true }));
     cni_tests::merge(&mut conf, json!({ "cniVersion": "1.1.0", "name": "mvinner" }));
@@ -429,9 +434,7 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
 #[test]
 fn the_link_is_made_under_its_own_name() {
     let host = Netns::new("mvk");
-    host.ip(&["link", "add", "eth0", "type", "veth", "peer", "name", "peer0"]);
-    host.ip(&["link", "set", "peer0", "up"]);
-    host.ip(&["link", "set", "eth0", "up"]);
+    veth_up(&host, "eth0", "peer0");
     let data = TempDir::new("mv-ipam");
     let mut conf = macvlan_conf("eth0", 43, false, data.path(), json!({}));
     cni_tests::merge(&mut conf, json!({ "cniVersion": "1.0.0", "name": "mvname" }));

@@ -78,6 +78,20 @@ impl BatchOp {
     }
 }
 
+/// The messages of one datagram from the kernel, each with its sequence number and flags; a tail
+/// too short for a header ends it.
+fn messages(datagram: &[u8]) -> impl Iterator<Item = (u32, u16, &[u8])> {
+    let mut rest = datagram;
+    std::iter::from_fn(move || {
+        let header = NetlinkBuffer::new_checked(rest).ok()?;
+        let (seq, flags) = (header.sequence_number(), header.flags());
+        let size = (header.length() as usize).min(rest.len());
+        let (one, tail) = rest.split_at(size);
+        rest = tail.get(size.next_multiple_of(4) - size..).unwrap_or_default();
+        Some((seq, flags, one))
+    })
+}
+
 /// An rtnetlink connection bound to one network namespace, with blocking methods.
 pub struct Netlink {
     sock: Socket,
@@ -165,16 +179,11 @@ impl Netlink {
                 .sock
                 .recv_whole(&mut buf)
                 .map_err(|e| RequestFailure::Other(format!("read the kernel's answer: {e}")))?;
-            let mut rest = buf.get(..len).unwrap_or_default();
-            while !rest.is_empty() {
-                let Ok(header) = NetlinkBuffer::new_checked(rest) else { break };
-                let size = (header.length() as usize).min(rest.len());
-                let (one, tail) = rest.split_at(size);
-                rest = tail.get(size.next_multiple_of(4) - size..).unwrap_or_default();
-                if header.sequence_number() != seq {
+            for (msg_seq, msg_flags, one) in messages(buf.get(..len).unwrap_or_default()) {
+                if msg_seq != seq {
                     continue;
                 }
-                let multipart = header.flags() & NLM_F_MULTIPART != 0;
+                let multipart = msg_flags & NLM_F_MULTIPART != 0;
                 match NetlinkMessage::<RouteNetlinkMessage>::deserialize(one) {
                     Ok(m) => {
                         let done = match m.payload {
@@ -233,13 +242,8 @@ impl Netlink {
                 .sock
                 .recv_whole(&mut buf)
                 .map_err(|e| Error::network(format!("read the kernel's answers to {} requests: {e}", ops.len())))?;
-            let mut rest = buf.get(..len).unwrap_or_default();
-            while !rest.is_empty() {
-                let Ok(header) = NetlinkBuffer::new_checked(rest) else { break };
-                let size = (header.length() as usize).min(rest.len());
-                let (one, tail) = rest.split_at(size);
-                rest = tail.get(size.next_multiple_of(4) - size..).unwrap_or_default();
-                let Some(slot) = seqs.iter().position(|s| *s == header.sequence_number()) else { continue };
+            for (msg_seq, _, one) in messages(buf.get(..len).unwrap_or_default()) {
+                let Some(slot) = seqs.iter().position(|s| *s == msg_seq) else { continue };
                 let outcome = match NetlinkMessage::<RouteNetlinkMessage>::deserialize(one) {
                     Ok(NetlinkMessage { payload: NetlinkPayload::Error(err), .. }) => match err.code {
                         Some(code) => Err(RequestFailure::Errno(code.get().saturating_abs())),
