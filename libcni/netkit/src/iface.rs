@@ -250,15 +250,17 @@ pub fn configure(cont: &Netlink, ns: &NetNs, ifname: &str, index: u32, result: &
             sysctl::set_if(ifname, Family::V6, "accept_dad", "0")?;
         }
     }
-    if result.ips.iter().any(|ip| is_v4(&ip.address)) {
-        // Gratuitous ARP when the link comes up, as the reference sets it (best effort, as there).
-        let _ = cont.set_arp_notify(index);
+    // One round trip for every request below: the kernel handles them in this order, so the
+    // routes find the addresses and the link up, and each outcome is read as if sent alone.
+    let mut ops = Vec::new();
+    let arp_notify = result.ips.iter().any(|ip| is_v4(&ip.address));
+    if arp_notify {
+        ops.push(Netlink::set_arp_notify_op(index));
     }
     for ip in &result.ips {
-        cont.add_address(index, ip.address, !is_v4(&ip.address) && !dad)
-            .map_err(|e| e.context(format_args!("add address {} to {ifname}", ip.address)))?;
+        ops.push(Netlink::add_address_op(index, ip.address, !is_v4(&ip.address) && !dad));
     }
-    cont.set_up(index)?;
+    ops.push(Netlink::set_up_op(index));
     for r in &result.routes {
         let v4 = is_v4(&r.dst);
         let gw = r.gw.or_else(|| result.ips.iter().find(|ip| is_v4(&ip.address) == v4).and_then(|ip| ip.gateway));
@@ -273,10 +275,27 @@ pub fn configure(cont: &Netlink, ns: &NetNs, ifname: &str, index: u32, result: &
             advmss: r.advmss,
             src: None,
         };
-        match cont.add_route(&spec) {
-            Ok(()) => {}
-            Err(e) if crate::is_exists(&e) => {}
-            Err(e) => return Err(e.context(format_args!("add route {} in {}", r.dst, ns.path().display()))),
+        ops.push(Netlink::add_route_op(&spec));
+    }
+    let mut outcomes = cont.batch(ops)?.into_iter();
+    if arp_notify {
+        // Gratuitous ARP when the link comes up, as the reference sets it (best effort, as there).
+        let _ = outcomes.next();
+    }
+    for ip in &result.ips {
+        if let Some(Err(e)) = outcomes.next() {
+            return Err(e.context(format_args!("add address {} to {ifname}", ip.address)));
+        }
+    }
+    if let Some(Err(e)) = outcomes.next() {
+        return Err(e);
+    }
+    for r in &result.routes {
+        match outcomes.next() {
+            Some(Err(e)) if !crate::is_exists(&e) => {
+                return Err(e.context(format_args!("add route {} in {}", r.dst, ns.path().display())))
+            }
+            _ => {}
         }
     }
     Ok(())
@@ -492,6 +511,35 @@ pub fn temp_link_name(container_id: &str, ifname: &str, attempt: u32) -> String 
     let digest = Sha256::digest(format!("{container_id}:{ifname}:temp:{attempt}").as_bytes());
     let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
     format!("tmp{hex}")
+}
+
+/// Creates the pod's `ifname` directly under that name with a request sent from `creator` (where
+/// the link's parent lives: the host, or the pod itself); `create(name)` sends the request for a
+/// link called `name` placed in `ns`. Returns the link as the pod (`cont`) sees it; on failure
+/// nothing is left.
+///
+/// A rename costs the kernel an RCU grace period, so the name is given at creation. EEXIST means
+/// the pod already has `ifname` (refused as [`ensure_absent`] does: the caller need not ask first),
+/// or the kernel is one that looks the name up in `creator`'s namespace, which has a link so named
+/// (before Linux 6.14; see [`create_in_pod_renamed`], which ADD then falls back to).
+pub fn create_in_pod(
+    creator: &Netlink,
+    cont: &Netlink,
+    ns: &NetNs,
+    container_id: &str,
+    ifname: &str,
+    create: impl Fn(&str) -> Result<()>,
+) -> Result<Link> {
+    match create(ifname) {
+        Ok(()) => cont.link(ifname)?.ok_or_else(|| {
+            Error::network(format!("link {ifname} is missing in {} right after creation", ns.path().display()))
+        }),
+        Err(e) if crate::is_exists(&e) => {
+            ensure_absent(cont, ns, ifname)?;
+            create_in_pod_renamed(creator, cont, ns, container_id, ifname, create)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Creates the pod's `ifname` with a request sent from another namespace (`creator`, where the

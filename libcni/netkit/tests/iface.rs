@@ -6,15 +6,21 @@ use libcni::types::{CniResult, Interface, IpConfig, Route};
 use netkit::iface;
 use netkit::{NetNs, Netlink};
 
-/// A veth into a pod namespace, configured from a result, then CHECKed against it: every
-/// difference CHECK must see is one the kernel really has.
-#[test]
-fn configure_then_check_the_pod_interface() {
+/// A pod namespace (the test's and netkit's handle) and netlink connections to the host and to it.
+fn pod() -> (Netns, NetNs, Netlink, Netlink) {
     require_root();
     let tns = Netns::new("cnk-");
     let ns = NetNs::open(&tns.path).unwrap();
     let host = Netlink::open().unwrap();
     let cont = Netlink::open_in(&ns).unwrap();
+    (tns, ns, host, cont)
+}
+
+/// A veth into a pod namespace, configured from a result, then CHECKed against it: every
+/// difference CHECK must see is one the kernel really has.
+#[test]
+fn configure_then_check_the_pod_interface() {
+    let (tns, ns, host, cont) = pod();
     let id = unique("cnk-iface-");
 
     iface::ensure_absent(&cont, &ns, "eth0").unwrap();
@@ -77,4 +83,101 @@ fn configure_then_check_the_pod_interface() {
     let e = iface::check_pod(&ns, "eth0", &r, true).unwrap_err();
     assert_eq!(e.msg, format!("interface eth0 is missing in {}", tns.path));
     assert!(host.link(&host_name).unwrap().is_none(), "deleting the pod end removes the pair");
+}
+
+/// A veth pair on the host, both ends up: a master for macvlans; the guard deletes it.
+fn master() -> (String, cni_tests::LinkGuard) {
+    let name = unique("cnkm");
+    let peer = unique("cnkp");
+    cni_tests::sh("ip", &["link", "add", &name, "type", "veth", "peer", "name", &peer]);
+    let guard = cni_tests::LinkGuard(name.clone());
+    cni_tests::sh("ip", &["link", "set", &peer, "up"]);
+    cni_tests::sh("ip", &["link", "set", &name, "up"]);
+    (name, guard)
+}
+
+/// `create_in_pod` where the kernel refuses the final name for a host link's sake (what a kernel
+/// before 6.14 does when the host has a link so named; played here by the closure): the link is
+/// made under a temporary name and renamed, and the pod ends up with `ifname` alone. Where the
+/// pod has the name, the refusal is ensure_absent's and nothing is made.
+#[test]
+fn create_in_pod_falls_back_to_a_rename_and_refuses_a_taken_name() {
+    require_root();
+    let (master_name, _guard) = master();
+    let tns = Netns::new("cnk-");
+    let ns = NetNs::open(&tns.path).unwrap();
+    let host = Netlink::open().unwrap();
+    let cont = Netlink::open_in(&ns).unwrap();
+    let master = host.link(&master_name).unwrap().unwrap();
+    let sub = netkit::netlink::SubLink::Macvlan { mode: netkit::netlink::MacvlanMode::Bridge, bc_queue_len: None };
+    let tried = std::cell::RefCell::new(Vec::new());
+    let create = |name: &str| {
+        tried.borrow_mut().push(name.to_string());
+        if name == "eth0" {
+            return Err(libcni::Error::os(libc::EEXIST, "create macvlan eth0"));
+        }
+        host.create_sublink(name, master.index, &sub, &ns, None, None)
+    };
+    let link = iface::create_in_pod(&host, &cont, &ns, &unique("cnk-c"), "eth0", create).unwrap();
+    assert_eq!(link.name, "eth0");
+    assert_eq!(cont.link("eth0").unwrap().unwrap().index, link.index);
+    let tried = tried.borrow().clone();
+    assert_eq!(tried.len(), 2, "{tried:?}");
+    assert!(tried[1].starts_with("tmp"), "{tried:?}");
+    assert!(cont.link(&tried[1]).unwrap().is_none() && host.link(&tried[1]).unwrap().is_none());
+    let assigned = tns.sh("cat", &["/sys/class/net/eth0/name_assign_type"]);
+    assert_eq!(assigned.trim(), "4", "renamed");
+
+    // The name is taken now: the kernel's EEXIST is reported as ensure_absent's error.
+    let again = |name: &str| host.create_sublink(name, master.index, &sub, &ns, None, None);
+    let e = iface::create_in_pod(&host, &cont, &ns, &unique("cnk-c"), "eth0", again).unwrap_err();
+    assert!(e.msg.contains("interface eth0 already exists in"), "{e}");
+    let links = tns.ip(&["-o", "link", "show"]);
+    assert_eq!(links.lines().count(), 2, "lo and eth0 only: {links}");
+}
+
+/// `configure` sends its requests in batches: a result with more routes than one batch holds gets
+/// every one, and a failed request is reported with the object it names.
+#[test]
+fn configure_adds_many_routes_and_names_the_one_that_fails() {
+    let (tns, ns, host, cont) = pod();
+    let id = unique("cnk-iface-");
+    iface::create_veth(&host, &id, "eth0", &ns, None, None).unwrap();
+    let link = cont.link("eth0").unwrap().unwrap();
+    let route = |dst: String, gw: Option<&str>| Route {
+        dst: dst.parse().unwrap(),
+        gw: gw.map(|g| g.parse().unwrap()),
+        mtu: None,
+        advmss: None,
+        priority: None,
+        table: None,
+        scope: None,
+    };
+    let mut r = CniResult {
+        ips: vec![IpConfig { address: "198.51.100.7/24".parse().unwrap(), gateway: None, interface: None }],
+        routes: (0..150).map(|i| route(format!("10.{}.{}.0/24", 100 + i / 100, i % 100), None)).collect(),
+        ..Default::default()
+    };
+    iface::set_gateways(&mut r, 0, true, true);
+    iface::configure(&cont, &ns, "eth0", link.index, &r, false).unwrap();
+    let routes = tns.ip(&["-4", "route"]);
+    assert_eq!(routes.lines().filter(|l| l.contains(" via 198.51.100.1 dev eth0")).count(), 151, "{routes}");
+
+    // A gateway outside every subnet of the link: that route fails, named, and the ones around it
+    // are still made (the kernel handles each request of a batch).
+    let bad = CniResult {
+        ips: Vec::new(),
+        routes: vec![
+            route("192.0.2.0/24".into(), Some("198.51.100.1")),
+            route("203.0.113.0/24".into(), Some("192.0.2.99")),
+            route("198.18.0.0/24".into(), Some("198.51.100.1")),
+        ],
+        ..Default::default()
+    };
+    let e = iface::configure(&cont, &ns, "eth0", link.index, &bad, false).unwrap_err();
+    assert!(e.msg.starts_with(&format!("add route 203.0.113.0/24 in {}", tns.path)), "{e}");
+    assert_eq!(netkit::errno(&e), Some(libc::ENETUNREACH), "{e}");
+    let routes = tns.ip(&["-4", "route"]);
+    assert!(routes.contains("192.0.2.0/24 via 198.51.100.1") && routes.contains("198.18.0.0/24 via"), "{routes}");
+    tns.ip(&["link", "del", "eth0"]);
 }

@@ -154,6 +154,25 @@ check "full range: code 101" code 101 ADD /tmp/small.json s2
 check "failed add leaves no link in the pod" only_lo s2
 check "failed add leaves one reservation" is "$(ls /tmp/ipam/small | grep -c '^10\.')" 1
 
+# A host link named like the pod's interface: this kernel (before 6.14) looks a new link's name up
+# in the namespace the request comes from, so ADD makes it under a temporary name and renames it in
+# the pod (a newer kernel names it at creation); the host's link is left alone.
+ip link add same0 type dummy
+net samename 1.1.0 '"master":"mst0"' "$(ipam 10.69.0.0/24)"
+ip netns add sn
+check "host link of the pod's name: add" cni ADD ipvlan /tmp/samename.json sn sn same0
+check "host link of the pod's name: the pod's is the ipvlan" has <(pod sn ip -d link show same0) 'ipvlan'
+check "host link of the pod's name: the host's is still the dummy" has <(ip -d link show same0) 'dummy'
+check "host link of the pod's name: nothing else in the pod" is "$(links_of sn)" 1
+check "host link of the pod's name: renamed on this kernel" is "$(pod sn cat /sys/class/net/same0/name_assign_type)" 4
+ip netns add sf
+cni ADD ipvlan /tmp/samename.json sf sf free0 > /dev/null
+check "a name free on the host: named at creation" is "$(pod sf cat /sys/class/net/free0/name_assign_type)" 3
+cni DEL ipvlan /tmp/samename.json sf sf free0 > /dev/null
+check "host link of the pod's name: del" cni DEL ipvlan /tmp/samename.json sn sn same0
+check "host link of the pod's name: del removes it" only_lo sn
+check "host link of the pod's name: the host's stays" ip link show same0
+
 # Every spec version: ADD (address, traffic to a pod on the same master), CHECK from 0.4.0 on
 # (refused before), DEL twice.
 net peer 1.1.0 '"master":"mst2"' "$(ipam 10.68.0.0/24)"
@@ -230,6 +249,15 @@ fn ipvlan_in_a_vm() {
             "full range: code 101",
             "failed add leaves no link in the pod",
             "failed add leaves one reservation",
+            "host link of the pod's name: add",
+            "host link of the pod's name: the pod's is the ipvlan",
+            "host link of the pod's name: the host's is still the dummy",
+            "host link of the pod's name: nothing else in the pod",
+            "host link of the pod's name: renamed on this kernel",
+            "a name free on the host: named at creation",
+            "host link of the pod's name: del",
+            "host link of the pod's name: del removes it",
+            "host link of the pod's name: the host's stays",
         ]
         .map(String::from),
     );

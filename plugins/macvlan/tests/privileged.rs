@@ -328,13 +328,18 @@ fn default_master_is_the_default_route_interface() {
     assert_eq!(links_in(&pod), ["lo"]);
 }
 
+/// A veth pair `name`/`peer` in `ns`, both ends up: a master with a carrier.
+fn veth_up(ns: &Netns, name: &str, peer: &str) {
+    ns.ip(&["link", "add", name, "type", "veth", "peer", "name", peer]);
+    ns.ip(&["link", "set", name, "up"]);
+    ns.ip(&["link", "set", peer, "up"]);
+}
+
 #[test]
 fn link_in_container_finds_the_master_in_the_pod() {
     let pod = Netns::new("mvi");
     // The master lives in the pod (as a device a former plugin moved there would).
-    pod.ip(&["link", "add", "inner0", "type", "veth", "peer", "name", "inner0p"]);
-    pod.ip(&["link", "set", "inner0", "up"]);
-    pod.ip(&["link", "set", "inner0p", "up"]);
+    veth_up(&pod, "inner0", "inner0p");
     let data = TempDir::new("mv-ipam");
     let mut conf = macvlan_conf("inner0", 41, false, data.path(), json!({ "linkInContainer": true }));
     cni_tests::merge(&mut conf, json!({ "cniVersion": "1.1.0", "name": "mvinner" }));
@@ -414,6 +419,54 @@ fn failed_add_leaves_nothing() {
     assert_eq!(rc, 0, "{out}");
     assert_eq!(links_in(&pod1), ["lo"]);
     assert!(reservations(data.path(), "mvfail").is_empty());
+}
+
+/// Whether the running kernel is at least `major.minor` (from `uname -r`).
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = cni_tests::sh("uname", &["-r"]);
+    let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+}
+
+/// The pod's link is made under its own name, never renamed (a rename makes the kernel wait for
+/// an RCU grace period), also where the host has a link of that name: here the master itself is
+/// `eth0`, as on a node whose uplink is. A name the pod already has is refused, nothing made.
+#[test]
+fn the_link_is_made_under_its_own_name() {
+    let host = Netns::new("mvk");
+    veth_up(&host, "eth0", "peer0");
+    let data = TempDir::new("mv-ipam");
+    let mut conf = macvlan_conf("eth0", 43, false, data.path(), json!({}));
+    cni_tests::merge(&mut conf, json!({ "cniVersion": "1.0.0", "name": "mvname" }));
+    let plugin = bin_dir().join("macvlan");
+    let pod = Netns::new("mvn");
+    let (rc, out) = call(&plugin, "ADD", &conf, &pod.path, "c1", Some(&host));
+    assert_eq!(rc, 0, "{out}");
+    assert!(details(&pod, "eth0").contains("macvlan mode bridge"), "{}", details(&pod, "eth0"));
+    assert_eq!(addr_of(&pod, "-4"), "10.226.43.2/24");
+    // name_assign_type 3 is NET_NAME_USER (named at creation), 4 NET_NAME_RENAMED. A kernel before
+    // 6.14 looks a new link's name up in the namespace the request comes from, the host's, which
+    // has an eth0: there ADD falls back to a temporary name and a rename.
+    let assigned = pod.sh("cat", &["/sys/class/net/eth0/name_assign_type"]);
+    assert_eq!(assigned.trim(), if kernel_at_least(6, 14) { "3" } else { "4" });
+    assert_eq!(links_in(&pod), ["lo", "eth0"]);
+
+    // A pod that has an eth0 of its own: refused as the reference does, nothing made or reserved.
+    let taken = Netns::new("mvo");
+    taken.ip(&["link", "add", "eth0", "type", "veth", "peer", "name", "other0"]);
+    let before = links_in(&taken);
+    let (rc, out) = call(&plugin, "ADD", &conf, &taken.path, "c2", Some(&host));
+    assert_eq!(rc, 1, "{out}");
+    assert_eq!(code_of(&out), 100, "{out}");
+    assert!(out.contains("interface eth0 already exists in"), "{out}");
+    assert_eq!(links_in(&taken), before);
+    assert!(details(&taken, "eth0").contains("veth"), "{}", details(&taken, "eth0"));
+    assert_eq!(reservations(data.path(), "mvname").len(), 1);
+
+    let (rc, out) = call(&plugin, "DEL", &conf, &pod.path, "c1", Some(&host));
+    assert_eq!(rc, 0, "{out}");
+    assert_eq!(links_in(&pod), ["lo"]);
+    assert!(reservations(data.path(), "mvname").is_empty());
 }
 
 /// A directory of plugins under their type names: `macvlan` and `host-local` linked to `from`.

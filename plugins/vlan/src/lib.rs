@@ -2,8 +2,8 @@
 //! the addresses IPAM gives. Pods on the same `vlanId` of one master share a layer-2 segment.
 //!
 //! ADD finds `master` on the host (in the pod with `linkInContainer`), creates the VLAN link into
-//! the pod under a temporary name and renames it `CNI_IFNAME` there
-//! ([`netkit::iface::create_in_pod_renamed`]), then configures IPAM's result on it; a failure
+//! the pod as `CNI_IFNAME` ([`netkit::iface::create_in_pod`]: under a temporary name renamed there
+//! on a kernel that confuses the new name with a host link's), then configures IPAM's result on it; a failure
 //! removes the link and releases the addresses. CHECK wants the master, a VLAN link with the
 //! configured id and MTU, and prevResult's addresses and routes. DEL releases the addresses and
 //! deletes the link, with or without the master or the namespace.
@@ -53,7 +53,7 @@ fn add<'a>(
         )));
     }
     let kind = NewLink::Vlan { parent: parent.index, id: conf.vlan_id };
-    let link = iface::create_in_pod_renamed(creator, cont, ns, &req.container_id, &req.ifname, |name| {
+    let link = iface::create_in_pod(creator, cont, ns, &req.container_id, &req.ifname, |name| {
         creator.create_link(name, kind, conf.mtu, Some(ns)).map_err(|e| {
             if netkit::is_exists(&e) {
                 e.with_details(format!(

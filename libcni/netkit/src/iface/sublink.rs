@@ -1,9 +1,9 @@
 //! Plugins whose pod interface is a link on a master (macvlan, ipvlan): the verbs they share.
 //!
 //! ADD finds the master (`master`, else the interface of the default route) in the host's
-//! namespace, or in the pod's with `linkInContainer`; creates the link under a temporary name
-//! directly in the pod's namespace and renames it to `CNI_IFNAME` there (a new link named like one
-//! of the host's could collide with it on some kernels, which is why the reference does the same);
+//! namespace, or in the pod's with `linkInContainer`; creates the link as `CNI_IFNAME` directly in
+//! the pod's namespace ([`super::create_in_pod`]: under a temporary name renamed there only on a
+//! kernel that would confuse the new name with a host link's, as the reference always does);
 //! then, when there are addresses (from IPAM, or for a chained ipvlan from prevResult), configures
 //! them as Go's `ipam.ConfigureIface` does, duplicate address detection included (the link shares
 //! a real L2 segment), else only sets it up. DEL asks IPAM to release first (a DHCP daemon
@@ -19,7 +19,6 @@ use libcni::invoke;
 use libcni::skel::validate_ifname;
 use libcni::types::{CniResult, Dns};
 use libcni::{code, Error, Errors, Request, Result};
-use sha2::{Digest, Sha256};
 use std::time::Duration;
 
 /// A validated configuration of a macvlan or ipvlan attachment.
@@ -42,17 +41,6 @@ pub struct SubLinkConf {
 
 /// How long ADD waits for IPv6 duplicate address detection (Go's `ip.SettleAddresses`).
 const DAD_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How many temporary names ADD tries when one is taken in the pod.
-const TEMP_NAME_ATTEMPTS: u32 = 4;
-
-/// A temporary name for a link on its way into a pod: unique to this call.
-fn temp_name(req: &Request, attempt: u32) -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let seed = format!("{}:{}:{}:{}:{attempt}", req.container_id, req.ifname, std::process::id(), now.as_nanos());
-    let hex: String = Sha256::digest(seed.as_bytes()).iter().take(5).map(|b| format!("{b:02x}")).collect();
-    format!("cni{hex}")
-}
 
 /// Where the master is looked up: a connection there and its description for messages.
 struct MasterNs<'a> {
@@ -118,7 +106,10 @@ pub fn add(req: &Request, conf: &SubLinkConf) -> Result<CniResult> {
             req.conf.cni_version
         )));
     }
-    let (ns, cont) = super::open_pod_for_add(req)?;
+    // No lookup of CNI_IFNAME in the pod first: creating the link under that name fails when it
+    // is taken, with the same error ([`super::create_in_pod`]).
+    let ns = crate::container_netns(req)?;
+    let cont = Netlink::open_in(&ns)?;
     let mut host = None;
     let at = master_ns(conf, &cont, &ns, &mut host)?;
     let kind = conf.sub.kind();
@@ -148,7 +139,14 @@ fn add_link<'a>(
     master: &Link,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
-    let index = create_in_pod(req, at.nl, cont, ns, master, conf, undo)?;
+    let sub = &conf.sub;
+    let link = super::create_in_pod(at.nl, cont, ns, &req.container_id, &req.ifname, |name| {
+        at.nl.create_sublink(name, master.index, sub, ns, conf.mtu, conf.mac)
+    })?;
+    let index = link.index;
+    undo.push(move || {
+        let _ = cont.delete_link(index);
+    });
     libcni::fault_point("link-created")?;
     let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
     if let Some(ipam) = &conf.ipam_type {
@@ -172,9 +170,7 @@ fn add_link<'a>(
         }
     }
     libcni::fault_point("container-configured")?;
-    let link = cont
-        .link_by_index(index)?
-        .ok_or_else(|| Error::network(format!("{} vanished from {}", req.ifname, ns.path().display())))?;
+    // The link as read right after its creation: configuring it changes neither name nor MAC.
     result.interfaces = vec![super::pod_interface(&req.ifname, &link, ns)];
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
@@ -186,47 +182,6 @@ fn add_link<'a>(
         return Ok(chained(before.as_ref(), result));
     }
     Ok(chained(prev, result))
-}
-
-/// Creates the link on `master` under a temporary name, directly in the pod's namespace, and
-/// renames it to `CNI_IFNAME` there; its index in the pod. A failed ADD deletes it (registered
-/// in `undo` as soon as it exists).
-fn create_in_pod<'a>(
-    req: &Request,
-    creator: &Netlink,
-    cont: &'a Netlink,
-    ns: &NetNs,
-    master: &Link,
-    conf: &SubLinkConf,
-    undo: &mut Undo<'a>,
-) -> Result<u32> {
-    let mut attempt = 0;
-    let (tmp, link) = loop {
-        let tmp = temp_name(req, attempt);
-        match creator.create_sublink(&tmp, master.index, &conf.sub, ns, conf.mtu, conf.mac) {
-            Ok(()) => {}
-            Err(e) if crate::is_exists(&e) && attempt + 1 < TEMP_NAME_ATTEMPTS && cont.link(&tmp)?.is_some() => {
-                attempt += 1;
-                continue;
-            }
-            Err(e) => return Err(e),
-        }
-        let link = cont.link(&tmp)?.ok_or_else(|| {
-            Error::network(format!(
-                "{} {tmp} is missing in {} right after its creation",
-                conf.sub.kind(),
-                ns.path().display()
-            ))
-        })?;
-        break (tmp, link);
-    };
-    let index = link.index;
-    undo.push(move || {
-        let _ = cont.delete_link(index);
-    });
-    cont.set_name(index, &req.ifname)
-        .map_err(|e| e.context(format_args!("rename {tmp} to {} in {}", req.ifname, ns.path().display())))?;
-    Ok(index)
 }
 
 /// CHECK: prevResult's interface is ours in this namespace, of our kind and mode, up, with its

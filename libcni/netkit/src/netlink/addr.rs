@@ -1,6 +1,6 @@
 //! Interface addresses.
 
-use super::{IpFamily, Netlink, RequestFailure};
+use super::{BatchOp, IpFamily, Netlink, RequestFailure};
 use ipnetwork::{IpNetwork, Ipv4Network};
 use libcni::{Error, Result};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
@@ -98,6 +98,11 @@ impl Netlink {
     /// reference plugins set it. `nodad` skips IPv6 duplicate address detection. An address that
     /// is already there fails with EEXIST ([`crate::is_exists`]); the caller decides.
     pub fn add_address(&self, index: u32, net: IpNetwork, nodad: bool) -> Result<()> {
+        self.run(Netlink::add_address_op(index, net, nodad))
+    }
+
+    /// [`Netlink::add_address`] as a request of a [`Netlink::batch`].
+    pub fn add_address_op(index: u32, net: IpNetwork, nodad: bool) -> BatchOp {
         let mut msg = address_message(index, net);
         msg.header.scope = match net.ip() {
             IpAddr::V4(ip) if ip.is_loopback() => AddressScope::Host,
@@ -114,8 +119,9 @@ impl Netlink {
             msg.header.flags |= AddressHeaderFlags::Nodad;
             msg.attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
         }
-        self.ack(RouteNetlinkMessage::NewAddress(msg), NLM_F_CREATE | NLM_F_EXCL)
-            .map_err(|f| f.into_error(format_args!("add address {net} to {}", self.describe(index))))
+        BatchOp::new(RouteNetlinkMessage::NewAddress(msg), NLM_F_CREATE | NLM_F_EXCL, move |nl| {
+            format!("add address {net} to {}", nl.describe(index))
+        })
     }
 
     /// Removes an address; `Ok(false)` if it was not there.

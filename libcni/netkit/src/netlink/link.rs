@@ -1,6 +1,6 @@
 //! Links: lookup, bridges, veth pairs, link attributes, bridge ports and bridge VLANs.
 
-use super::{Netlink, RequestFailure};
+use super::{BatchOp, Netlink, RequestFailure};
 use crate::netns::NetNs;
 use libcni::{Error, Result};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
@@ -329,7 +329,15 @@ impl Netlink {
     }
 
     pub fn set_up(&self, index: u32) -> Result<()> {
-        self.set_flag(index, LinkFlags::Up, true, "set up link")
+        self.run(Netlink::set_up_op(index))
+    }
+
+    /// [`Netlink::set_up`] as a request of a [`Netlink::batch`].
+    pub fn set_up_op(index: u32) -> BatchOp {
+        let mut msg = by_index(index);
+        msg.header.flags |= LinkFlags::Up;
+        msg.header.change_mask |= LinkFlags::Up;
+        BatchOp::new(RouteNetlinkMessage::NewLink(msg), 0, move |nl| format!("set up link {}", nl.describe(index)))
     }
 
     pub fn set_down(&self, index: u32) -> Result<()> {
@@ -345,12 +353,19 @@ impl Netlink {
     /// lookup through /proc/sys, where the `eth0` directories of every namespace on the node share
     /// one dentry hash chain: ~1 ms per write with 1000 pods.
     pub fn set_arp_notify(&self, index: u32) -> Result<()> {
+        self.run(Netlink::set_arp_notify_op(index))
+    }
+
+    /// [`Netlink::set_arp_notify`] as a request of a [`Netlink::batch`].
+    pub fn set_arp_notify_op(index: u32) -> BatchOp {
         let mut msg = by_index(index);
         let mut conf = InetDevConf::default();
         conf.arp_notify = 1;
         msg.attributes
             .push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet(vec![AfSpecInet::DevConfRequest(conf)])]));
-        self.change(msg, "set arp_notify on link")
+        BatchOp::new(RouteNetlinkMessage::NewLink(msg), 0, move |nl| {
+            format!("set arp_notify on link {}", nl.describe(index))
+        })
     }
 
     /// Makes `index` a port of `master_index` (`ip link set X master B`).

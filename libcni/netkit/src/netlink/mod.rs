@@ -39,6 +39,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// How often a dump that the kernel flags as interrupted (NLM_F_DUMP_INTR, or EINTR) is retried.
 const DUMP_ATTEMPTS: usize = 10;
 
+/// Requests per datagram in [`Netlink::batch`]: each acknowledgement counts about 1 KiB against
+/// the socket's receive buffer (~208 KiB by default) until it is read, and the kernel queues them
+/// all before `send` returns; past the buffer it would drop them.
+const BATCH_MAX: usize = 64;
+
 /// The receive buffer a request starts with: a dump's datagrams are at most 32 KiB; a larger
 /// single answer grows it ([`Socket::recv_whole`]).
 const RECV_BUF: usize = 32 * 1024;
@@ -50,6 +55,41 @@ pub enum IpFamily {
     V6,
     /// Both families.
     Any,
+}
+
+/// One request that expects only an acknowledgement, for [`Netlink::batch`]: the message, its
+/// flags besides NLM_F_REQUEST and NLM_F_ACK, and what it does for an error message (given the
+/// connection, asked only when it failed: naming a link by index asks the kernel for its name).
+pub struct BatchOp {
+    msg: RouteNetlinkMessage,
+    flags: u16,
+    what: Box<dyn Fn(&Netlink) -> String>,
+}
+
+impl fmt::Debug for BatchOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchOp").field("msg", &self.msg).field("flags", &self.flags).finish_non_exhaustive()
+    }
+}
+
+impl BatchOp {
+    fn new(msg: RouteNetlinkMessage, flags: u16, what: impl Fn(&Netlink) -> String + 'static) -> BatchOp {
+        BatchOp { msg, flags, what: Box::new(what) }
+    }
+}
+
+/// The messages of one datagram from the kernel, each with its sequence number and flags; a tail
+/// too short for a header ends it.
+fn messages(datagram: &[u8]) -> impl Iterator<Item = (u32, u16, &[u8])> {
+    let mut rest = datagram;
+    std::iter::from_fn(move || {
+        let header = NetlinkBuffer::new_checked(rest).ok()?;
+        let (seq, flags) = (header.sequence_number(), header.flags());
+        let size = (header.length() as usize).min(rest.len());
+        let (one, tail) = rest.split_at(size);
+        rest = tail.get(size.next_multiple_of(4) - size..).unwrap_or_default();
+        Some((seq, flags, one))
+    })
 }
 
 /// An rtnetlink connection bound to one network namespace, with blocking methods.
@@ -128,13 +168,8 @@ impl Netlink {
         msg: RouteNetlinkMessage,
         flags: u16,
     ) -> std::result::Result<Vec<NetlinkMessage<RouteNetlinkMessage>>, RequestFailure> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        let mut req = NetlinkMessage::from(msg);
-        req.header.flags = flags;
-        req.header.sequence_number = seq;
-        req.finalize();
-        let mut buf = vec![0u8; req.buffer_len()];
-        req.serialize(&mut buf);
+        let mut buf = Vec::new();
+        let seq = self.append(&mut buf, msg, flags);
         self.sock.send(&buf).map_err(|e| RequestFailure::Other(format!("send to the kernel: {e}")))?;
         let expecting_ack = flags & NLM_F_ACK != 0;
         let mut answers = Vec::new();
@@ -144,16 +179,11 @@ impl Netlink {
                 .sock
                 .recv_whole(&mut buf)
                 .map_err(|e| RequestFailure::Other(format!("read the kernel's answer: {e}")))?;
-            let mut rest = buf.get(..len).unwrap_or_default();
-            while !rest.is_empty() {
-                let Ok(header) = NetlinkBuffer::new_checked(rest) else { break };
-                let size = (header.length() as usize).min(rest.len());
-                let (one, tail) = rest.split_at(size);
-                rest = tail.get(size.next_multiple_of(4) - size..).unwrap_or_default();
-                if header.sequence_number() != seq {
+            for (msg_seq, msg_flags, one) in messages(buf.get(..len).unwrap_or_default()) {
+                if msg_seq != seq {
                     continue;
                 }
-                let multipart = header.flags() & NLM_F_MULTIPART != 0;
+                let multipart = msg_flags & NLM_F_MULTIPART != 0;
                 match NetlinkMessage::<RouteNetlinkMessage>::deserialize(one) {
                     Ok(m) => {
                         let done = match m.payload {
@@ -170,6 +200,70 @@ impl Netlink {
                 }
             }
         }
+    }
+
+    /// Appends `msg` with `flags` and the next sequence number to `buf`; that sequence number.
+    fn append(&self, buf: &mut Vec<u8>, msg: RouteNetlinkMessage, flags: u16) -> u32 {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let mut req = NetlinkMessage::from(msg);
+        req.header.flags = flags;
+        req.header.sequence_number = seq;
+        req.finalize();
+        let start = buf.len();
+        buf.resize(start + req.buffer_len(), 0);
+        req.serialize(&mut buf[start..]);
+        seq
+    }
+
+    /// Sends `ops` in one datagram (up to [`BATCH_MAX`] per datagram) and reads every
+    /// acknowledgement: one round trip instead of one per request. The kernel handles the messages
+    /// of a datagram in order and goes on past one that fails, so each gets its own outcome, in
+    /// `ops`' order, a failure naming its object as the one-request method does. A later request
+    /// that needs an earlier one's effect (a route through an address) fails as well when that
+    /// one failed: the caller reports the first failure.
+    pub fn batch(&self, ops: Vec<BatchOp>) -> Result<Vec<Result<()>>> {
+        let mut out = Vec::with_capacity(ops.len());
+        for chunk in ops.chunks(BATCH_MAX) {
+            let outcomes = self.batch_round(chunk)?;
+            out.extend(chunk.iter().zip(outcomes).map(|(op, o)| o.map_err(|f| f.into_error((op.what)(self)))));
+        }
+        Ok(out)
+    }
+
+    fn batch_round(&self, ops: &[BatchOp]) -> Result<Vec<std::result::Result<(), RequestFailure>>> {
+        let mut buf = Vec::new();
+        let seqs: Vec<u32> =
+            ops.iter().map(|op| self.append(&mut buf, op.msg.clone(), NLM_F_REQUEST | NLM_F_ACK | op.flags)).collect();
+        self.sock.send(&buf).map_err(|e| Error::network(format!("send {} requests to the kernel: {e}", ops.len())))?;
+        let mut outcomes: Vec<Option<std::result::Result<(), RequestFailure>>> = seqs.iter().map(|_| None).collect();
+        buf.resize(RECV_BUF, 0);
+        while outcomes.iter().any(Option::is_none) {
+            let len = self
+                .sock
+                .recv_whole(&mut buf)
+                .map_err(|e| Error::network(format!("read the kernel's answers to {} requests: {e}", ops.len())))?;
+            for (msg_seq, _, one) in messages(buf.get(..len).unwrap_or_default()) {
+                let Some(slot) = seqs.iter().position(|s| *s == msg_seq) else { continue };
+                let outcome = match NetlinkMessage::<RouteNetlinkMessage>::deserialize(one) {
+                    Ok(NetlinkMessage { payload: NetlinkPayload::Error(err), .. }) => match err.code {
+                        Some(code) => Err(RequestFailure::Errno(code.get().saturating_abs())),
+                        None => Ok(()),
+                    },
+                    // Only acknowledgements end a request here; anything else is not an answer.
+                    Ok(_) => continue,
+                    Err(e) => Err(RequestFailure::Other(format!("decode the kernel's answer: {e}"))),
+                };
+                if let Some(o) = outcomes.get_mut(slot) {
+                    *o = Some(outcome);
+                }
+            }
+        }
+        Ok(outcomes.into_iter().map(|o| o.unwrap_or(Ok(()))).collect())
+    }
+
+    /// Sends one [`BatchOp`] and waits for its acknowledgement.
+    pub(crate) fn run(&self, op: BatchOp) -> Result<()> {
+        self.ack(op.msg, op.flags).map_err(|f| f.into_error((op.what)(self)))
     }
 
     /// Sends a request that expects only an acknowledgement.

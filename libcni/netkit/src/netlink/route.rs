@@ -1,6 +1,6 @@
 //! Routes.
 
-use super::{IpFamily, Netlink, RequestFailure};
+use super::{BatchOp, IpFamily, Netlink, RequestFailure};
 use ipnetwork::IpNetwork;
 use libcni::Result;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
@@ -179,8 +179,15 @@ impl fmt::Display for RouteSpec {
 impl Netlink {
     /// Adds a route; one that already exists fails with EEXIST ([`crate::is_exists`]).
     pub fn add_route(&self, route: &RouteSpec) -> Result<()> {
-        self.ack(RouteNetlinkMessage::NewRoute(route.message(false)), NLM_F_CREATE | NLM_F_EXCL)
-            .map_err(|f| f.into_error(format_args!("add route {route}")))
+        self.run(Netlink::add_route_op(route))
+    }
+
+    /// [`Netlink::add_route`] as a request of a [`Netlink::batch`].
+    pub fn add_route_op(route: &RouteSpec) -> BatchOp {
+        let what = format!("add route {route}");
+        BatchOp::new(RouteNetlinkMessage::NewRoute(route.message(false)), NLM_F_CREATE | NLM_F_EXCL, move |_| {
+            what.clone()
+        })
     }
 
     /// Adds or replaces a route (`ip route replace`).

@@ -120,3 +120,38 @@ fn an_ack_waits_for_the_kernels_verdict() {
     kernel.send(&raw(NLMSG_ERROR, 0, 2, &error(libc::EPERM))).unwrap();
     assert_eq!(nl.ack(set(), 0).unwrap_err().errno(), Some(libc::EPERM));
 }
+
+#[test]
+fn a_batch_is_one_datagram_and_each_request_gets_its_own_outcome() {
+    let (nl, kernel) = pair();
+    // The answers of a batch in any grouping, a stale one among them; the second request failed.
+    let mut answers = raw(NLMSG_ERROR, 0, 1, &error(0));
+    answers.extend(raw(NLMSG_ERROR, 0, 9, &error(libc::EEXIST)));
+    answers.extend(raw(NLMSG_ERROR, 0, 2, &error(libc::ENETUNREACH)));
+    kernel.send(&answers).unwrap();
+    kernel.send(&raw(NLMSG_ERROR, 0, 3, &error(0))).unwrap();
+    // The error message names its link: the failed request's description asks the kernel.
+    kernel.send(&raw(RTM_NEWLINK, 0, 4, &link(7, "eth0", None))).unwrap();
+    let net: ipnetwork::IpNetwork = "10.1.2.3/24".parse().unwrap();
+    let route = RouteSpec::default_via("10.1.2.1".parse().unwrap());
+    let ops = vec![Netlink::set_up_op(7), Netlink::add_address_op(7, net, false), Netlink::add_route_op(&route)];
+    let outcomes = nl.batch(ops).unwrap();
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+    let failed = outcomes[1].as_ref().unwrap_err();
+    assert_eq!(crate::errno(failed), Some(libc::ENETUNREACH));
+    assert!(failed.msg.contains("add address 10.1.2.3/24 to eth0 (index 7)"), "{}", failed.msg);
+    // All three requests went in the first datagram, in order, each asking for an acknowledgement.
+    let mut buf = [0u8; 4096];
+    let n = kernel.recv(&mut buf).unwrap();
+    let mut seqs = Vec::new();
+    let mut rest = &buf[..n];
+    while rest.len() >= 16 {
+        let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        assert_ne!(u16::from_ne_bytes([rest[6], rest[7]]) & NLM_F_ACK, 0);
+        seqs.push(u32::from_ne_bytes([rest[8], rest[9], rest[10], rest[11]]));
+        rest = &rest[len.next_multiple_of(4)..];
+    }
+    assert_eq!(seqs, [1, 2, 3]);
+    // Then the description's GET.
+    assert_eq!(request(&kernel), (RTM_GETLINK, NLM_F_REQUEST, 4));
+}
