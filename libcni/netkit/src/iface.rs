@@ -235,6 +235,15 @@ pub fn set_gateways(result: &mut CniResult, index: usize, gateway: bool, default
     }
 }
 
+/// How [`configure`] takes the failure of one of its requests: the first failure it does not
+/// ignore is ADD's error, with the context given.
+enum OnFailure {
+    Ignore,
+    Fail(Option<String>),
+    /// A route already there is kept.
+    FailUnlessExists(String),
+}
+
 /// Configures the pod's interface `index` (named `ifname`, in `ns`, `cont` a connection there)
 /// from an IPAM result, as Go's `ipam.ConfigureIface` does: IPv6 duplicate address detection on
 /// or off (`dad`), gratuitous ARP, the addresses, the link up, then the routes (a route without a
@@ -252,15 +261,16 @@ pub fn configure(cont: &Netlink, ns: &NetNs, ifname: &str, index: u32, result: &
     }
     // One round trip for every request below: the kernel handles them in this order, so the
     // routes find the addresses and the link up, and each outcome is read as if sent alone.
-    let mut ops = Vec::new();
-    let arp_notify = result.ips.iter().any(|ip| is_v4(&ip.address));
-    if arp_notify {
-        ops.push(Netlink::set_arp_notify_op(index));
+    let mut steps = Vec::new();
+    if result.ips.iter().any(|ip| is_v4(&ip.address)) {
+        // Gratuitous ARP when the link comes up, as the reference sets it (best effort, as there).
+        steps.push((Netlink::set_arp_notify_op(index), OnFailure::Ignore));
     }
     for ip in &result.ips {
-        ops.push(Netlink::add_address_op(index, ip.address, !is_v4(&ip.address) && !dad));
+        let op = Netlink::add_address_op(index, ip.address, !is_v4(&ip.address) && !dad);
+        steps.push((op, OnFailure::Fail(Some(format!("add address {} to {ifname}", ip.address)))));
     }
-    ops.push(Netlink::set_up_op(index));
+    steps.push((Netlink::set_up_op(index), OnFailure::Fail(None)));
     for r in &result.routes {
         let v4 = is_v4(&r.dst);
         let gw = r.gw.or_else(|| result.ips.iter().find(|ip| is_v4(&ip.address) == v4).and_then(|ip| ip.gateway));
@@ -275,27 +285,17 @@ pub fn configure(cont: &Netlink, ns: &NetNs, ifname: &str, index: u32, result: &
             advmss: r.advmss,
             src: None,
         };
-        ops.push(Netlink::add_route_op(&spec));
+        let context = format!("add route {} in {}", r.dst, ns.path().display());
+        steps.push((Netlink::add_route_op(&spec), OnFailure::FailUnlessExists(context)));
     }
-    let mut outcomes = cont.batch(ops)?.into_iter();
-    if arp_notify {
-        // Gratuitous ARP when the link comes up, as the reference sets it (best effort, as there).
-        let _ = outcomes.next();
-    }
-    for ip in &result.ips {
-        if let Some(Err(e)) = outcomes.next() {
-            return Err(e.context(format_args!("add address {} to {ifname}", ip.address)));
-        }
-    }
-    if let Some(Err(e)) = outcomes.next() {
-        return Err(e);
-    }
-    for r in &result.routes {
-        match outcomes.next() {
-            Some(Err(e)) if !crate::is_exists(&e) => {
-                return Err(e.context(format_args!("add route {} in {}", r.dst, ns.path().display())))
-            }
-            _ => {}
+    let (ops, on_failure): (Vec<_>, Vec<_>) = steps.into_iter().unzip();
+    for (outcome, on) in cont.batch(ops)?.into_iter().zip(on_failure) {
+        let Err(e) = outcome else { continue };
+        match on {
+            OnFailure::Ignore => {}
+            OnFailure::FailUnlessExists(_) if crate::is_exists(&e) => {}
+            OnFailure::Fail(None) => return Err(e),
+            OnFailure::Fail(Some(context)) | OnFailure::FailUnlessExists(context) => return Err(e.context(context)),
         }
     }
     Ok(())
@@ -531,15 +531,20 @@ pub fn create_in_pod(
     create: impl Fn(&str) -> Result<()>,
 ) -> Result<Link> {
     match create(ifname) {
-        Ok(()) => cont.link(ifname)?.ok_or_else(|| {
-            Error::network(format!("link {ifname} is missing in {} right after creation", ns.path().display()))
-        }),
+        Ok(()) => created(cont, ns, ifname),
         Err(e) if crate::is_exists(&e) => {
             ensure_absent(cont, ns, ifname)?;
             create_in_pod_renamed(creator, cont, ns, container_id, ifname, create)
         }
         Err(e) => Err(e),
     }
+}
+
+/// The link `name` the pod (`cont`, in `ns`) has just been given.
+fn created(cont: &Netlink, ns: &NetNs, name: &str) -> Result<Link> {
+    cont.link(name)?.ok_or_else(|| {
+        Error::network(format!("link {name} is missing in {} right after creation", ns.path().display()))
+    })
 }
 
 /// Creates the pod's `ifname` with a request sent from another namespace (`creator`, where the
@@ -559,10 +564,12 @@ pub fn create_in_pod_renamed(
     ifname: &str,
     create: impl Fn(&str) -> Result<()>,
 ) -> Result<Link> {
+    // Whether either namespace has a link named `name`.
+    let taken = |name: &str| -> Result<bool> { Ok(creator.link(name)?.is_some() || cont.link(name)?.is_some()) };
     let mut made = None;
     for attempt in 0..HOST_NAME_ATTEMPTS {
         let temp = temp_link_name(container_id, ifname, attempt);
-        if creator.link(&temp)?.is_some() || cont.link(&temp)?.is_some() {
+        if taken(&temp)? {
             continue;
         }
         match create(&temp) {
@@ -572,9 +579,7 @@ pub fn create_in_pod_renamed(
             }
             // Another ADD took the name between the lookup and the create; EEXIST for another
             // reason (a VLAN id already used on the master) is the error.
-            Err(e) if crate::is_exists(&e) && (creator.link(&temp)?.is_some() || cont.link(&temp)?.is_some()) => {
-                continue
-            }
+            Err(e) if crate::is_exists(&e) && taken(&temp)? => continue,
             Err(e) => return Err(e),
         }
     }
@@ -583,9 +588,7 @@ pub fn create_in_pod_renamed(
             "no free temporary link name for {container_id}:{ifname} after {HOST_NAME_ATTEMPTS} tries"
         ))
     })?;
-    let link = cont.link(&temp)?.ok_or_else(|| {
-        Error::network(format!("link {temp} is missing in {} right after creation", ns.path().display()))
-    })?;
+    let link = created(cont, ns, &temp)?;
     if let Err(e) = cont.set_name(link.index, ifname) {
         let _ = cont.delete_link(link.index);
         return Err(e.context(format_args!("rename {temp} to {ifname} in {}", ns.path().display())));

@@ -80,7 +80,8 @@ impl Family {
             Family::V6 => v6,
         }
     }
-    fn tool(self) -> &'static str {
+    /// The command that lists this family's tables (`iptables`, `ip6tables`), for messages.
+    pub(crate) fn tool(self) -> &'static str {
         self.pick("iptables", "ip6tables")
     }
 }

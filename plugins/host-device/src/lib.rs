@@ -278,9 +278,14 @@ fn give_back(host: &Netlink, path: &Path, s: &Saved) -> Result<()> {
 }
 
 impl Saved {
+    /// Whether `link` is the device this records (its index or its MAC).
+    fn is(&self, link: &Link) -> bool {
+        link.index == self.index || link.mac_string() == self.mac
+    }
+
     /// Whether `link` is the device this records, as moving it into a pod left it.
     fn left(&self, link: &Link) -> bool {
-        link.alias.as_deref() == Some(self.name.as_str()) && (link.index == self.index || link.mac_string() == self.mac)
+        link.alias.as_deref() == Some(self.name.as_str()) && self.is(link)
     }
 }
 
@@ -317,7 +322,7 @@ fn collect_stale(dir: &Path, keep: &[PathBuf]) -> Result<()> {
 fn reclaim_stale(host: &Netlink, dir: &Path, dev: &Link) -> Result<Option<Link>> {
     let mut reclaimed = false;
     for (path, saved) in records(dir)? {
-        if saved.name == dev.name && (saved.index == dev.index || saved.mac == dev.mac_string()) {
+        if saved.name == dev.name && saved.is(dev) {
             give_back(host, &path, &saved)?;
             reclaimed = true;
         }

@@ -240,9 +240,13 @@ pub(crate) fn changed(t: &xtables::Table, ops: &[Op]) -> Result<xtables::Table> 
             Op::Insert(r) | Op::Append(r) | Op::Delete(r) => r,
         };
         let rule = r.legacy(t.family);
-        let family = if t.family == xtables::Family::V4 { "iptables" } else { "ip6tables" };
+        let family = t.family;
         let Some(chain) = t.chain_mut(&r.chain) else {
-            return Err(Error::network(format!("chain {} is missing from the {family} filter table", r.chain)));
+            return Err(Error::network(format!(
+                "chain {} is missing from the {} filter table",
+                r.chain,
+                family.tool()
+            )));
         };
         match op {
             Op::Insert(_) => chain.rules.insert(0, rule),
