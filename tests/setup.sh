@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(iproute2 iptables nftables conntrack socat curl busybox-static podman runc containerd
       containernetworking-plugins python3-pip file qemu-system-x86 xz-utils
-      etcd-server etcd-client protobuf-compiler strace openssl python3
+      etcd-server etcd-client protobuf-compiler libprotobuf-dev strace openssl python3
       dnsmasq-base systemd ethtool)
 missing=()
 for p in "${pkgs[@]}"; do
