@@ -99,7 +99,7 @@ fn open_here(ifname: &str) -> Result<Conn, Failure> {
 
     let mut req = ifreq(ifname).map_err(Failure::Other)?;
     // SAFETY: SIOCGIFHWADDR fills the ifreq we own.
-    if unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut req) } != 0 {
+    if unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR as _, &mut req) } != 0 {
         let err = io::Error::last_os_error();
         let msg = format!("interface {ifname} in the pod: {err}");
         return Err(if err.raw_os_error() == Some(libc::ENODEV) { Failure::Gone(msg) } else { Failure::Other(msg) });
@@ -113,7 +113,7 @@ fn open_here(ifname: &str) -> Result<Conn, Failure> {
 
     let mut req = ifreq(ifname).map_err(Failure::Other)?;
     // SAFETY: SIOCGIFINDEX fills the ifreq we own.
-    if unsafe { libc::ioctl(fd, libc::SIOCGIFINDEX, &mut req) } != 0 {
+    if unsafe { libc::ioctl(fd, libc::SIOCGIFINDEX as _, &mut req) } != 0 {
         return Err(Failure::Gone(last_os_error(format!("interface {ifname} in the pod"))));
     }
     // SAFETY: ifru_ifindex was just filled by the kernel.
@@ -122,12 +122,12 @@ fn open_here(ifname: &str) -> Result<Conn, Failure> {
     let mut req = ifreq(ifname).map_err(Failure::Other)?;
     // SAFETY: SIOCGIFFLAGS / SIOCSIFFLAGS read and write the ifreq we own.
     unsafe {
-        if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) != 0 {
+        if libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) != 0 {
             return Err(Failure::Other(last_os_error(format!("flags of {ifname}"))));
         }
         if req.ifr_ifru.ifru_flags & libc::IFF_UP as libc::c_short == 0 {
             req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            if libc::ioctl(fd, libc::SIOCSIFFLAGS, &mut req) != 0 {
+            if libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &mut req) != 0 {
                 return Err(Failure::Other(last_os_error(format!("set {ifname} up"))));
             }
         }

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 /// How long a read waits for the kernel. The kernel queues its answer to a request before
 /// `sendmsg` returns (a dump's next part before `recvmsg` returns), so a read that waits this long
 /// means an answer was lost.
-const READ_TIMEOUT_SECS: libc::time_t = 10;
+const READ_TIMEOUT_SECS: i32 = 10;
 
 /// A netlink socket of one protocol, talking to the kernel (port 0).
 #[derive(Debug)]
@@ -28,7 +28,8 @@ impl Socket {
         }
         // SAFETY: raw is a fresh socket we own.
         let sock = Socket { fd: unsafe { OwnedFd::from_raw_fd(raw) } };
-        let timeout = libc::timeval { tv_sec: READ_TIMEOUT_SECS, tv_usec: 0 };
+        // Not libc::time_t: that alias is deprecated on musl.
+        let timeout = libc::timeval { tv_sec: READ_TIMEOUT_SECS as _, tv_usec: 0 };
         sock.setsockopt(libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout)?;
         Ok(sock)
     }
