@@ -209,13 +209,13 @@ fn open_error(path: &Path, err: &io::Error) -> Error {
 }
 
 /// `path` looked up but not opened (`O_PATH`), symlinks followed as the reference follows them:
-/// enough for fstat and fstatfs, and nothing of what it names runs.
+/// enough for fstat and fstatfs, and nothing of what it names runs. Not through std's
+/// `OpenOptions::custom_flags`: on musl, whose `O_ACCMODE` includes `O_PATH`, std masks it off and
+/// the path is opened for reading (a FIFO there then blocks the plugin).
 fn probe(path: &Path) -> Result<File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| open_error(path, &e))
+    nix::fcntl::open(path, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
+        .map(File::from)
+        .map_err(|e| open_error(path, &io::Error::from(e)))
 }
 
 /// Opens the inode `probe` holds (checked to be on nsfs), not whatever `path` names by now.
