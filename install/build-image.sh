@@ -23,15 +23,22 @@ plugins="${CNI_RS_PLUGINS:-bandwidth bridge dhcp dummy firewall host-device host
 podman_cmd="${PODMAN:-podman}"
 cargo_cmd="${CARGO:-cargo}"
 triple=x86_64-unknown-linux-gnu
+# The plugins start once per pod and verb, so their binary is built for the target that starts
+# fastest (static musl); the installer and the node agent start once per node (static glibc).
+plugins_triple="$("$repo/install/static-target.sh" --install)"
 
 if [ -n "${CNI_RS_BIN_DIR:-}" ]; then
     bin_dir="$CNI_RS_BIN_DIR"
+    plugins_bin_dir="$CNI_RS_BIN_DIR"
 else
     # --target keeps crt-static away from build scripts and proc macros, which must stay dynamic.
-    echo "build-image: static release build of cni-installer cni-rs cni-rs-node" >&2
+    echo "build-image: static release build of cni-installer cni-rs-node ($triple) and cni-rs ($plugins_triple)" >&2
     (cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" \
-        "$cargo_cmd" build --release --target "$triple" -p cni-installer -p cni-rs -p cni-rs-node)
+        "$cargo_cmd" build --release --target "$triple" -p cni-installer -p cni-rs-node)
+    (cd "$repo" && RUSTFLAGS="$("$repo/install/static-target.sh" --rustflags)" \
+        "$cargo_cmd" build --release --target "$plugins_triple" -p cni-rs)
     bin_dir="${CARGO_TARGET_DIR:-$repo/target}/$triple/release"
+    plugins_bin_dir="${CARGO_TARGET_DIR:-$repo/target}/$plugins_triple/release"
 fi
 
 if [ -n "${CNI_RS_CONTEXT_DIR:-}" ]; then
@@ -53,8 +60,8 @@ require_static() {
     kind="$(file -bL "$1")"
     case "$kind" in
         *"statically linked"* | *"static-pie linked"*) ;;
-        *) echo "build-image: $1 is not statically linked ($kind); build with" \
-                "RUSTFLAGS=\"-C target-feature=+crt-static\" --target $triple" >&2
+        *) echo "build-image: $1 is not statically linked ($kind); build cni-rs with --target" \
+                "$plugins_triple, the others with RUSTFLAGS=\"-C target-feature=+crt-static\" --target $triple" >&2
            exit 1 ;;
     esac
 }
@@ -67,22 +74,22 @@ install -m 0755 "$bin_dir/cni-installer" "$ctx/cni-installer"
 require_static "$bin_dir/cni-rs-node"
 install -m 0755 "$bin_dir/cni-rs-node" "$ctx/cni-rs-node"
 
-[ -f "$bin_dir/cni-rs" ] || { echo "build-image: $bin_dir/cni-rs not found" >&2; exit 1; }
-require_static "$bin_dir/cni-rs"
+[ -f "$plugins_bin_dir/cni-rs" ] || { echo "build-image: $plugins_bin_dir/cni-rs not found" >&2; exit 1; }
+require_static "$plugins_bin_dir/cni-rs"
 # cni-rs picks the plugin by the name it runs under, so run it under each name (bash's exec -a
 # sets argv[0]): a name it does not know must not reach a node.
 for plugin in $plugins; do
     case "$plugin" in
         cni-rs | .* | */* ) echo "build-image: $plugin is not a plugin name" >&2; exit 1 ;;
     esac
-    if ! version="$(export CNI_COMMAND=VERSION; exec -a "$plugin" "$bin_dir/cni-rs" </dev/null 2>&1)" ||
+    if ! version="$(export CNI_COMMAND=VERSION; exec -a "$plugin" "$plugins_bin_dir/cni-rs" </dev/null 2>&1)" ||
         [[ "$version" != *'"supportedVersions"'* ]]; then
         echo "build-image: cni-rs does not run as $plugin: $version" >&2
         exit 1
     fi
 done
 [ -n "${plugins// /}" ] || { echo "build-image: CNI_RS_PLUGINS is empty" >&2; exit 1; }
-install -m 0755 "$bin_dir/cni-rs" "$ctx/bin/cni-rs"
+install -m 0755 "$plugins_bin_dir/cni-rs" "$ctx/bin/cni-rs"
 # shellcheck disable=SC2086 # one name per word
 printf '%s\n' $plugins >"$ctx/bin/.plugins"
 chmod 0644 "$ctx/bin/.plugins"

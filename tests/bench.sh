@@ -17,10 +17,10 @@ if [ ! -x /usr/lib/cni/bridge ]; then
     apt-get install -y containernetworking-plugins >&2
 fi
 target="${CARGO_TARGET_DIR:-$repo/target}"
-# Ours as a node gets it from install/: the multi-call cni-rs built with static glibc, one hard link
-# per plugin name (cni-bench lays the links out from this directory).
-triple=x86_64-unknown-linux-gnu
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --target "$triple" -p cni-rs
+# Ours as a node gets it from install/: the multi-call cni-rs, static musl, one hard link per
+# plugin name (cni-bench lays the links out from this directory).
+triple="$(install/static-target.sh --install)"
+RUSTFLAGS="$(install/static-target.sh --rustflags)" cargo build --release --target "$triple" -p cni-rs
 ours="$target/bench-ours"
 rm -rf "$ours" && mkdir -p "$ours"
 cp "$target/$triple/release/cni-rs" "$ours/cni-rs"

@@ -23,5 +23,8 @@ if ! python3 -c "import grpc, grpc_tools" >/dev/null 2>&1; then
     echo "setup: installing grpcio and grpcio-tools from PyPI" >&2
     pip install -q grpcio grpcio-tools 2>/dev/null || pip install -q --break-system-packages grpcio grpcio-tools
 fi
+# The multi-call cni-rs as a node gets it is static musl (install/static-target.sh): its Rust
+# standard library, from rustup.
+"$(dirname "$0")/../install/static-target.sh" --install >/dev/null
 # The VM tests (tests/vm/): Debian's kernel, unpacked into /var/tmp/cni-rs-vm once (~70 MB download).
 "$(dirname "$0")/vm/vmtest.sh" --prepare

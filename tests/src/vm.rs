@@ -41,16 +41,24 @@ pub fn static_cni_rs() -> PathBuf {
     .clone()
 }
 
-/// A static build of the integration test `test` of `package` (`cargo test --no-run`), with the
-/// flags tests/vm/build.sh uses (the dependencies are shared): for running a crate's own netlink
-/// tests inside the guest, e.g. `Vm::new().bin(static_test_binary("netkit", "netlink"))`. Its
+/// A static build of the integration test `test` of `package` (`cargo test --no-run`), for the
+/// target and with the flags tests/vm/build.sh uses (the dependencies are shared): for running a
+/// crate's own netlink tests inside the guest, e.g. `Vm::new().bin(static_test_binary("netkit", "netlink"))`. Its
 /// guest path is /bin/ plus its file name.
 pub fn static_test_binary(package: &str, test: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let static_target = |arg: &str| {
+        let out = Command::new(repo().join("install/static-target.sh"))
+            .arg(arg)
+            .output()
+            .unwrap_or_else(|e| panic!("run install/static-target.sh: {e}"));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let target = static_target("--install");
     let out = Command::new(cargo)
         .current_dir(repo())
-        .env("RUSTFLAGS", "-C target-feature=+crt-static -C debuginfo=0")
-        .args(["test", "--no-run", "-q", "--target", "x86_64-unknown-linux-gnu", "--message-format=json"])
+        .env("RUSTFLAGS", format!("{} -C debuginfo=0", static_target("--rustflags")))
+        .args(["test", "--no-run", "-q", "--target", &target, "--message-format=json"])
         .args(["-p", package, "--test", test])
         .output()
         .unwrap_or_else(|e| panic!("run cargo test --no-run: {e}"));

@@ -38,14 +38,38 @@ fn exec(bin: &Path, args: &[&str], env: &BTreeMap<String, String>, stdin: &[u8])
     let writer = std::thread::spawn(move || {
         let _ = pipe.write_all(&input);
     });
-    let out = child.wait_with_output().expect("wait");
+    let read = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = read(Box::new(child.stderr.take().expect("stderr")));
+    // A plugin that blocks (on a FIFO given as CNI_NETNS, say) fails its row instead of hanging the run.
+    let deadline = std::time::Instant::now() + HANG;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
     let _ = writer.join();
-    Ran {
-        exit: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    let (stdout, mut stderr) = (stdout.join().expect("stdout"), stderr.join().expect("stderr"));
+    if status.is_none() {
+        stderr.push_str(&format!("\n(killed: still running after {} s)", HANG.as_secs()));
     }
+    Ran { exit: status.and_then(|s| s.code()), stdout, stderr }
 }
+
+/// How long a plugin may take on one row before it counts as hung.
+const HANG: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The shared state of one plugin's table: a pod netns, a scratch dir holding the dataDir, and names.
 struct Fixture {
@@ -1046,6 +1070,11 @@ fn env_for(f: &Fixture, c: &Case, command: &str) -> BTreeMap<String, String> {
 
 /// Run every row through `plugin`; collect every mismatch, so one run shows all of them.
 fn run_table(f: &Fixture, plugin: &str, cases: &[Case]) {
+    run_table_with(f, &bin_dir().join(plugin), plugin, cases);
+}
+
+/// [`run_table`] through the binary `bin`, run as `plugin`.
+fn run_table_with(f: &Fixture, bin: &Path, plugin: &str, cases: &[Case]) {
     std::fs::write(f.scratch.path().join("data").join("netns-file"), "not a netns").expect("write");
     std::fs::write(f.scratch.path().join("data").join("netns-empty"), "").expect("write");
     std::fs::create_dir_all(f.scratch.path().join("data").join("netns-dir")).expect("mkdir");
@@ -1055,11 +1084,10 @@ fn run_table(f: &Fixture, plugin: &str, cases: &[Case]) {
         // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
         assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo {}", fifo.display());
     }
-    let bin = bin_dir().join(plugin);
     let mut failures = Vec::new();
     for c in cases {
         let env = env_for(f, c, "ADD");
-        let ran = exec(&bin, &[], &env, &c.stdin);
+        let ran = exec(bin, &[], &env, &c.stdin);
         let what = format!("{plugin}: {}", c.label);
         if let Err(why) = check_error(&ran, c.want) {
             failures.push(format!("{what}: {why}"));
@@ -1088,6 +1116,24 @@ fn check_error(ran: &Ran, want: u32) -> Result<(), String> {
         return Err(format!("code {code}, wanted {want}: {}", v["msg"]));
     }
     Ok(())
+}
+
+/// What a node runs is the static multi-call binary (musl, install/static-target.sh), not the
+/// per-plugin debug builds the other tables run: its libc differs (on musl, std's `OpenOptions`
+/// drops `O_PATH`, and a FIFO as CNI_NETNS hung the plugin), so the common and netns rows run
+/// through it too, under each name that opens CNI_NETNS on ADD.
+#[test]
+fn the_shipped_static_binary_refuses_the_same_input() {
+    let f = Fixture::new();
+    let links = TempDir::new("cnhs");
+    let shipped = cni_tests::vm::static_cni_rs();
+    for plugin in ["bridge", "loopback", "ptp", "tuning"] {
+        let bin = links.path().join(plugin);
+        std::os::unix::fs::symlink(&shipped, &bin).expect("link the static cni-rs");
+        let mut cases = common_cases(&f, plugin);
+        cases.extend(netns_cases(&f, plugin));
+        run_table_with(&f, &bin, plugin, &cases);
+    }
 }
 
 #[test]

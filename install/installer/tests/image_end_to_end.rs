@@ -163,7 +163,7 @@ fn image_end_to_end() {
     assert!(
         built.len() < MULTICALL_BUDGET,
         "cni-rs is {} bytes, over the budget of {MULTICALL_BUDGET} bytes (4.5 MB): find what grew with \
-         `cargo bloat --release --target x86_64-unknown-linux-gnu -p cni-rs --crates` (docs/bench/README.md)",
+         `cargo bloat --release --target x86_64-unknown-linux-musl -p cni-rs --crates` (docs/bench/README.md)",
         built.len()
     );
 
