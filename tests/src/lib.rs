@@ -49,6 +49,47 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// Set in the run [`holds_for_the_shipped_binary`] makes of a test binary.
+const SHIPPED_RUN: &str = "CNI_RS_TESTS_SHIPPED_RUN";
+
+/// Whether this process is the run [`holds_for_the_shipped_binary`] made: the test calling it must
+/// return at once there.
+pub fn in_shipped_run() -> bool {
+    std::env::var_os(SHIPPED_RUN).is_some()
+}
+
+/// What a node runs is the static multi-call binary (musl, install/static-target.sh), not the
+/// per-plugin debug builds the tests run: its libc and allocator differ. Runs every other test of the
+/// calling test binary again, in a process of its own, with `CNI_RS_BIN_DIR` a directory where each
+/// of `plugins` is that binary and each of `helpers` the debug build from [`bin_dir`], and fails
+/// unless all pass and at least `min_passed` of them ran.
+pub fn holds_for_the_shipped_binary(plugins: &[&str], helpers: &[&str], min_passed: usize) {
+    require_root();
+    let links = TempDir::new("cnts");
+    let shipped = vm::static_cni_rs();
+    for plugin in plugins {
+        std::os::unix::fs::symlink(&shipped, links.path().join(plugin)).expect("link the static cni-rs");
+    }
+    for helper in helpers {
+        std::os::unix::fs::symlink(bin_dir().join(helper), links.path().join(helper)).expect("link a helper");
+    }
+    let out = Command::new(std::env::current_exe().expect("this test binary"))
+        .env("CNI_RS_BIN_DIR", links.path())
+        .env(SHIPPED_RUN, "1")
+        .args(["--test-threads", "4"])
+        .output()
+        .expect("run this test binary again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "with {} as every plugin:\n{stdout}\n{}",
+        shipped.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let passed = stdout.lines().filter(|l| l.starts_with("test ") && l.ends_with(" ok")).count();
+    assert!(passed >= min_passed, "only {passed} tests passed with the shipped binary:\n{stdout}");
+}
+
 /// Fails the test unless we are root; privileged tests never skip silently.
 pub fn require_root() {
     assert!(nix_is_root(), "this test needs root (network namespaces); run it through tests/run.sh as root");

@@ -1114,45 +1114,15 @@ fn check_error(ran: &Ran, want: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// What a node runs is the static multi-call binary (musl, install/static-target.sh), not the
-/// per-plugin debug builds the tables run: its libc differs (on musl, std's `OpenOptions` dropped
-/// `O_PATH`, and a FIFO as CNI_NETNS hung the plugin). So every other test of this file runs again,
-/// in a process of its own, with `CNI_RS_BIN_DIR` a directory where each plugin name is that binary
-/// (cnitool and the test helpers stay the debug builds).
+/// Every table holds for what a node runs too, the static multi-call binary under every plugin
+/// name: on musl, std's `OpenOptions` dropped `O_PATH`, and a FIFO as CNI_NETNS hung it.
 #[test]
 fn every_table_holds_for_the_shipped_static_binary() {
-    if std::env::var_os(SHIPPED_RUN).is_some() {
+    if cni_tests::in_shipped_run() {
         return;
     }
-    require_root();
-    let links = TempDir::new("cnhs");
-    let shipped = cni_tests::vm::static_cni_rs();
-    for plugin in cni_rs::PLUGINS {
-        std::os::unix::fs::symlink(&shipped, links.path().join(plugin)).expect("link the static cni-rs");
-    }
-    for helper in ["cnitool", "cni-noop"] {
-        std::os::unix::fs::symlink(bin_dir().join(helper), links.path().join(helper)).expect("link a helper");
-    }
-    let out = Command::new(std::env::current_exe().expect("this test binary"))
-        .env("CNI_RS_BIN_DIR", links.path())
-        .env(SHIPPED_RUN, "1")
-        .args(["--test-threads", "4"])
-        .output()
-        .expect("run this file's tests again");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "with {} as every plugin:\n{stdout}\n{}",
-        shipped.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // Every table ran (this test returns at once in that run).
-    let passed = stdout.lines().filter(|l| l.starts_with("test ") && l.ends_with(" ok")).count();
-    assert!(passed >= 20, "only {passed} tests passed with the shipped binary:\n{stdout}");
+    cni_tests::holds_for_the_shipped_binary(&cni_rs::PLUGINS, &["cnitool", "cni-noop"], 20);
 }
-
-/// Set in the run [`every_table_holds_for_the_shipped_static_binary`] makes.
-const SHIPPED_RUN: &str = "CNI_RS_HOSTILE_SHIPPED_RUN";
 
 #[test]
 fn bridge_refuses_hostile_input() {

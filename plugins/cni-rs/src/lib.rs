@@ -1,5 +1,8 @@
 //! The names the multi-call binary `cni-rs` answers to, for the binary and for the tests that
-//! check an installation or every plugin (one list, so a new plugin is named once).
+//! check an installation or every plugin (one list, so a new plugin is named once), and its
+//! allocator.
+
+pub mod alloc;
 
 /// The plugins `cni-rs` can be, by type name, sorted.
 pub const PLUGINS: [&str; 18] = [

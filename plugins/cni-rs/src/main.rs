@@ -46,13 +46,8 @@ fn run_in_process(
     execute_named(plugin_type, env, &mut stdin)
 }
 
-/// The node's binary is static musl (install/static-target.sh), whose start-up costs a fraction of
-/// static glibc's (which probes the CPU with some 40 `cpuid` instructions, each a VM exit). musl's
-/// own allocator maps and unmaps pages for small allocations, and its system calls and page faults
-/// then cost a plugin ADD more than glibc's start-up saved; dlmalloc takes memory in 64 KiB steps
-/// and keeps it (docs/bench/README.md, change 16).
 #[global_allocator]
-static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+static ALLOCATOR: cni_rs::alloc::Allocator = cni_rs::alloc::Allocator;
 
 fn main() {
     libcni::invoke::set_in_process_runner(run_in_process);
