@@ -1007,6 +1007,24 @@ fn installed_shape(ours: &Path) -> Res<PathBuf> {
     Ok(dir)
 }
 
+/// The reference as this run's copy: every file of its directory written afresh, as ours is by
+/// [`installed_shape`]. An executable's page-cache pages age on this kind of host (DAMON reclaim
+/// pages cold ones out), and an hours-old copy of the same bytes started measurably slower than a
+/// fresh one (docs/bench/README.md, change 16): both sides' files are the same age.
+fn fresh_reference(reference: &Path) -> Res<PathBuf> {
+    let dir = PathBuf::from(format!("{STATE}-ref"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let entries = std::fs::read_dir(reference).map_err(|e| format!("{}: {e}", reference.display()))?;
+    for entry in entries.flatten() {
+        let from = entry.path();
+        if from.is_file() {
+            std::fs::copy(&from, dir.join(entry.file_name())).map_err(|e| format!("copy {}: {e}", from.display()))?;
+        }
+    }
+    Ok(dir)
+}
+
 /// Removes everything on drop (panics included).
 struct Cleanup<'a>(&'a [&'a Side]);
 
@@ -1019,6 +1037,7 @@ impl Drop for Cleanup<'_> {
         floor_cleanup();
         let _ = std::fs::remove_dir_all(STATE);
         let _ = std::fs::remove_dir_all(format!("{STATE}-bin"));
+        let _ = std::fs::remove_dir_all(format!("{STATE}-ref"));
     }
 }
 
@@ -1036,7 +1055,7 @@ pub struct Run {
 }
 
 fn main() {
-    let opts = match parse_opts() {
+    let mut opts = match parse_opts() {
         Ok(o) => o,
         Err(e) => {
             eprintln!("cni-bench: {e}");
@@ -1070,6 +1089,13 @@ fn main() {
             std::process::exit(1);
         }
     };
+    match fresh_reference(&opts.reference) {
+        Ok(dir) => opts.reference = dir,
+        Err(e) => {
+            eprintln!("cni-bench: {e}");
+            std::process::exit(1);
+        }
+    }
     let [o, r] = SideSpec::pair(["ours", "reference"], ['o', 'r'], &ours_bin, &opts.reference, 230);
     let ours = Side::new(o).unwrap();
     let reference = Side::new(r).unwrap();
