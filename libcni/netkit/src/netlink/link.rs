@@ -368,11 +368,23 @@ impl Netlink {
         })
     }
 
-    /// Makes `index` a port of `master_index` (`ip link set X master B`).
+    /// Makes `index` a port of `master_index` (`ip link set X master B`). A bridge holds at most
+    /// 1023 ports (the kernel's port numbers are 10 bits, 0 unused): one more fails with EXFULL,
+    /// whose text musl does not have, so the message says it.
     pub fn set_master(&self, index: u32, master_index: u32) -> Result<()> {
         let mut msg = by_index(index);
         msg.attributes.push(LinkAttribute::Controller(master_index));
-        self.change(msg, &format!("set master index {master_index} on link"))
+        self.change(msg, &format!("set master index {master_index} on link")).map_err(|e| {
+            if e.errno != Some(libc::EXFULL) {
+                return e;
+            }
+            let msg = format!(
+                "make link {} a port of {}: it has 1023 ports, the most a bridge can have; attach further pods to another bridge",
+                self.describe(index),
+                self.describe(master_index)
+            );
+            libcni::Error::new(e.code, msg).with_errno(libc::EXFULL)
+        })
     }
 
     /// Detaches `index` from its master (`ip link set X nomaster`).
