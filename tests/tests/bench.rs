@@ -96,7 +96,9 @@ fn cni_bench_measures_both_plugin_sets_and_the_floor() {
     let links = Command::new("ip").args(["-o", "link", "show"]).output().expect("ip link");
     let links = String::from_utf8_lossy(&links.stdout);
     assert!(!links.contains(": cnib"), "links left: {links}");
-    assert!(!Path::new("/run/cni-bench").exists() && !Path::new("/run/cni-bench-bin").exists(), "state left");
+    for state in ["/run/cni-bench", "/run/cni-bench-bin", "/run/cni-bench-ref", "/run/cni-bench-floor"] {
+        assert!(!Path::new(state).exists(), "state left: {state}");
+    }
 }
 
 /// `cni-peak` reports the peak RSS of the program it runs, not that of whoever started it: the
