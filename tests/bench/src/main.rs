@@ -995,9 +995,7 @@ fn installed_shape(ours: &Path) -> Res<PathBuf> {
     if !multi.is_file() {
         return Ok(ours.to_path_buf());
     }
-    let dir = PathBuf::from(format!("{STATE}-bin"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = fresh_dir("bin")?;
     let first = dir.join("cni-rs");
     // A copy (the target dir may be on another filesystem), then links to it.
     std::fs::copy(&multi, &first).map_err(|e| format!("copy {}: {e}", multi.display()))?;
@@ -1007,14 +1005,20 @@ fn installed_shape(ours: &Path) -> Res<PathBuf> {
     Ok(dir)
 }
 
+/// `{STATE}-<suffix>`, emptied (an interrupted run's leftovers go) and created.
+fn fresh_dir(suffix: &str) -> Res<PathBuf> {
+    let dir = PathBuf::from(format!("{STATE}-{suffix}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
 /// The reference as this run's copy: every file of its directory written afresh, as ours is by
 /// [`installed_shape`]. An executable's page-cache pages age on this kind of host (DAMON reclaim
 /// pages cold ones out), and an hours-old copy of the same bytes started measurably slower than a
 /// fresh one (docs/bench/README.md, change 16): both sides' files are the same age.
 fn fresh_reference(reference: &Path) -> Res<PathBuf> {
-    let dir = PathBuf::from(format!("{STATE}-ref"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = fresh_dir("ref")?;
     let entries = std::fs::read_dir(reference).map_err(|e| format!("{}: {e}", reference.display()))?;
     for entry in entries.flatten() {
         let from = entry.path();
@@ -1077,7 +1081,7 @@ fn main() {
         }
     }
     // tests/bench.sh builds the floor as ours is built (static musl, not PIE), so the floor's own
-    // start-up is no heavier than the plugins' (a glibc build starts ~0.35 ms slower here).
+    // start-up is no heavier than the plugins' (a glibc-dynamic build started 1.0-1.4 ms slower here).
     let floor_bin = std::env::var_os("CNI_BENCH_FLOOR")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::current_exe().unwrap().with_file_name("cni-floor"));
