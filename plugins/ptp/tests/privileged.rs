@@ -85,27 +85,27 @@ fn link_exists(name: &str) -> bool {
 
 /// The pod's routes and the host end's addresses and routes, with the pod's own addresses and
 /// the host veth's name replaced by placeholders, for comparing two plugins' layouts.
+/// `inet ADDR/LEN` of each line of `ip -o addr show`, link-local addresses left out. The address
+/// itself is tested, not the line: a host veth's random name can contain "fe80".
+fn addresses(listing: &str) -> impl Iterator<Item = String> + '_ {
+    listing
+        .lines()
+        .map(|l| l.split_whitespace().skip(2).take(2).collect::<Vec<_>>())
+        .filter(|f| f.get(1).is_some_and(|a| !a.starts_with("fe80:")))
+        .map(|f| f.join(" "))
+}
+
 fn layout(pod: &Netns, r: &CniResult, rt: &RuntimeConf, n: u8) -> Vec<String> {
     let (a4, a6, veth) = (addr(r, true), addr(r, false), host_veth(r, rt));
     let mut lines = Vec::new();
     for args in [&["-4", "route"][..], &["-6", "route"]] {
         lines.extend(pod.sh("ip", args).lines().filter(|l| !l.starts_with("fe80")).map(str::to_string));
     }
-    lines.extend(
-        pod.sh("ip", &["-o", "addr", "show", "eth0"])
-            .lines()
-            .filter(|l| !l.contains("fe80"))
-            .map(|l| l.split_whitespace().skip(2).take(2).collect::<Vec<_>>().join(" ")),
-    );
+    lines.extend(addresses(&pod.sh("ip", &["-o", "addr", "show", "eth0"])));
     for args in [&["-4", "route", "show", "dev", &veth][..], &["-6", "route", "show", "dev", &veth]] {
         lines.extend(sh("ip", args).lines().filter(|l| !l.starts_with("fe80")).map(|l| format!("host: {l}")));
     }
-    lines.extend(
-        sh("ip", &["-o", "addr", "show", "dev", &veth])
-            .lines()
-            .filter(|l| !l.contains("fe80"))
-            .map(|l| format!("host: {}", l.split_whitespace().skip(2).take(2).collect::<Vec<_>>().join(" "))),
-    );
+    lines.extend(addresses(&sh("ip", &["-o", "addr", "show", "dev", &veth])).map(|l| format!("host: {l}")));
     let mut lines: Vec<String> = lines
         .into_iter()
         .map(|l| l.replace(&a4, "POD4").replace(&a6, "POD6").replace(&veth, "VETH").trim().to_string())
