@@ -97,6 +97,10 @@ fn cluster(backend: &str) -> Cluster {
         let agent = Agent::start(&c.nodes[i].ns.0, &c.nodes[i].dir, args);
         c.agents.push(agent);
     }
+    // While the agents start: the pods' first IPv6 packets are forwarded by the nodes.
+    let mut namespaces: Vec<&str> = c.nodes.iter().map(|n| n.ns.0.as_str()).collect();
+    namespaces.push(&c.seg.ns.0);
+    wait_for_dad(&namespaces);
     c
 }
 

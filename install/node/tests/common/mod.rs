@@ -268,6 +268,19 @@ impl Segment {
     }
 }
 
+/// Waits until no IPv6 address in `namespaces` is tentative. A node forwards IPv6 to a next hop
+/// it has not resolved yet only once the outgoing link's link-local address has passed duplicate
+/// address detection: the kernel solicits a forwarded packet's next hop from that address and,
+/// while it is tentative (up to ~2 s after the link comes up), sends no solicitation at all. A
+/// real node's uplink has been up far longer than a test's first packet waits.
+pub fn wait_for_dad(namespaces: &[&str]) {
+    for ns in namespaces {
+        wait_for("IPv6 duplicate address detection", Duration::from_secs(10), || {
+            run_in(ns, &["ip", "-6", "addr", "show", "tentative"]).trim().is_empty().then_some(())
+        });
+    }
+}
+
 /// A running agent in a node namespace, with its own conf and bin directories.
 pub struct Agent {
     pub proc: Proc,
