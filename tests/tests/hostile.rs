@@ -384,7 +384,6 @@ fn common_cases(f: &Fixture, plugin: &str) -> Vec<Case> {
     let v = &base;
     let set = |k: &'static str, val: &str| vec![(k, Some(val.to_string()))];
     for (label, env) in [
-        ("CNI_COMMAND missing", vec![("CNI_COMMAND", None)]),
         ("CNI_COMMAND unknown", set("CNI_COMMAND", "ATTACH")),
         ("CNI_COMMAND lower case", set("CNI_COMMAND", "add")),
         ("CNI_CONTAINERID missing", vec![("CNI_CONTAINERID", None)]),
@@ -1112,6 +1111,47 @@ fn check_error(ran: &Ran, want: u32) -> Result<(), String> {
         return Err(format!("code {code}, wanted {want}: {}", v["msg"]));
     }
     Ok(())
+}
+
+/// A person who runs a plugin by hand (no CNI_COMMAND, an empty one, or `--help`) is told on
+/// stderr what it is and which spec versions it speaks, with exit 0 and nothing on stdout, as the
+/// reference plugins do; a runtime's call with CNI_COMMAND set still gets the CNI error JSON.
+#[test]
+fn a_plugin_run_by_hand_says_what_it_is() {
+    let f = Fixture::new();
+    let no_command: BTreeMap<String, String> = BTreeMap::new();
+    let empty_command: BTreeMap<String, String> = [("CNI_COMMAND".to_string(), String::new())].into();
+    let with_command = f.env("ADD");
+    for plugin in cni_rs::PLUGINS {
+        let bin = bin_dir().join(plugin);
+        for (how, args, env) in [
+            ("no CNI_COMMAND", &[][..], &no_command),
+            ("an empty CNI_COMMAND", &[][..], &empty_command),
+            ("--help", &["--help"][..], &no_command),
+            ("--help with CNI_COMMAND set", &["--help"][..], &with_command),
+        ] {
+            let ran = exec(&bin, args, env, b"");
+            assert_eq!(ran.exit, Some(0), "{plugin}, {how}: {}{}", ran.stdout, ran.stderr);
+            assert_eq!(ran.stdout, "", "{plugin}, {how}: stdout");
+            let first = ran.stderr.lines().next().unwrap_or_default();
+            assert!(first.starts_with(&format!("CNI {plugin} plugin, cni-rs v")), "{plugin}, {how}: {}", ran.stderr);
+            assert!(ran.stderr.contains("CNI protocol versions supported: "), "{plugin}, {how}: {}", ran.stderr);
+        }
+        // The spec versions listed are the ones VERSION reports.
+        let ran = exec(&bin, &[], &no_command, b"");
+        let listed = ran.stderr.lines().find_map(|l| l.strip_prefix("CNI protocol versions supported: ")).unwrap_or("");
+        let version_env: BTreeMap<String, String> = [("CNI_COMMAND".to_string(), "VERSION".to_string())].into();
+        let reply: Value = serde_json::from_str(&exec(&bin, &[], &version_env, b"").stdout).expect("VERSION reply");
+        let spoken: Vec<&str> =
+            reply["supportedVersions"].as_array().expect("versions").iter().filter_map(Value::as_str).collect();
+        assert_eq!(listed, spoken.join(", "), "{plugin}");
+        // A runtime's call (CNI_COMMAND set) with the rest missing is still refused as JSON.
+        let only_command: BTreeMap<String, String> = [("CNI_COMMAND".to_string(), "ADD".to_string())].into();
+        let ran = exec(&bin, &[], &only_command, b"{}");
+        assert_ne!(ran.exit, Some(0), "{plugin}: ADD with no CNI_CONTAINERID");
+        let v: Value = serde_json::from_str(&ran.stdout).unwrap_or_else(|e| panic!("{plugin}: {e}: {}", ran.stdout));
+        assert_eq!(v["code"], ENV, "{plugin}: {}", ran.stdout);
+    }
 }
 
 /// Every table holds for what a node runs too, the static multi-call binary under every plugin

@@ -140,8 +140,15 @@ pub struct PluginOutput {
 }
 
 /// Run a plugin as a process: environment and stdin in, stdout and exit code out. Never returns.
-pub fn run<P: Plugin>(plugin: &P) -> ! {
+pub fn run<P: Plugin + ?Sized>(plugin: &P) -> ! {
     let env = process_env();
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let name = std::path::Path::new(&argv0).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(text) = about_for_a_person(&name, plugin, &args, &env) {
+        eprint!("{text}");
+        std::process::exit(0);
+    }
     let stdin = std::io::stdin();
     // VERSION reads stdin for the cniVersion to answer with; someone typing the command at a
     // terminal sends none, and waiting for it would hang.
@@ -149,6 +156,27 @@ pub fn run<P: Plugin>(plugin: &P) -> ! {
         finish(execute(plugin, &env, &mut std::io::empty()));
     }
     finish(execute(plugin, &env, &mut stdin.lock()))
+}
+
+/// What a plugin tells a person who runs it by hand, on stderr, as the reference plugins do: its
+/// name, its version and the spec versions it speaks. A runtime always sets CNI_COMMAND and passes
+/// no arguments, so no CNI_COMMAND (or an empty one), `--help`, `-h` or `--version` means a person;
+/// anything else is a CNI call (None), and a bad one gets its error JSON.
+pub fn about_for_a_person<P: Plugin + ?Sized>(
+    name: &str,
+    plugin: &P,
+    args: &[String],
+    env: &HashMap<String, String>,
+) -> Option<String> {
+    let asked = matches!(args.first().map(String::as_str), Some("--help" | "-h" | "--version"));
+    if !asked && !get(env, "CNI_COMMAND").is_empty() {
+        return None;
+    }
+    Some(format!(
+        "CNI {name} plugin, cni-rs v{}\nCNI protocol versions supported: {}\nRun by a container runtime, with CNI_COMMAND and the other CNI_* variables set and the network configuration on stdin.\n",
+        env!("CARGO_PKG_VERSION"),
+        plugin.supported_versions().join(", ")
+    ))
 }
 
 /// This process's CNI environment (the `CNI_*` variables), as [`execute`] takes it.
@@ -175,7 +203,7 @@ pub fn finish(outcome: PluginOutput) -> ! {
 }
 
 /// The whole of skel without process globals, so it can be tested in-process.
-pub fn execute<P: Plugin>(plugin: &P, env: &HashMap<String, String>, stdin: &mut dyn Read) -> PluginOutput {
+pub fn execute<P: Plugin + ?Sized>(plugin: &P, env: &HashMap<String, String>, stdin: &mut dyn Read) -> PluginOutput {
     let mut cni_version = String::new();
     let result = catch_unwind(AssertUnwindSafe(|| dispatch(plugin, env, stdin, &mut cni_version)));
     let result = result.unwrap_or_else(|panic| {
@@ -201,7 +229,7 @@ pub fn execute<P: Plugin>(plugin: &P, env: &HashMap<String, String>, stdin: &mut
 /// 0.2.0 (`cannot convert: no valid IP addresses`, code 999 as the reference's plugins print it),
 /// whether it has interfaces or not. The plugin's DEL then undoes the ADD, so the failure leaves
 /// nothing behind (the reference's leave the attachment in place).
-fn add_output<P: Plugin>(plugin: &P, req: &Request, result: CniResult) -> Result<String> {
+fn add_output<P: Plugin + ?Sized>(plugin: &P, req: &Request, result: CniResult) -> Result<String> {
     let native = CniResult { cni_version: String::new(), ..result };
     native.to_pretty(&req.conf.cni_version).inspect_err(|_| {
         if let Err(e) = plugin.del(req) {
@@ -245,7 +273,7 @@ pub fn validate_ifname(name: &str) -> Result<()> {
     Err(Error::env(format!("interface name {name:?} {why}")))
 }
 
-fn dispatch<P: Plugin>(
+fn dispatch<P: Plugin + ?Sized>(
     plugin: &P,
     env: &HashMap<String, String>,
     stdin: &mut dyn Read,
@@ -355,7 +383,7 @@ fn netconf_for_del(stdin: &[u8], invalid: Error) -> Result<(NetConf, Value)> {
 /// malformed pair or an unknown key (code 4). DEL never fails on them: it removes what the attachment
 /// holds, which no CNI_ARGS key names, so a malformed pair is skipped and unknown keys are ignored.
 /// A plugin that reads no CNI_ARGS skips malformed pairs on every verb.
-fn cni_args<P: Plugin>(plugin: &P, command: Command, text: &str) -> Result<CniArgs> {
+fn cni_args<P: Plugin + ?Sized>(plugin: &P, command: Command, text: &str) -> Result<CniArgs> {
     if command == Command::Del || !plugin.reads_cni_args() {
         return Ok(CniArgs::parse_lenient(text));
     }
@@ -367,7 +395,7 @@ fn cni_args<P: Plugin>(plugin: &P, command: Command, text: &str) -> Result<CniAr
 /// The VERSION answer: the plugin's versions, under the request's `cniVersion` when stdin carries
 /// a supported one (the spec's rule), else under the newest version. Never an error: stdin is
 /// optional here, and a runtime probing versions must get the list whatever it sent.
-fn version_reply<P: Plugin>(plugin: &P, stdin: &mut dyn Read) -> String {
+fn version_reply<P: Plugin + ?Sized>(plugin: &P, stdin: &mut dyn Read) -> String {
     let supported = plugin.supported_versions();
     let mut bytes = Vec::new();
     // Only a small object is expected; more than that is not a version request worth reading.

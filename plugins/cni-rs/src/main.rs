@@ -3,7 +3,33 @@
 //! plugins share one copy of the code on disk and in the page cache.
 
 use cni_rs::PLUGINS;
+use libcni::Plugin;
 use std::path::Path;
+
+/// The plugin of type `plugin_type`; None when it is not one of ours.
+fn plugin(plugin_type: &str) -> Option<&'static dyn Plugin> {
+    Some(match plugin_type {
+        "bridge" => &bridge::Bridge,
+        "host-local" => &host_local::HostLocal,
+        "loopback" => &loopback::Loopback,
+        "portmap" => &portmap::PortMap,
+        "tuning" => &tuning::Tuning,
+        "sbr" => &sbr::Sbr,
+        "static" => &static_ipam::Static,
+        "bandwidth" => &bandwidth::Bandwidth,
+        "firewall" => &firewall::Firewall,
+        "ptp" => &ptp::Ptp,
+        "host-device" => &host_device::HostDevice,
+        "macvlan" => &macvlan::PLUGIN,
+        "ipvlan" => &ipvlan::PLUGIN,
+        "dummy" => &dummy::Dummy,
+        "vlan" => &vlan::Vlan,
+        "vrf" => &vrf::Vrf,
+        "tap" => &tap::Tap,
+        "dhcp" => &dhcp::Dhcp,
+        _ => return None,
+    })
+}
 
 /// Runs the plugin of type `plugin_type` on `env` and `stdin`; None when it is not one of ours. The
 /// process's own entry point and the in-process delegate calls (bridge's IPAM call to host-local
@@ -14,28 +40,7 @@ fn execute_named(
     env: &std::collections::HashMap<String, String>,
     stdin: &mut dyn std::io::Read,
 ) -> Option<libcni::skel::PluginOutput> {
-    use libcni::skel::execute;
-    Some(match plugin_type {
-        "bridge" => execute(&bridge::Bridge, env, stdin),
-        "host-local" => execute(&host_local::HostLocal, env, stdin),
-        "loopback" => execute(&loopback::Loopback, env, stdin),
-        "portmap" => execute(&portmap::PortMap, env, stdin),
-        "tuning" => execute(&tuning::Tuning, env, stdin),
-        "sbr" => execute(&sbr::Sbr, env, stdin),
-        "static" => execute(&static_ipam::Static, env, stdin),
-        "bandwidth" => execute(&bandwidth::Bandwidth, env, stdin),
-        "firewall" => execute(&firewall::Firewall, env, stdin),
-        "ptp" => execute(&ptp::Ptp, env, stdin),
-        "host-device" => execute(&host_device::HostDevice, env, stdin),
-        "macvlan" => execute(&macvlan::PLUGIN, env, stdin),
-        "ipvlan" => execute(&ipvlan::PLUGIN, env, stdin),
-        "dummy" => execute(&dummy::Dummy, env, stdin),
-        "vlan" => execute(&vlan::Vlan, env, stdin),
-        "vrf" => execute(&vrf::Vrf, env, stdin),
-        "tap" => execute(&tap::Tap, env, stdin),
-        "dhcp" => execute(&dhcp::Dhcp, env, stdin),
-        _ => return None,
-    })
+    plugin(plugin_type).map(|p| libcni::skel::execute(p, env, stdin))
 }
 
 fn run_in_process(
@@ -58,8 +63,15 @@ fn main() {
     if name == "dhcp" && args.get(1).map(String::as_str) == Some("daemon") {
         std::process::exit(dhcp::daemon::main(&args[2..]));
     }
-    match execute_named(&name, &libcni::skel::process_env(), &mut std::io::stdin().lock()) {
-        Some(outcome) => libcni::skel::finish(outcome),
+    let env = libcni::skel::process_env();
+    match plugin(&name) {
+        Some(p) => {
+            if let Some(text) = libcni::skel::about_for_a_person(&name, p, args.get(1..).unwrap_or_default(), &env) {
+                eprint!("{text}");
+                std::process::exit(0);
+            }
+            libcni::skel::finish(libcni::skel::execute(p, &env, &mut std::io::stdin().lock()))
+        }
         None => {
             eprintln!(
                 "cni-rs: run as one of {} (a hard link or symlink of that name to this binary), not as {name:?}",
