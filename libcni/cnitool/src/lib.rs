@@ -28,6 +28,7 @@ commands:
                              those given with --keep CID:IFNAME,...), then GC each plugin (1.1.0)
   status <network> [<netns>] ask every plugin whether it can serve ADD (1.1.0)
   list                       show the networks in NETCONFPATH, their plugins and files that fail to load
+  version                    cnitool's version and the spec versions it speaks (also --version)
 
 options:
   -i, --ifname NAME          interface name in the netns (default: $CNI_IFNAME, else eth0)
@@ -78,6 +79,7 @@ pub enum Verb {
     Status,
     List,
     Help,
+    Version,
 }
 
 /// The command line, parsed.
@@ -118,6 +120,7 @@ pub fn parse_cli(args: &[String]) -> Result<Cli, CliError> {
     let mut keep = None;
     let mut json = false;
     let mut help = false;
+    let mut version = false;
     let mut i = 0;
     while i < args.len() {
         let arg = args[i].as_str();
@@ -130,6 +133,7 @@ pub fn parse_cli(args: &[String]) -> Result<Cli, CliError> {
             "--keep" => keep = Some(parse_keep(&take_value(args, &mut i, flag, inline)?)?),
             "--json" => json = true,
             "-h" | "--help" => help = true,
+            "--version" => version = true,
             "--" => {
                 positional.extend(args[i + 1..].iter().cloned());
                 break;
@@ -138,6 +142,9 @@ pub fn parse_cli(args: &[String]) -> Result<Cli, CliError> {
             _ => positional.push(arg.to_string()),
         }
         i += 1;
+    }
+    if version && !help {
+        return Ok(Cli { verb: Verb::Version, positional, ifname, keep, json });
     }
     if help || positional.is_empty() {
         return Ok(Cli { verb: Verb::Help, positional, ifname, keep, json });
@@ -150,6 +157,7 @@ pub fn parse_cli(args: &[String]) -> Result<Cli, CliError> {
         "status" => Verb::Status,
         "list" => Verb::List,
         "help" => Verb::Help,
+        "version" => Verb::Version,
         other => return Err(usage_error(format!("unknown command {other:?}"))),
     };
     // Arguments after the ones a command uses are ignored, as upstream's cnitool does (its commands
@@ -157,13 +165,13 @@ pub fn parse_cli(args: &[String]) -> Result<Cli, CliError> {
     let (min, max) = match verb {
         Verb::Add | Verb::Check | Verb::Del => (2, usize::MAX),
         Verb::Gc | Verb::Status => (1, usize::MAX),
-        Verb::List | Verb::Help => (0, 0),
+        Verb::List | Verb::Help | Verb::Version => (0, 0),
     };
     if positional.len() < min || positional.len() > max {
         let want = match verb {
             Verb::Add | Verb::Check | Verb::Del => "at least <network> <netns>",
             Verb::Gc | Verb::Status => "at least <network>",
-            Verb::List | Verb::Help => "no arguments",
+            Verb::List | Verb::Help | Verb::Version => "no arguments",
         };
         return Err(usage_error(format!("{verb:?} takes {want}, got {} argument(s)", positional.len()).to_lowercase()));
     }
@@ -301,16 +309,23 @@ fn hint_for(e: &Error, env: &dyn Env) -> Option<String> {
     if e.msg.contains("Permission denied") || e.msg.contains("permission denied") {
         return Some("run as root, or set CNI_CACHE_DIR to a directory you can write".to_string());
     }
-    if e.msg.contains("failed (add)") {
-        return Some(
-            "plugins before the failing one may have set things up: run `cnitool del` with the same arguments to undo them"
-                .to_string(),
-        );
-    }
     if e.code == code::INCOMPATIBLE_VERSION && e.msg.contains("does not support the") {
         return Some("raise the configuration's cniVersion, or skip this command for it".to_string());
     }
     None
+}
+
+/// A failed ADD of the list: when a plugin before the failing one ran, the hint says how to undo
+/// what it set up (libcni, as upstream's, runs no DEL after a failed ADD; a failing plugin undoes
+/// its own part). The message names the plugin as upstream's does ("plugin type=... failed (add)").
+fn add_failure(e: Error, list: &NetworkConfigList) -> CliError {
+    let failed = |p: &libcni::conflist::PluginConf| e.msg.starts_with(&format!("{} failed (add)", p.description()));
+    let first_failed =
+        list.plugins.first().is_some_and(failed) && list.plugins.iter().filter(|p| failed(p)).count() == 1;
+    if first_failed {
+        return e.into();
+    }
+    with_hint(e, "the plugins before the failing one ran and may have set things up: run `cnitool del` with the same arguments to undo them")
 }
 
 /// Run cnitool; returns the exit code. Results go to `out`, diagnostics to `err`.
@@ -354,6 +369,13 @@ fn run_inner(args: &[String], env: &dyn Env, out: &mut dyn Write) -> Result<(), 
     let write_err = |e: std::io::Error| CliError::from(Error::io("write output", &e));
     match cli.verb {
         Verb::Help => writeln!(out, "{USAGE}").map_err(write_err),
+        Verb::Version => writeln!(
+            out,
+            "cnitool (cni-rs) v{}\nCNI protocol versions supported: {}",
+            env!("CARGO_PKG_VERSION"),
+            libcni::version::SUPPORTED.join(", ")
+        )
+        .map_err(write_err),
         Verb::List => list(env, cli.json, out),
         Verb::Add | Verb::Check | Verb::Del | Verb::Gc | Verb::Status => {
             let network = &cli.positional[0];
@@ -379,7 +401,7 @@ fn run_inner(args: &[String], env: &dyn Env, out: &mut dyn Write) -> Result<(), 
             };
             match cli.verb {
                 Verb::Add => {
-                    let result = cfg.add_network_list(&list, &rt)?;
+                    let result = cfg.add_network_list(&list, &rt).map_err(|e| add_failure(e, &list))?;
                     if cli.json {
                         writeln!(out, "{}", result.to_value(&result.cni_version)?).map_err(write_err)
                     } else {

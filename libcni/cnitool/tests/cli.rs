@@ -265,3 +265,58 @@ fn list_shows_networks_plugins_and_broken_files() {
     assert!(v["failures"][0]["file"].as_str().unwrap().ends_with("00-broken.conflist"));
     assert_eq!(v["networks"][0]["plugins"][0]["path"], e.root.join("bin/logger").display().to_string());
 }
+
+/// The undo hint of a failed ADD appears only when a plugin before the failing one ran.
+#[test]
+fn add_failure_hints_at_del_only_after_an_earlier_plugin_ran() {
+    let e = Env::new("addfail");
+    let failer = e.root.join("bin/failer");
+    std::fs::write(
+        &failer,
+        "#!/bin/sh\ncat >/dev/null\necho '{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"busy\"}'\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&failer, std::fs::Permissions::from_mode(0o755)).unwrap();
+    e.conf(
+        "10-first.conflist",
+        r#"{"cniVersion":"1.0.0","name":"first","plugins":[{"type":"failer"},{"type":"logger"}]}"#,
+    );
+    e.conf(
+        "20-second.conflist",
+        r#"{"cniVersion":"1.0.0","name":"second","plugins":[{"type":"logger"},{"type":"failer"}]}"#,
+    );
+    let out = e.run(&["add", "first", "ns1"], &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("plugin type=\"failer\" failed (add): busy"), "{stderr}");
+    assert!(!stderr.contains("cnitool del"), "the first plugin failed, nothing ran before it: {stderr}");
+    let out = e.run(&["add", "second", "ns1"], &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("hint: the plugins before the failing one ran") && stderr.contains("cnitool del"),
+        "{stderr}"
+    );
+}
+
+/// `--version` and `version` say what cnitool is; the README's usage block is `--help`'s.
+#[test]
+fn version_and_the_readme_agree_with_help() {
+    let e = Env::new("version");
+    for args in [&["--version"][..], &["version"]] {
+        let out = e.run(args, &[]);
+        assert!(out.status.success());
+        let stdout = text(&out.stdout);
+        assert!(stdout.starts_with(&format!("cnitool (cni-rs) v{}\n", env!("CARGO_PKG_VERSION"))), "{stdout}");
+        assert!(stdout.contains("CNI protocol versions supported: 0.1.0, "), "{stdout}");
+    }
+    let help = text(&e.run(&["--help"], &[]).stdout);
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap();
+    let start = help.find("commands:").unwrap();
+    let end = help.find("environment:").unwrap();
+    let block = help[start..end].trim_end();
+    assert!(
+        readme.contains(block),
+        "README.md's cnitool section must show `cnitool --help`'s commands and options:\n{block}"
+    );
+}
