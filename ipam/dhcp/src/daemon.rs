@@ -15,6 +15,7 @@ use netkit::netns::NetNs;
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -359,7 +360,26 @@ impl Daemon {
             Err(e) if !netkit::is_not_found(&e) => {
                 return error(e.code, format!("no DHCP lease for {} on {ifname}: {}", req.key.display(), e.msg))
             }
-            _ => {}
+            // The daemon's own namespace is the node's (or its container's): a DHCP client there
+            // would bring up and lease an address for the node's own interface.
+            Ok(ns) => match ns.same_as_current() {
+                Ok(false) => {}
+                Ok(true) => {
+                    return error(
+                        libcni::code::INVALID_ENV,
+                        format!(
+                            "no DHCP lease for {} on {ifname}: {} is the dhcp daemon's own network namespace, \
+                             not a pod's: refused, nothing sent or changed there (CNI_NETNS must be the pod's)",
+                            req.key.display(),
+                            netns.display()
+                        ),
+                    )
+                }
+                Err(e) => {
+                    return error(e.code, format!("no DHCP lease for {} on {ifname}: {}", req.key.display(), e.msg))
+                }
+            },
+            Err(_) => {}
         }
         let ack = client::with_retries(
             &settings,
@@ -585,8 +605,56 @@ fn listen(path: &Path) -> Result<(UnixListener, bool), String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("{}: {e}", path.display())),
     }
-    let listener = UnixListener::bind(path).map_err(|e| format!("listen on {}: {e}", path.display()))?;
+    let listener = bind_private(path).map_err(|e| format!("listen on {}: {e}", path.display()))?;
     Ok((listener, false))
+}
+
+/// A listening socket at `path` that only the daemon's user can connect to (mode 0600, whatever
+/// the umask): whoever connects names a namespace path the daemon enters and an interface it
+/// brings up. The mode is set between bind and listen, so no connection is accepted before it
+/// holds (a connect to a socket not yet listening is refused).
+fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    let bytes = path.as_os_str().as_bytes();
+    // One byte stays zero: the path is NUL-terminated.
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("a unix socket path holds at most {} bytes and no NUL", addr.sun_path.len() - 1),
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: plain socket(2); the fd is owned right away.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh socket we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: addr is a valid sockaddr_un and len does not exceed its size.
+    if unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len as libc::socklen_t) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let listening = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).and_then(|()| {
+        // SAFETY: listen(2) on a socket we own.
+        if unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    });
+    if let Err(e) = listening {
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(UnixListener::from(fd))
 }
 
 /// Runs the daemon until SIGTERM or SIGINT, which remove the socket (unless systemd made it) and the
