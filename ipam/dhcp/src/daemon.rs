@@ -1,7 +1,7 @@
-//! `dhcp daemon`: holds the leases of every pod on the node behind a unix socket, renews them at
-//! T1 (unicast to the server) and after T2 (broadcast, REBINDING), and releases them on DEL. One
-//! thread per lease; a lease whose pod namespace or interface has vanished is dropped at its next
-//! renewal, and the daemon keeps serving the others.
+//! `dhcp daemon`: holds the leases of every pod on the node behind a unix socket (mode 0600), renews
+//! them at T1 (unicast to the server, no sooner than [`RENEWAL_FLOOR`]) and after T2 (broadcast,
+//! REBINDING), and releases them on DEL. One thread per lease; a lease whose pod namespace or
+//! interface has vanished is dropped at its next renewal, and the daemon keeps serving the others.
 //!
 //! The command line is the reference's, Go `flag` style: `-socketpath P`, `-pidfile F`,
 //! `-hostprefix P`, `-broadcast`, `-timeout 10s`, `-resendmax 1m2s`, each also as `--name`,
@@ -159,6 +159,14 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     Ok(Some(o))
 }
 
+/// The soonest a lease is renewed after an ACK, whatever T1 the server sends: a T1 of zero (or a
+/// lease of a second) would otherwise renew in a loop, a packet storm for the server and a busy
+/// thread here.
+pub const RENEWAL_FLOOR: Duration = Duration::from_secs(10);
+/// Under the floor, rebinding and expiry keep at least this far apart, so a renewal that fails is
+/// tried again (rebinding) before the lease counts as expired.
+const TIMER_GAP: Duration = Duration::from_secs(5);
+
 /// A bound lease.
 #[derive(Debug, Clone)]
 struct Binding {
@@ -168,11 +176,14 @@ struct Binding {
     renew_at: Instant,
     rebind_at: Instant,
     expires_at: Instant,
+    /// Set when the server's timers were raised to the floor: says what it sent and what is used.
+    raised: Option<String>,
 }
 
 impl Binding {
     /// The timers of RFC 2131 4.4.5: T1 defaults to half the lease, T2 to 7/8 (the reference takes
-    /// 85%); a T2 beyond the lease or a T1 beyond T2 is replaced by its default.
+    /// 85%); a T2 beyond the lease or a T1 beyond T2 is replaced by its default. Then T1 is at
+    /// least [`RENEWAL_FLOOR`], and T2 and the lease at least [`TIMER_GAP`] after the timer before.
     fn new(ack: Reply, fallback_server: Option<Ipv4Addr>) -> Result<Binding, String> {
         let addr = ack.yiaddr.ok_or("DHCPACK without an address")?;
         let server = ack
@@ -188,10 +199,28 @@ impl Binding {
         if t1 > t2 {
             t1 = lease / 2;
         }
+        let (sent_t1, sent_t2, sent_lease) = (t1, t2, lease);
+        let t1 = t1.max(RENEWAL_FLOOR);
+        let t2 = t2.max(t1 + TIMER_GAP);
+        let lease = lease.max(t2 + TIMER_GAP);
+        let raised = (t1, t2, lease) != (sent_t1, sent_t2, sent_lease);
+        let raised = raised.then(|| {
+            format!(
+                "the server {server} gave {addr} renewal (T1) {} s, rebinding (T2) {} s, lease {} s; renewing no \
+                 sooner than {} s: renewal at {} s, rebinding at {} s, expiry at {} s",
+                sent_t1.as_secs(),
+                sent_t2.as_secs(),
+                sent_lease.as_secs(),
+                RENEWAL_FLOOR.as_secs(),
+                t1.as_secs(),
+                t2.as_secs(),
+                lease.as_secs()
+            )
+        });
         let now = Instant::now();
         // A lease of "infinity" (0xffffffff) is never renewed; the far future stands for it.
         let far = |d: Duration| now.checked_add(d).unwrap_or(now + Duration::from_secs(100 * 365 * 86400));
-        Ok(Binding { addr, server, renew_at: far(t1), rebind_at: far(t2), expires_at: far(lease), ack })
+        Ok(Binding { addr, server, renew_at: far(t1), rebind_at: far(t2), expires_at: far(lease), ack, raised })
     }
 
     fn info(&self, suppress_gateway: bool) -> Result<LeaseInfo, String> {
@@ -406,6 +435,9 @@ impl Daemon {
             Ok(i) => i,
             Err(e) => return error(libcni::code::NETWORK, format!("lease for {}: {e}", req.key.display())),
         };
+        if let Some(raised) = &binding.raised {
+            eprintln!("dhcp: {}: {raised}", req.key.display());
+        }
         eprintln!(
             "dhcp: {}: leased {}/{} from {} for {} s",
             req.key.display(),
@@ -470,6 +502,9 @@ impl Maintainer {
                 match outcome {
                     Ok(ack) => match Binding::new(ack, Some(b.server)) {
                         Ok(nb) => {
+                            if let Some(raised) = &nb.raised {
+                                eprintln!("dhcp: {}: {raised}", self.name);
+                            }
                             eprintln!(
                                 "dhcp: {}: renewed {} until {} s from now",
                                 self.name,
@@ -811,6 +846,29 @@ mod tests {
         assert_eq!((secs(b.renew_at), secs(b.rebind_at)), (80, 155));
         let b = Binding::new(ack(160, Some(10), Some(200)), None).unwrap();
         assert_eq!((secs(b.renew_at), secs(b.rebind_at)), (10, 140));
+    }
+
+    /// T1 of zero, T2 at or before T1, a lease of a second: renewal waits RENEWAL_FLOOR, rebinding
+    /// and expiry follow TIMER_GAP apart, and the binding says what the server sent.
+    #[test]
+    fn timers_have_a_floor() {
+        let now = Instant::now();
+        let secs = |t: Instant| t.saturating_duration_since(now).as_secs_f64().round() as u64;
+        for (lease, t1, t2, want) in [
+            (120, Some(0), None, (10, 105, 120)),
+            (120, Some(0), Some(0), (10, 15, 120)),
+            (120, Some(30), Some(30), (30, 35, 120)),
+            (1, None, None, (10, 15, 20)),
+            (0, Some(0), Some(0), (10, 15, 20)),
+            (12, Some(11), Some(11), (11, 16, 21)),
+        ] {
+            let b = Binding::new(ack(lease, t1, t2), None).unwrap();
+            assert_eq!((secs(b.renew_at), secs(b.rebind_at), secs(b.expires_at)), want, "{lease} {t1:?} {t2:?}");
+            let raised = b.raised.unwrap();
+            assert!(raised.contains(&format!("lease {lease} s")) && raised.contains("no sooner than 10 s"), "{raised}");
+        }
+        let b = Binding::new(ack(120, Some(60), Some(105)), None).unwrap();
+        assert_eq!((secs(b.renew_at), secs(b.rebind_at), secs(b.expires_at), b.raised), (60, 105, 120, None));
     }
 
     #[test]
