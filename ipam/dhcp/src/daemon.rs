@@ -581,8 +581,39 @@ fn retry_wait(now: Instant, limit: Instant) -> Duration {
 const NOT_GO_RPC: &str = "HTTP/1.0 400 this is the cni-rs dhcp daemon, which does not speak Go net/rpc: \
                           use the cni-rs dhcp plugin with it\n\n";
 
+/// How long a caller has to send its whole call, and the daemon to write its answer: the plugin
+/// writes its call as soon as it connects, so only a stuck or hostile caller takes longer, and it
+/// must not keep a thread (or the daemon, at the process's thread limit) forever.
+pub const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Reads from a stream until a deadline for the whole read, not for each `read`: a caller that
+/// trickles a byte at a time is cut off as one that sends nothing.
+struct ReadBefore<'a> {
+    stream: &'a UnixStream,
+    deadline: Instant,
+}
+
+impl std::io::Read for ReadBefore<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut stream = self.stream;
+        stream.read(buf).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock => std::io::ErrorKind::TimedOut.into(),
+            _ => e,
+        })
+    }
+}
+
 fn serve_connection(daemon: &Daemon, mut stream: UnixStream) {
-    let answer = match proto::read_line(&stream) {
+    if let Err(e) = stream.set_write_timeout(Some(CALL_DEADLINE)) {
+        eprintln!("dhcp: set a write timeout on a call's connection: {e}; closing it");
+        return;
+    }
+    let answer = match proto::read_line(ReadBefore { stream: &stream, deadline: Instant::now() + CALL_DEADLINE }) {
         Ok(line) if line.starts_with("CONNECT ") => {
             let _ = stream.write_all(NOT_GO_RPC.as_bytes());
             return;
@@ -591,6 +622,11 @@ fn serve_connection(daemon: &Daemon, mut stream: UnixStream) {
             Ok(call) => daemon.handle(call),
             Err(e) => error(libcni::code::DECODE, format!("the dhcp daemon could not read the call: {e}")),
         },
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            let secs = CALL_DEADLINE.as_secs();
+            eprintln!("dhcp: a caller sent no complete call within {secs} s; closing its connection");
+            error(libcni::code::IO, format!("the dhcp daemon got no complete call within {secs} s"))
+        }
         Err(e) => error(libcni::code::IO, format!("the dhcp daemon could not read the call: {e}")),
     };
     if let Ok(mut text) = serde_json::to_string(&answer) {

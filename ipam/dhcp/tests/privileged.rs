@@ -526,3 +526,45 @@ fn a_zero_renewal_time_is_raised_to_the_floor() {
     assert!(pod_addrs(&pod).contains(&format!("{addr}/24")));
     cni.del_network_list(&l, &r).unwrap();
 }
+
+/// A caller that connects and sends nothing, and one that sends a byte a second, hold neither the
+/// daemon nor a thread: a real ADD meanwhile succeeds, and each is answered with code 5 and closed
+/// once the call's 10 s have passed.
+#[test]
+fn a_silent_caller_is_cut_off_while_add_goes_on() {
+    use std::io::{Read, Write};
+    let (lab, daemon) = lab_and_daemon(9, None);
+    let silent = UnixStream::connect(&daemon.socket).unwrap();
+    let trickle = UnixStream::connect(&daemon.socket).unwrap();
+    let started = std::time::Instant::now();
+    let dripping = {
+        let mut t = trickle.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for b in b"{\"method\":\"status\"".iter().cycle().take(30) {
+                if t.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let (_cache, cni) = client();
+    let l = lab.list("1.0.0", &unique("dhn"), &daemon);
+    let pod = Netns::new("dhp");
+    let r = rt(&pod);
+    let result = cni.add_network_list(&l, &r).unwrap_or_else(|e| panic!("ADD beside the silent callers: {e}"));
+    assert!(pod_addrs(&pod).contains(&format!("{}/24", result.ips[0].address.ip())));
+    for (what, mut stream) in [("silent", silent), ("trickling", trickle)] {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut answer = String::new();
+        stream
+            .read_to_string(&mut answer)
+            .unwrap_or_else(|e| panic!("{what}: the daemon still holds the connection after 20 s: {e}"));
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_secs(9), "{what}: closed after {elapsed:?}");
+        assert!(answer.contains("\"code\":5") && answer.contains("no complete call within 10 s"), "{what}: {answer:?}");
+    }
+    dripping.join().unwrap();
+    assert!(daemon.log().contains("closing its connection"), "{}", daemon.log());
+    cni.del_network_list(&l, &r).unwrap();
+}
