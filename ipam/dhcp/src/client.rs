@@ -194,13 +194,20 @@ fn open_here(ifname: &str) -> Result<Conn, Failure> {
 
 impl Conn {
     /// The sockets for `ifname` in the namespace at `netns`; `Failure::Gone` when the namespace or
-    /// the interface no longer exists.
+    /// the interface no longer exists, or the path now names the daemon's own namespace (a pod's
+    /// path mounted over with the node's: nothing is sent from the node's interfaces).
     pub fn open(netns: &Path, ifname: &str) -> Result<Conn, Failure> {
         let ns = match NetNs::open(netns) {
             Ok(ns) => ns,
             Err(e) if !netns.exists() => return Err(Failure::Gone(e.msg)),
             Err(e) => return Err(Failure::Other(e.msg)),
         };
+        if ns.same_as_current().map_err(|e| Failure::Other(e.msg))? {
+            return Err(Failure::Gone(format!(
+                "{} is the dhcp daemon's own network namespace, not a pod's",
+                netns.display()
+            )));
+        }
         ns.run(|| open_here(ifname)).map_err(|e| Failure::Other(e.msg))?
     }
 

@@ -1,7 +1,7 @@
-//! `dhcp daemon`: holds the leases of every pod on the node behind a unix socket, renews them at
-//! T1 (unicast to the server) and after T2 (broadcast, REBINDING), and releases them on DEL. One
-//! thread per lease; a lease whose pod namespace or interface has vanished is dropped at its next
-//! renewal, and the daemon keeps serving the others.
+//! `dhcp daemon`: holds the leases of every pod on the node behind a unix socket (mode 0600), renews
+//! them at T1 (unicast to the server, no sooner than [`RENEWAL_FLOOR`]) and after T2 (broadcast,
+//! REBINDING), and releases them on DEL. One thread per lease; a lease whose pod namespace or
+//! interface has vanished is dropped at its next renewal, and the daemon keeps serving the others.
 //!
 //! The command line is the reference's, Go `flag` style: `-socketpath P`, `-pidfile F`,
 //! `-hostprefix P`, `-broadcast`, `-timeout 10s`, `-resendmax 1m2s`, each also as `--name`,
@@ -15,6 +15,7 @@ use netkit::netns::NetNs;
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -158,6 +159,14 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     Ok(Some(o))
 }
 
+/// The soonest a lease is renewed after an ACK, whatever T1 the server sends: a T1 of zero (or a
+/// lease of a second) would otherwise renew in a loop, a packet storm for the server and a busy
+/// thread here.
+pub const RENEWAL_FLOOR: Duration = Duration::from_secs(10);
+/// Under the floor, rebinding and expiry keep at least this far apart, so a renewal that fails is
+/// tried again (rebinding) before the lease counts as expired.
+const TIMER_GAP: Duration = Duration::from_secs(5);
+
 /// A bound lease.
 #[derive(Debug, Clone)]
 struct Binding {
@@ -167,11 +176,14 @@ struct Binding {
     renew_at: Instant,
     rebind_at: Instant,
     expires_at: Instant,
+    /// Set when the server's timers were raised to the floor: says what it sent and what is used.
+    raised: Option<String>,
 }
 
 impl Binding {
     /// The timers of RFC 2131 4.4.5: T1 defaults to half the lease, T2 to 7/8 (the reference takes
-    /// 85%); a T2 beyond the lease or a T1 beyond T2 is replaced by its default.
+    /// 85%); a T2 beyond the lease or a T1 beyond T2 is replaced by its default. Then T1 is at
+    /// least [`RENEWAL_FLOOR`], and T2 and the lease at least [`TIMER_GAP`] after the timer before.
     fn new(ack: Reply, fallback_server: Option<Ipv4Addr>) -> Result<Binding, String> {
         let addr = ack.yiaddr.ok_or("DHCPACK without an address")?;
         let server = ack
@@ -187,10 +199,28 @@ impl Binding {
         if t1 > t2 {
             t1 = lease / 2;
         }
+        let (sent_t1, sent_t2, sent_lease) = (t1, t2, lease);
+        let t1 = t1.max(RENEWAL_FLOOR);
+        let t2 = t2.max(t1 + TIMER_GAP);
+        let lease = lease.max(t2 + TIMER_GAP);
+        let raised = (t1, t2, lease) != (sent_t1, sent_t2, sent_lease);
+        let raised = raised.then(|| {
+            format!(
+                "the server {server} gave {addr} renewal (T1) {} s, rebinding (T2) {} s, lease {} s; renewing no \
+                 sooner than {} s: renewal at {} s, rebinding at {} s, expiry at {} s",
+                sent_t1.as_secs(),
+                sent_t2.as_secs(),
+                sent_lease.as_secs(),
+                RENEWAL_FLOOR.as_secs(),
+                t1.as_secs(),
+                t2.as_secs(),
+                lease.as_secs()
+            )
+        });
         let now = Instant::now();
         // A lease of "infinity" (0xffffffff) is never renewed; the far future stands for it.
         let far = |d: Duration| now.checked_add(d).unwrap_or(now + Duration::from_secs(100 * 365 * 86400));
-        Ok(Binding { addr, server, renew_at: far(t1), rebind_at: far(t2), expires_at: far(lease), ack })
+        Ok(Binding { addr, server, renew_at: far(t1), rebind_at: far(t2), expires_at: far(lease), ack, raised })
     }
 
     fn info(&self, suppress_gateway: bool) -> Result<LeaseInfo, String> {
@@ -359,7 +389,26 @@ impl Daemon {
             Err(e) if !netkit::is_not_found(&e) => {
                 return error(e.code, format!("no DHCP lease for {} on {ifname}: {}", req.key.display(), e.msg))
             }
-            _ => {}
+            // The daemon's own namespace is the node's (or its container's): a DHCP client there
+            // would bring up and lease an address for the node's own interface.
+            Ok(ns) => match ns.same_as_current() {
+                Ok(false) => {}
+                Ok(true) => {
+                    return error(
+                        libcni::code::INVALID_ENV,
+                        format!(
+                            "no DHCP lease for {} on {ifname}: {} is the dhcp daemon's own network namespace, \
+                             not a pod's: refused, nothing sent or changed there (CNI_NETNS must be the pod's)",
+                            req.key.display(),
+                            netns.display()
+                        ),
+                    )
+                }
+                Err(e) => {
+                    return error(e.code, format!("no DHCP lease for {} on {ifname}: {}", req.key.display(), e.msg))
+                }
+            },
+            Err(_) => {}
         }
         let ack = client::with_retries(
             &settings,
@@ -386,6 +435,9 @@ impl Daemon {
             Ok(i) => i,
             Err(e) => return error(libcni::code::NETWORK, format!("lease for {}: {e}", req.key.display())),
         };
+        if let Some(raised) = &binding.raised {
+            eprintln!("dhcp: {}: {raised}", req.key.display());
+        }
         eprintln!(
             "dhcp: {}: leased {}/{} from {} for {} s",
             req.key.display(),
@@ -450,6 +502,9 @@ impl Maintainer {
                 match outcome {
                     Ok(ack) => match Binding::new(ack, Some(b.server)) {
                         Ok(nb) => {
+                            if let Some(raised) = &nb.raised {
+                                eprintln!("dhcp: {}: {raised}", self.name);
+                            }
                             eprintln!(
                                 "dhcp: {}: renewed {} until {} s from now",
                                 self.name,
@@ -526,8 +581,39 @@ fn retry_wait(now: Instant, limit: Instant) -> Duration {
 const NOT_GO_RPC: &str = "HTTP/1.0 400 this is the cni-rs dhcp daemon, which does not speak Go net/rpc: \
                           use the cni-rs dhcp plugin with it\n\n";
 
+/// How long a caller has to send its whole call, and the daemon to write its answer: the plugin
+/// writes its call as soon as it connects, so only a stuck or hostile caller takes longer, and it
+/// must not keep a thread (or the daemon, at the process's thread limit) forever.
+pub const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Reads from a stream until a deadline for the whole read, not for each `read`: a caller that
+/// trickles a byte at a time is cut off as one that sends nothing.
+struct ReadBefore<'a> {
+    stream: &'a UnixStream,
+    deadline: Instant,
+}
+
+impl std::io::Read for ReadBefore<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut stream = self.stream;
+        stream.read(buf).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock => std::io::ErrorKind::TimedOut.into(),
+            _ => e,
+        })
+    }
+}
+
 fn serve_connection(daemon: &Daemon, mut stream: UnixStream) {
-    let answer = match proto::read_line(&stream) {
+    if let Err(e) = stream.set_write_timeout(Some(CALL_DEADLINE)) {
+        eprintln!("dhcp: set a write timeout on a call's connection: {e}; closing it");
+        return;
+    }
+    let answer = match proto::read_line(ReadBefore { stream: &stream, deadline: Instant::now() + CALL_DEADLINE }) {
         Ok(line) if line.starts_with("CONNECT ") => {
             let _ = stream.write_all(NOT_GO_RPC.as_bytes());
             return;
@@ -536,6 +622,11 @@ fn serve_connection(daemon: &Daemon, mut stream: UnixStream) {
             Ok(call) => daemon.handle(call),
             Err(e) => error(libcni::code::DECODE, format!("the dhcp daemon could not read the call: {e}")),
         },
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            let secs = CALL_DEADLINE.as_secs();
+            eprintln!("dhcp: a caller sent no complete call within {secs} s; closing its connection");
+            error(libcni::code::IO, format!("the dhcp daemon got no complete call within {secs} s"))
+        }
         Err(e) => error(libcni::code::IO, format!("the dhcp daemon could not read the call: {e}")),
     };
     if let Ok(mut text) = serde_json::to_string(&answer) {
@@ -585,8 +676,56 @@ fn listen(path: &Path) -> Result<(UnixListener, bool), String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("{}: {e}", path.display())),
     }
-    let listener = UnixListener::bind(path).map_err(|e| format!("listen on {}: {e}", path.display()))?;
+    let listener = bind_private(path).map_err(|e| format!("listen on {}: {e}", path.display()))?;
     Ok((listener, false))
+}
+
+/// A listening socket at `path` that only the daemon's user can connect to (mode 0600, whatever
+/// the umask): whoever connects names a namespace path the daemon enters and an interface it
+/// brings up. The mode is set between bind and listen, so no connection is accepted before it
+/// holds (a connect to a socket not yet listening is refused).
+fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    let bytes = path.as_os_str().as_bytes();
+    // One byte stays zero: the path is NUL-terminated.
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("a unix socket path holds at most {} bytes and no NUL", addr.sun_path.len() - 1),
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: plain socket(2); the fd is owned right away.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh socket we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: addr is a valid sockaddr_un and len does not exceed its size.
+    if unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len as libc::socklen_t) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let listening = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).and_then(|()| {
+        // SAFETY: listen(2) on a socket we own.
+        if unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    });
+    if let Err(e) = listening {
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(UnixListener::from(fd))
 }
 
 /// Runs the daemon until SIGTERM or SIGINT, which remove the socket (unless systemd made it) and the
@@ -743,6 +882,29 @@ mod tests {
         assert_eq!((secs(b.renew_at), secs(b.rebind_at)), (80, 155));
         let b = Binding::new(ack(160, Some(10), Some(200)), None).unwrap();
         assert_eq!((secs(b.renew_at), secs(b.rebind_at)), (10, 140));
+    }
+
+    /// T1 of zero, T2 at or before T1, a lease of a second: renewal waits RENEWAL_FLOOR, rebinding
+    /// and expiry follow TIMER_GAP apart, and the binding says what the server sent.
+    #[test]
+    fn timers_have_a_floor() {
+        let now = Instant::now();
+        let secs = |t: Instant| t.saturating_duration_since(now).as_secs_f64().round() as u64;
+        for (lease, t1, t2, want) in [
+            (120, Some(0), None, (10, 105, 120)),
+            (120, Some(0), Some(0), (10, 15, 120)),
+            (120, Some(30), Some(30), (30, 35, 120)),
+            (1, None, None, (10, 15, 20)),
+            (0, Some(0), Some(0), (10, 15, 20)),
+            (12, Some(11), Some(11), (11, 16, 21)),
+        ] {
+            let b = Binding::new(ack(lease, t1, t2), None).unwrap();
+            assert_eq!((secs(b.renew_at), secs(b.rebind_at), secs(b.expires_at)), want, "{lease} {t1:?} {t2:?}");
+            let raised = b.raised.unwrap();
+            assert!(raised.contains(&format!("lease {lease} s")) && raised.contains("no sooner than 10 s"), "{raised}");
+        }
+        let b = Binding::new(ack(120, Some(60), Some(105)), None).unwrap();
+        assert_eq!((secs(b.renew_at), secs(b.rebind_at), secs(b.expires_at), b.raised), (60, 105, 120, None));
     }
 
     #[test]

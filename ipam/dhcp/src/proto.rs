@@ -95,8 +95,7 @@ pub enum Answer {
 }
 
 /// Reads one line of at most MAX_LINE bytes.
-pub fn read_line(stream: &UnixStream) -> std::io::Result<String> {
-    use std::io::Read;
+pub fn read_line(stream: impl std::io::Read) -> std::io::Result<String> {
     let mut line = String::new();
     BufReader::new(stream.take(MAX_LINE)).read_line(&mut line)?;
     Ok(line)

@@ -195,3 +195,65 @@ fn a_path_that_is_not_a_network_namespace_is_refused_at_once() {
     let status = child.0.wait().unwrap();
     assert_eq!(status.code(), Some(0), "SIGTERM after the refusals");
 }
+
+/// Sends one call on a fresh connection and reads the answer (5 s at most).
+fn ask(sock: &Path, call: &dhcp::proto::Call) -> dhcp::proto::Answer {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = UnixStream::connect(sock).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(format!("{}\n", serde_json::to_string(call).unwrap()).as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line).unwrap_or_else(|e| panic!("no answer within 5 s: {e}"));
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+/// The daemon's own network namespace, by any path to it, is refused at once with code 4 naming
+/// the lease and the path: a DHCP client there would bring up and lease an address for the node's
+/// own interface (the interface here does not exist, so nothing happens to the node either way).
+#[test]
+fn the_daemons_own_namespace_is_refused() {
+    use dhcp::proto::{Answer, Call, LeaseKey, LeaseRequest};
+    let dir = TempDir::new("dhcp-ownns");
+    let sock = dir.path().join("dhcp.sock");
+    let child = KillOnDrop(spawn(&bin_dir().join("dhcp"), &["daemon", "-socketpath", sock.to_str().unwrap()]));
+    assert!(wait_for(Duration::from_secs(5), || UnixStream::connect(&sock).is_ok()), "no socket");
+    for path in ["/proc/self/ns/net".to_string(), format!("/proc/{}/ns/net", child.0.id())] {
+        let call = Call::Allocate(LeaseRequest {
+            key: LeaseKey { container_id: "ctr".into(), network: "net".into(), ifname: "cnxnone0".into() },
+            netns: path.clone(),
+            request: Vec::new(),
+            provide: Vec::new(),
+            suppress_gateway: false,
+        });
+        let Answer::Error { code, msg } = ask(&sock, &call) else { panic!("{path}: not refused") };
+        assert_eq!(code, 4, "{path}: {msg}");
+        let want = format!("{path} is the dhcp daemon's own network namespace, not a pod's");
+        assert!(msg.contains(&want) && msg.contains("ctr/net/cnxnone0"), "{path}: {msg}");
+    }
+    assert_eq!(ask(&sock, &Call::Status), Answer::Done, "the daemon stopped serving");
+}
+
+/// The socket is mode 0600 whatever the umask the daemon starts with: whoever connects names a
+/// namespace the daemon enters and an interface it brings up.
+#[test]
+fn the_socket_is_0600_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("dhcp-mode");
+    for umask in ["000", "022", "077"] {
+        let sock = dir.path().join(format!("dhcp-{umask}.sock"));
+        let child = Command::new("sh")
+            .args(["-c", &format!("umask {umask} && exec \"$0\" daemon -socketpath \"$1\"")])
+            .arg(bin_dir().join("dhcp"))
+            .arg(&sock)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut child = KillOnDrop(child);
+        assert!(wait_for(Duration::from_secs(5), || UnixStream::connect(&sock).is_ok()), "umask {umask}: no socket");
+        let mode = std::fs::symlink_metadata(&sock).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o600, "umask {umask}: the socket is {mode:o}");
+        terminate(&mut child.0);
+        let _ = child.0.wait();
+    }
+}

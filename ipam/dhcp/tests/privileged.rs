@@ -20,29 +20,35 @@ const VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0
 
 /// A bridge, a server namespace on it (10.236.<n>.1/24) and dnsmasq serving 10.236.<n>.10-200 with
 /// a router, DNS server, domain and classless routes; `t1` shortens the renewal time (dnsmasq's
-/// shortest lease is two minutes, its T1 can be seconds).
+/// shortest lease is two minutes, its T1 can be seconds). Or busybox udhcpd ([`Lab::udhcpd`]).
 struct Lab {
     n: u8,
     bridge: LinkGuard,
     dir: TempDir,
-    dnsmasq: Child,
+    server_process: Child,
     server: Netns,
+}
+
+/// The bridge, the server's namespace joined to it by a veth (`srv0`, 10.236.<n>.1/24 on the
+/// server's side), and a directory for the server's files.
+fn lab_network(n: u8) -> (LinkGuard, Netns, TempDir) {
+    require_root();
+    let bridge = LinkGuard(unique("dhb"));
+    cni_tests::sh("ip", &["link", "add", &bridge.0, "type", "bridge"]);
+    cni_tests::sh("ip", &["link", "set", &bridge.0, "up"]);
+    let server = Netns::new("dhs");
+    let veth = unique("dhv");
+    cni_tests::sh("ip", &["link", "add", &veth, "type", "veth", "peer", "name", "srv0", "netns", &server.name]);
+    cni_tests::sh("ip", &["link", "set", &veth, "master", &bridge.0, "up"]);
+    server.ip(&["addr", "add", &format!("10.236.{n}.1/24"), "dev", "srv0"]);
+    server.ip(&["link", "set", "srv0", "up"]);
+    (bridge, server, TempDir::new("dhcp-lab"))
 }
 
 impl Lab {
     fn new(n: u8, t1: Option<u32>) -> Lab {
-        require_root();
         require_tools(&["dnsmasq"]);
-        let bridge = LinkGuard(unique("dhb"));
-        cni_tests::sh("ip", &["link", "add", &bridge.0, "type", "bridge"]);
-        cni_tests::sh("ip", &["link", "set", &bridge.0, "up"]);
-        let server = Netns::new("dhs");
-        let veth = unique("dhv");
-        cni_tests::sh("ip", &["link", "add", &veth, "type", "veth", "peer", "name", "srv0", "netns", &server.name]);
-        cni_tests::sh("ip", &["link", "set", &veth, "master", &bridge.0, "up"]);
-        server.ip(&["addr", "add", &format!("10.236.{n}.1/24"), "dev", "srv0"]);
-        server.ip(&["link", "set", "srv0", "up"]);
-        let dir = TempDir::new("dhcp-lab");
+        let (bridge, server, dir) = lab_network(n);
         let leases = dir.path().join("leases");
         let mut args = vec![
             "netns".to_string(),
@@ -70,7 +76,38 @@ impl Lab {
         }
         let dnsmasq = Command::new("ip").args(&args).stdin(Stdio::null()).spawn().expect("start dnsmasq");
         assert!(wait_for(Duration::from_secs(5), || leases.exists()), "dnsmasq did not start (no lease file)");
-        Lab { n, bridge, dir, dnsmasq, server }
+        Lab { n, bridge, dir, server_process: dnsmasq, server }
+    }
+
+    /// busybox udhcpd serving 10.236.<n>.10-20 with a router, leases of one second and T1 zero
+    /// (renew at once), which dnsmasq will not send; it logs each ACK to `server.log`.
+    fn udhcpd(n: u8) -> Lab {
+        require_tools(&["busybox"]);
+        let (bridge, server, dir) = lab_network(n);
+        let conf = dir.path().join("udhcpd.conf");
+        let leases = dir.path().join("leases");
+        std::fs::write(&leases, "").unwrap();
+        std::fs::write(
+            &conf,
+            format!(
+                "start 10.236.{n}.10\nend 10.236.{n}.20\ninterface srv0\nlease_file {}\nmin_lease 1\n\
+                 opt subnet 255.255.255.0\nopt router 10.236.{n}.1\nopt lease 1\nopt 0x3a 00000000\n",
+                leases.display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let udhcpd = Command::new("ip")
+            .args(["netns", "exec", &server.name, "busybox", "udhcpd", "-f"])
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start udhcpd");
+        let lab = Lab { n, bridge, dir, server_process: udhcpd, server };
+        assert!(wait_for(Duration::from_secs(5), || lab.server_log().contains("started")), "udhcpd did not start");
+        lab
     }
 
     /// The server drops the first DHCP message it gets (~330 bytes), as on a link that has just
@@ -96,7 +133,8 @@ impl Lab {
     }
 
     fn server_log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("dnsmasq.log")).unwrap_or_default()
+        let dnsmasq = std::fs::read_to_string(self.dir.path().join("dnsmasq.log"));
+        dnsmasq.or_else(|_| std::fs::read_to_string(self.dir.path().join("server.log"))).unwrap_or_default()
     }
 
     fn lease_of(&self, ip: &str) -> Option<(u64, String, String)> {
@@ -113,9 +151,9 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        // `ip netns exec` execs dnsmasq, so the child is dnsmasq itself.
-        let _ = self.dnsmasq.kill();
-        let _ = self.dnsmasq.wait();
+        // `ip netns exec` execs the server, so the child is the server itself.
+        let _ = self.server_process.kill();
+        let _ = self.server_process.wait();
     }
 }
 
@@ -249,11 +287,11 @@ fn lease_routes_dns_and_release_on_every_version() {
     }
 }
 
-/// With T1 at 3 s, the daemon renews: the server's lease expiry moves forward while the pod keeps
-/// its address.
+/// With T1 at 10 s (the daemon's floor), the daemon renews: the server's lease expiry moves
+/// forward while the pod keeps its address.
 #[test]
 fn renewal_at_t1_keeps_the_address() {
-    let (lab, daemon) = lab_and_daemon(2, Some(3));
+    let (lab, daemon) = lab_and_daemon(2, Some(10));
     let (_cache, cni) = client();
     let pod = Netns::new("dhp");
     let l = lab.list("1.0.0", &unique("dhn"), &daemon);
@@ -262,8 +300,8 @@ fn renewal_at_t1_keeps_the_address() {
     let addr = result.ips[0].address.ip().to_string();
     let first = lab.lease_of(&addr).unwrap().0;
     assert!(
-        wait_for(Duration::from_secs(10), || lab.lease_of(&addr).is_some_and(|l| l.0 > first)),
-        "no renewal within 10 s (T1 3 s): {:?}\n{}\n{}",
+        wait_for(Duration::from_secs(20), || lab.lease_of(&addr).is_some_and(|l| l.0 > first)),
+        "no renewal within 20 s (T1 10 s): {:?}\n{}\n{}",
         lab.leases(),
         daemon.log(),
         lab.server_log()
@@ -279,7 +317,7 @@ fn renewal_at_t1_keeps_the_address() {
 /// keeps renewing the other pod's lease and serves new ADDs, and the late DEL succeeds.
 #[test]
 fn pod_vanishing_without_del_leaves_the_daemon_serving() {
-    let (lab, daemon) = lab_and_daemon(3, Some(3));
+    let (lab, daemon) = lab_and_daemon(3, Some(10));
     let (_cache, cni) = client();
     let l = lab.list("1.1.0", &unique("dhn"), &daemon);
     let mut gone = Netns::new("dhp");
@@ -290,13 +328,13 @@ fn pod_vanishing_without_del_leaves_the_daemon_serving() {
     let kept_addr = cni.add_network_list(&l, &r_kept).unwrap().ips[0].address.ip().to_string();
     gone.delete();
     assert!(
-        wait_for(Duration::from_secs(10), || daemon.log().contains("the pod is gone")),
+        wait_for(Duration::from_secs(20), || daemon.log().contains("the pod is gone")),
         "the daemon did not notice the vanished pod: {}",
         daemon.log()
     );
     let before = lab.lease_of(&kept_addr).unwrap().0;
     assert!(
-        wait_for(Duration::from_secs(8), || lab.lease_of(&kept_addr).is_some_and(|l| l.0 > before)),
+        wait_for(Duration::from_secs(20), || lab.lease_of(&kept_addr).is_some_and(|l| l.0 > before)),
         "the other pod's lease is no longer renewed: {}",
         daemon.log()
     );
@@ -421,7 +459,7 @@ fn dhcp_plugin(command: &str, conf: &serde_json::Value, pod: &Netns, cid: &str) 
 /// other is told to try again (11); after DEL nothing renews the address behind the daemon's back.
 #[test]
 fn concurrent_adds_for_one_attachment_make_one_lease() {
-    let (lab, daemon) = lab_and_daemon(7, Some(3));
+    let (lab, daemon) = lab_and_daemon(7, Some(10));
     lab.drop_first_message();
     let pod = Netns::new("dhp");
     let host = unique("dhv");
@@ -443,8 +481,90 @@ fn concurrent_adds_for_one_attachment_make_one_lease() {
     let ip = addr.split('/').next().unwrap().to_string();
     dhcp_plugin("DEL", &conf, &pod, &cid).ok();
     assert!(wait_for(Duration::from_secs(3), || lab.lease_of(&ip).is_none()), "{:?}", lab.leases());
-    // Past T1 (3 s): a second lease's thread would have renewed the address by now.
-    std::thread::sleep(Duration::from_secs(5));
+    // Past T1 (10 s): a second lease's thread would have renewed the address by now.
+    std::thread::sleep(Duration::from_secs(12));
     assert!(lab.lease_of(&ip).is_none(), "the address was renewed after DEL: {}", daemon.log());
     let _ = cni_tests::run("ip", &["link", "del", &host]);
+}
+
+/// ACKs udhcpd has logged.
+fn acks(lab: &Lab) -> usize {
+    lab.server_log().matches("sending ACK").count()
+}
+
+/// A server sending T1 zero and a lease of one second (busybox udhcpd) gets no renewal storm: the
+/// daemon logs what the server sent and the timers it uses instead, sends no renewal for 10 s (the
+/// server has answered only the lease's REQUEST), and then renews.
+#[test]
+fn a_zero_renewal_time_is_raised_to_the_floor() {
+    let lab = Lab::udhcpd(8);
+    let daemon = Daemon::start(lab.dir.path(), &[]);
+    let (_cache, cni) = client();
+    let l = lab.list("1.0.0", &unique("dhn"), &daemon);
+    let pod = Netns::new("dhp");
+    let r = rt(&pod);
+    let result = cni.add_network_list(&l, &r).unwrap_or_else(|e| panic!("ADD: {e}\n{}", daemon.log()));
+    let leased = std::time::Instant::now();
+    let addr = result.ips[0].address.ip().to_string();
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(acks(&lab), 1, "renewals before the floor:\n{}\n{}", daemon.log(), lab.server_log());
+    let log = daemon.log();
+    assert!(
+        log.contains(&format!(
+            "gave {addr} renewal (T1) 0 s, rebinding (T2) 0 s, lease 1 s; renewing no sooner than 10 s"
+        )),
+        "{log}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || daemon.log().contains(&format!("renewed {addr}"))),
+        "no renewal after the floor: {}\n{}",
+        daemon.log(),
+        lab.server_log()
+    );
+    assert!(leased.elapsed() >= Duration::from_secs(9), "renewed after {:?}", leased.elapsed());
+    assert_eq!(acks(&lab), 2, "{}", lab.server_log());
+    assert!(pod_addrs(&pod).contains(&format!("{addr}/24")));
+    cni.del_network_list(&l, &r).unwrap();
+}
+
+/// A caller that connects and sends nothing, and one that sends a byte a second, hold neither the
+/// daemon nor a thread: a real ADD meanwhile succeeds, and each is answered with code 5 and closed
+/// once the call's 10 s have passed.
+#[test]
+fn a_silent_caller_is_cut_off_while_add_goes_on() {
+    use std::io::{Read, Write};
+    let (lab, daemon) = lab_and_daemon(9, None);
+    let silent = UnixStream::connect(&daemon.socket).unwrap();
+    let trickle = UnixStream::connect(&daemon.socket).unwrap();
+    let started = std::time::Instant::now();
+    let dripping = {
+        let mut t = trickle.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for b in b"{\"method\":\"status\"".iter().cycle().take(30) {
+                if t.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let (_cache, cni) = client();
+    let l = lab.list("1.0.0", &unique("dhn"), &daemon);
+    let pod = Netns::new("dhp");
+    let r = rt(&pod);
+    let result = cni.add_network_list(&l, &r).unwrap_or_else(|e| panic!("ADD beside the silent callers: {e}"));
+    assert!(pod_addrs(&pod).contains(&format!("{}/24", result.ips[0].address.ip())));
+    for (what, mut stream) in [("silent", silent), ("trickling", trickle)] {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut answer = String::new();
+        stream
+            .read_to_string(&mut answer)
+            .unwrap_or_else(|e| panic!("{what}: the daemon still holds the connection after 20 s: {e}"));
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_secs(9), "{what}: closed after {elapsed:?}");
+        assert!(answer.contains("\"code\":5") && answer.contains("no complete call within 10 s"), "{what}: {answer:?}");
+    }
+    dripping.join().unwrap();
+    assert!(daemon.log().contains("closing its connection"), "{}", daemon.log());
+    cni.del_network_list(&l, &r).unwrap();
 }

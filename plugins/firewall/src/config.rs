@@ -2,7 +2,7 @@
 
 use libcni::gojson::{self, Spelled};
 use libcni::{Error, Result};
-use netkit::firewall::forward::DEFAULT_ADMIN_CHAIN;
+use netkit::firewall::forward::{DEFAULT_ADMIN_CHAIN, PLUGIN_CHAINS};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -79,15 +79,10 @@ pub fn parse(raw: &Value) -> Result<Config> {
     let admin_chain = match text(&r.iptables_admin_chain_name) {
         None => DEFAULT_ADMIN_CHAIN.to_string(),
         Some((key, name)) => {
-            // Letters, digits, '-', '_' and '.', as chain names are in practice: nothing a rule
-            // line could read as more than a name.
-            let bad = name.len() > 28
-                || name.starts_with(['-', '.'])
-                || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-            if bad || matches!(name, "FORWARD" | "INPUT" | "OUTPUT" | "CNI-FORWARD" | "ACCEPT" | "DROP" | "RETURN") {
+            if let Some(why) = admin_chain_refusal(name) {
                 return Err(Error::config(format!(
-                    "firewall: {} {name:?} is not a usable iptables chain name (at most 28 letters, digits, '-', \
-                     '_' or '.', not starting with '-' or '.', not a built-in chain, target or CNI-FORWARD)",
+                    "firewall: {} {name:?} {why}: use a chain of the administrator's own, such as \"{DEFAULT_ADMIN_CHAIN}\" \
+                     (the default)",
                     key_name(key, "iptablesAdminChainName")
                 )));
             }
@@ -108,6 +103,89 @@ pub fn parse(raw: &Value) -> Result<Config> {
         }
     };
     Ok(Config { backend, admin_chain, ingress_policy })
+}
+
+/// The built-in chains of iptables' tables: the admin chain is jumped to from CNI-FORWARD, and a
+/// jump to a built-in chain is refused by iptables.
+const BUILTIN_CHAINS: [&str; 5] = ["INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"];
+
+/// Every name iptables or ip6tables resolves as a target, which `iptables -N` refuses ("chain name
+/// may not clash with target name"), and a `-j` to which would run the target instead of a chain:
+/// the built-in verdicts, `standard` (libxt_standard.so), and the upper-case name of every target
+/// extension that iptables 1.8.9 (Debian 1.8.9-2) installs in /usr/lib/x86_64-linux-gnu/xtables as
+/// lib{xt,ipt,ip6t}_<NAME>.so. Each was checked with `iptables -N` and `ip6tables -N` in a fresh
+/// namespace: a family's own target (TTL, ECN, CLUSTERIP, ULOG for IPv4; HL, DNPT, SNPT for IPv6) is
+/// refused by that family's tool only, and the admin chain is made in both. libxt_NAT.so is not in
+/// the list: it holds SNAT and DNAT, and no target is named NAT.
+const IPTABLES_TARGETS: [&str; 43] = [
+    "ACCEPT",
+    "DROP",
+    "QUEUE",
+    "RETURN",
+    "standard",
+    "AUDIT",
+    "CHECKSUM",
+    "CLASSIFY",
+    "CLUSTERIP",
+    "CONNMARK",
+    "CONNSECMARK",
+    "CT",
+    "DNAT",
+    "DNPT",
+    "DSCP",
+    "ECN",
+    "HL",
+    "HMARK",
+    "IDLETIMER",
+    "LED",
+    "LOG",
+    "MARK",
+    "MASQUERADE",
+    "NETMAP",
+    "NFLOG",
+    "NFQUEUE",
+    "NOTRACK",
+    "RATEEST",
+    "REDIRECT",
+    "REJECT",
+    "SECMARK",
+    "SET",
+    "SNAT",
+    "SNPT",
+    "SYNPROXY",
+    "TCPMSS",
+    "TCPOPTSTRIP",
+    "TEE",
+    "TOS",
+    "TPROXY",
+    "TRACE",
+    "TTL",
+    "ULOG",
+];
+
+/// Why `name` cannot be the admin chain, or None when it can.
+fn admin_chain_refusal(name: &str) -> Option<&'static str> {
+    // iptables itself refuses over 28 bytes, a leading '-' or '!', and whitespace; the rest of
+    // punctuation it takes is refused too, so nothing in a rule line can read as more than a name.
+    if name.len() > 28
+        || name.starts_with(['-', '.'])
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Some(
+            "is not a usable iptables chain name (at most 28 letters, digits, '-', '_' or '.', not starting \
+             with '-' or '.')",
+        );
+    }
+    if BUILTIN_CHAINS.contains(&name) {
+        return Some("is a built-in iptables chain");
+    }
+    if IPTABLES_TARGETS.contains(&name) {
+        return Some("is the name of an iptables target, which iptables refuses as a chain name");
+    }
+    if PLUGIN_CHAINS.contains(&name) {
+        return Some("is a chain the firewall plugin fills itself");
+    }
+    None
 }
 
 fn key_name<'a>(spelled: &'a str, name: &'a str) -> &'a str {
@@ -185,6 +263,37 @@ mod tests {
             let err = parse(&conf(extra.clone())).unwrap_err();
             assert_eq!(err.code, libcni::code::INVALID_CONFIG, "{extra}");
             assert!(err.msg.contains(needle), "{extra}: {}", err.msg);
+        }
+    }
+
+    /// Every target, built-in chain and chain of the plugin's own is refused as the admin chain,
+    /// saying why and what to use; names iptables takes as user chains are kept.
+    #[test]
+    fn admin_chain_is_never_a_target_or_a_builtin_chain() {
+        let refused = |name: &str, why: &str| {
+            let err = parse(&conf(json!({ "iptablesAdminChainName": name }))).unwrap_err();
+            assert_eq!(err.code, libcni::code::INVALID_CONFIG, "{name}");
+            let want = format!("iptablesAdminChainName {name:?} {why}");
+            assert!(err.msg.contains(&want), "{name}: {}", err.msg);
+            assert!(err.msg.contains("such as \"CNI-ADMIN\" (the default)"), "{name}: {}", err.msg);
+        };
+        for name in ["ACCEPT", "DROP", "RETURN", "QUEUE", "REJECT", "NFQUEUE", "LOG", "MASQUERADE", "TTL", "HL"] {
+            refused(name, "is the name of an iptables target");
+        }
+        for name in IPTABLES_TARGETS {
+            refused(name, "is the name of an iptables target");
+        }
+        for name in ["INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"] {
+            refused(name, "is a built-in iptables chain");
+        }
+        for name in ["CNI-FORWARD", "CNI-ISOLATION-STAGE-1", "CNI-ISOLATION-STAGE-2"] {
+            refused(name, "is a chain the firewall plugin fills itself");
+        }
+        for name in ["!x", "-x", ".x", "A B", "a\tb", "a:b", "X\n-F FORWARD", &"X".repeat(29)] {
+            refused(name, "is not a usable iptables chain name");
+        }
+        for name in ["NAT", "accept", "mark", "CNI-ADMIN-2", "my_admin.v4", &"X".repeat(28)] {
+            assert_eq!(parse(&conf(json!({ "iptablesAdminChainName": name }))).unwrap().admin_chain, name);
         }
     }
 }

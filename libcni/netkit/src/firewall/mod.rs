@@ -29,7 +29,9 @@ use std::net::IpAddr;
 pub use iptables::IptablesBackend;
 /// The firewall plugin's FORWARD rules in the reference's iptables layout.
 pub mod forward {
-    pub use super::iptables::forward::{add, check, del, status, ForwardRules, Isolation, DEFAULT_ADMIN_CHAIN};
+    pub use super::iptables::forward::{
+        add, check, del, status, ForwardRules, Isolation, DEFAULT_ADMIN_CHAIN, PLUGIN_CHAINS,
+    };
 }
 pub use nftables::{add_macspoof, check_macspoof, del_macspoof, gc_macspoof, NftablesBackend};
 

@@ -60,6 +60,9 @@ const SHARED_ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: same-br
 const IPT_INV_VIA_OUT: u8 = 0x02;
 /// The reference's default admin chain.
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
+/// The chains the plugin fills itself: an admin chain by one of these names would mix the
+/// administrator's rules with ours (and CNI-FORWARD would jump to itself).
+pub const PLUGIN_CHAINS: [&str; 3] = [PRIV_CHAIN, STAGE1, STAGE2];
 
 /// How traffic into a bridge's pods from elsewhere is treated (`ingressPolicy`).
 #[derive(Debug, Clone, PartialEq, Eq)]
