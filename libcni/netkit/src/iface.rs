@@ -386,6 +386,8 @@ pub fn alongside<A: Send, B>(what: &str, side: impl FnOnce() -> A + Send, main: 
 
 /// Whether IPAM plugin `ipam` releases through the pod's interface, so its DEL must run before
 /// the interface goes: dhcp sends DHCPRELEASE from it. Every other IPAM releases from its own state.
+/// dhcp also leases through that interface, so its ADD needs the interface in the pod (host-device
+/// runs every other IPAM before it moves the device in).
 /// A function rather than `== "dhcp"` at each DEL (bridge, ptp, the sublink plugins): the reason
 /// for the order lives here, and an IPAM that also releases through the link is added once.
 pub fn releases_through_link(ipam: &str) -> bool {

@@ -1,12 +1,21 @@
 //! host-device: moves an existing device of the host (a NIC, an SR-IOV VF, a macvlan...) into the
 //! pod, renamed to CNI_IFNAME, with addresses from IPAM when there is an `ipam` section; DEL moves
-//! it back under its host name. As the reference, the host name travels in the device's alias
-//! (IFLA_IFALIAS), so either plugin returns a device the other moved in. The alias the device had
-//! is kept in `<dataDir>/<containerID>_<ifname>.json` and given back on DEL (the reference leaves
-//! the host name in the alias for good); a device the reference moved in keeps its alias as the
-//! reference leaves it. A record the reference's DEL orphaned is reclaimed by our next ADD of the
-//! device or by GC. A PCI device bound to a userspace (DPDK) driver has no network interface to
-//! move: ADD only runs IPAM, as the reference.
+//! it back under its host name.
+//!
+//! ADD keeps a record of the device in `<dataDir>/<containerID>_<ifname>.json` before it touches
+//! it: its host name, alias, MTU, MAC, permanent MAC and index. DEL moves out only the device that
+//! record identifies (its permanent MAC when it has one, else its MAC and its index in the pod),
+//! whatever the pod renamed or re-aliased it to, under the recorded name and with the recorded
+//! alias, MTU and MAC; anything else in the pod stays there. IPAM runs before the device moves
+//! (but dhcp, which leases through it), and a failed ADD gives the device back as it was, with
+//! the addresses and routes the host had on it.
+//!
+//! As the reference, the host name also travels in the device's alias (IFLA_IFALIAS), so either
+//! plugin returns a device the other moved in: without a record (the reference moved it in), DEL
+//! moves `CNI_IFNAME` out under the name in its alias, as the reference's DEL does. A record the
+//! reference's DEL orphaned is reclaimed by our next ADD of the device or by GC. A PCI device bound
+//! to a userspace (DPDK) driver has no network interface to move: ADD only runs IPAM, as the
+//! reference.
 
 pub mod config;
 
@@ -15,9 +24,12 @@ use libcni::invoke;
 use libcni::types::{CniResult, Interface};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
 use netkit::iface::{self, Undo};
-use netkit::{Link, NetNs, Netlink};
+use netkit::netlink::{RawAddress, RawRoute};
+use netkit::{IpFamily, Link, NetNs, Netlink};
 use serde::{Deserialize, Serialize};
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 pub struct HostDevice;
 
@@ -36,11 +48,10 @@ impl Plugin for HostDevice {
         iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, undo))
     }
 
-    /// Releases the addresses and returns the device to this namespace under its host name (its
-    /// MTU as ADD found it, when prevResult records it), each best effort. A device no longer in
-    /// the pod is success: DEL already ran, or the pod's namespace is gone (the kernel destroys a
-    /// virtual device with it, and returns a physical one to the initial namespace, where DEL
-    /// gives it back its name). Needs no valid configuration: everything comes from the pod.
+    /// Releases the addresses and returns the device to this namespace, each best effort. With
+    /// ADD's record, the device it identifies ([`return_recorded`], [`return_after_pod_gone`]);
+    /// without one (the reference moved the device in), `CNI_IFNAME` under the host name in its
+    /// alias ([`move_out`], [`rename_returned`]). Needs no valid configuration.
     fn del(&self, req: &Request) -> Result<()> {
         let mut errs = Errors::new();
         if let Err(e) = config::parse(req) {
@@ -49,22 +60,27 @@ impl Plugin for HostDevice {
         if let Some(ipam) = req.conf.ipam_type().filter(|t| !t.is_empty()) {
             errs.record(invoke::delegate_del(ipam, req));
         }
-        let mtu = recorded(req).and_then(|i| i.mtu);
-        let returned = match netkit::container_netns_for_del(req) {
-            Ok(Some(ns)) => move_out(&ns, &req.ifname, mtu),
-            Ok(None) => rename_returned(req, mtu),
-            Err(e) => Err(e),
+        let record = match netkit::saved::dir_for_del(&req.raw, config::DEFAULT_DATA_DIR, "host-device") {
+            Ok(dir) => read_record(&saved_path(&dir, req)),
+            Err(e) => {
+                eprintln!("host-device: DEL goes on without ADD's record of the device: {e}");
+                Ok(None)
+            }
         };
-        match returned {
-            // The device is out of the pod (or gone with it): its own alias back, if ADD kept it.
-            Ok(()) => match netkit::saved::dir_for_del(&req.raw, config::DEFAULT_DATA_DIR, "host-device") {
-                Ok(dir) => {
-                    errs.record(restore_alias(&saved_path(&dir, req)));
-                }
-                Err(e) => eprintln!("host-device: DEL cannot give the device its alias back: {e}"),
-            },
-            Err(e) => errs.push(e),
-        }
+        let mtu = recorded(req).and_then(|i| i.mtu);
+        let returned = match (record, netkit::container_netns_for_del(req)) {
+            // A record there but unreadable on disk: returning whatever CNI_IFNAME is could
+            // move a link of the pod's onto the host.
+            (Err(e), _) | (_, Err(e)) => Err(e),
+            (Ok(Some((path, s))), Ok(Some(ns))) => return_recorded(&ns, &path, &s, mtu),
+            (Ok(Some((path, s))), Ok(None)) => return_after_pod_gone(&path, &s, mtu),
+            (Ok(None), Ok(Some(ns))) => {
+                let mac = recorded(req).and_then(|i| i.mac.as_deref()).and_then(netkit::parse_mac);
+                move_out(&ns, &req.ifname, mtu, mac)
+            }
+            (Ok(None), Ok(None)) => rename_returned(req, mtu),
+        };
+        errs.record(returned);
         errs.finish()
     }
 
@@ -122,20 +138,30 @@ fn add<'a>(
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
     let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
-    let moved = match find_device(host, &conf.selector, Path::new("/sys"))? {
-        Some(dev) => {
-            let saved = saved_path(&conf.data_dir, req);
-            Some(move_in(host, cont, ns, dev, &req.ifname, saved, undo)?)
-        }
+    let dev = find_device(host, &conf.selector, Path::new("/sys"))?;
+    if dev.as_ref().is_some_and(|d| d.name == "lo") {
+        return Err(Error::config("host-device cannot move lo: name a network device"));
+    }
+    // IPAM first, so that its failure leaves the device untouched; dhcp leases through the
+    // device, so it runs once the device is in the pod.
+    let mut leased = match &conf.ipam_type {
+        Some(ipam) if dev.is_none() || !iface::releases_through_link(ipam) => Some(iface::ipam_add(ipam, req, undo)?),
+        _ => None,
+    };
+    let moved = match dev {
+        Some(dev) => Some(move_in(host, cont, ns, dev, &req.ifname, saved_path(&conf.data_dir, req), undo)?),
         None => None,
     };
-    if let Some(ipam) = &conf.ipam_type {
-        let r = iface::ipam_add(ipam, req, undo)?;
+    if let (None, Some(ipam)) = (&leased, &conf.ipam_type) {
+        leased = Some(iface::ipam_add(ipam, req, undo)?);
+    }
+    if let Some(r) = leased {
         (result.ips, result.routes, result.dns) = (r.ips, r.routes, r.dns);
         if let Some(link) = &moved {
             iface::set_gateways(&mut result, 0, false, false);
             // DAD off as in the other plugins: IPAM hands each address to one pod.
             iface::configure(cont, ns, &req.ifname, link.index, &result, false)?;
+            libcni::fault_point("container-configured")?;
         }
     }
     if let Some(link) = moved {
@@ -156,7 +182,8 @@ fn add<'a>(
 }
 
 /// Moves `dev` into the pod as `ifname` and brings it up; the pod's link, with the MTU the
-/// device had on the host.
+/// device had on the host. The record at `saved` is written first, and `undo` gives the device
+/// back as it was from the first change on.
 fn move_in<'a>(
     host: &'a Netlink,
     cont: &Netlink,
@@ -166,9 +193,6 @@ fn move_in<'a>(
     saved: PathBuf,
     undo: &mut Undo<'a>,
 ) -> Result<Link> {
-    if dev.name == "lo" {
-        return Err(Error::config("host-device cannot move lo: name a network device"));
-    }
     // A record of ours naming this device is stale, as the device is on the host: another
     // plugin's DEL (the reference's) returned it. Its alias is the device's own, not the host name
     // that moving it in left.
@@ -181,38 +205,244 @@ fn move_in<'a>(
         }
     };
     let what = |e: Error, step: &str| e.context(format_args!("{step} host device {}", dev.name));
-    let (index, was_up, old_alias) = (dev.index, dev.up, dev.alias.clone().unwrap_or_default());
-    // Kept before the alias changes, so that DEL finds it whenever the device can be in the pod.
-    let record = Saved { name: dev.name.clone(), alias: old_alias.clone(), index, mac: dev.mac_string() };
-    let bytes = serde_json::to_vec(&record)
-        .map_err(|e| Error::new(code::INTERNAL, format!("host-device: encode the saved alias: {e}")))?;
-    netkit::saved::write(&saved, &bytes, "host-device: save the alias of the device")?;
-    // A failed ADD gives the device back as it was: up if it was, its own alias.
-    undo.push(move || {
-        let _ = host.set_alias(index, &old_alias);
-        if was_up {
-            let _ = host.set_up(index);
-        }
-        let _ = netkit::saved::remove(&saved, "host-device");
-    });
-    host.set_down(index).map_err(|e| what(e, "set down"))?;
-    host.set_alias(index, &dev.name).map_err(|e| what(e, "record the host name in the alias of"))?;
-    host.set_netns_named(index, ns, ifname).map_err(|e| what(e, "move into the pod"))?;
-    // Runs before the step above restores alias and state (newest first); the kernel keeps the
-    // device's index when it returns, as nothing took it meanwhile.
-    undo.push(move || {
-        let _ = move_out(ns, ifname, None);
-    });
+    let snapshot = Snapshot::take(host, &dev).map_err(|e| what(e, "read the addresses and routes of"))?;
+    // Kept before anything changes, so that DEL finds the device whenever it can be in the pod.
+    let mut record = Saved::of(&dev);
+    write_record(&saved, &record)?;
+    let pod_index = Rc::new(Cell::new(None));
+    {
+        let (record, pod_index, saved) = (record.clone(), pod_index.clone(), saved.clone());
+        undo.push(move || undo_move(host, ns, &Saved { pod_index: pod_index.get(), ..record }, &snapshot, &saved));
+    }
+    libcni::fault_point("device-saved")?;
+    host.set_down(dev.index).map_err(|e| what(e, "set down"))?;
+    libcni::fault_point("device-down")?;
+    host.set_alias(dev.index, &dev.name).map_err(|e| what(e, "record the host name in the alias of"))?;
+    libcni::fault_point("alias-set")?;
+    host.set_netns_named(dev.index, ns, ifname).map_err(|e| what(e, "move into the pod"))?;
+    libcni::fault_point("device-moved")?;
     let link = cont.link(ifname)?.ok_or_else(|| {
         Error::network(format!("{} moved into {} but {ifname} is not there", dev.name, ns.path().display()))
     })?;
+    // The kernel keeps the index unless the pod has a link with it: the record must name the
+    // index the device has there.
+    if link.index != dev.index {
+        record.pod_index = Some(link.index);
+        pod_index.set(record.pod_index);
+        write_record(&saved, &record)?;
+    }
     cont.set_up(link.index).map_err(|e| e.context(format_args!("set up {ifname} in {}", ns.path().display())))?;
+    libcni::fault_point("device-up")?;
     Ok(Link { mtu: dev.mtu, ..link })
 }
 
+/// What leaving its namespace takes from a device (the addresses the host gave it, the routes
+/// through it) and its state: a failed ADD gives them back.
+struct Snapshot {
+    up: bool,
+    addresses: Vec<RawAddress>,
+    routes: Vec<RawRoute>,
+}
+
+/// RTPROT_*: routes the kernel makes again by itself (an address's own, learnt from a redirect
+/// or a router advertisement), which a snapshot leaves out.
+const RTPROT_REDIRECT: u8 = 1;
+const RTPROT_KERNEL: u8 = 2;
+const RTPROT_RA: u8 = 9;
+
+impl Snapshot {
+    fn take(host: &Netlink, dev: &Link) -> Result<Snapshot> {
+        // Addresses learnt with a lifetime (SLAAC) come back by themselves too.
+        let addresses = host.raw_addresses(dev.index)?.into_iter().filter(RawAddress::permanent).collect();
+        let routes = host
+            .raw_routes(IpFamily::Any)?
+            .into_iter()
+            .filter(|r| r.oif() == Some(dev.index))
+            .filter(|r| !matches!(r.protocol(), RTPROT_REDIRECT | RTPROT_KERNEL | RTPROT_RA))
+            .collect();
+        Ok(Snapshot { up: dev.up, addresses, routes })
+    }
+
+    /// Gives link `index` its state, addresses and routes back. A route whose gateway only
+    /// another of them reaches is retried once that one is back; one already there (the kernel
+    /// made it again, or someone added it meanwhile) is left as it is.
+    fn restore(&self, host: &Netlink, index: u32) -> Result<()> {
+        let mut errs = Errors::new();
+        if self.up {
+            errs.record(host.set_up(index));
+        }
+        for a in &self.addresses {
+            match host.restore_address(index, a) {
+                Err(e) if !netkit::is_exists(&e) => errs.push(e),
+                _ => {}
+            }
+        }
+        let mut pending: Vec<&RawRoute> = self.routes.iter().collect();
+        loop {
+            let before = pending.len();
+            let mut failed = Vec::new();
+            for r in pending {
+                match host.readd_route(r, index) {
+                    Err(e) if !netkit::is_exists(&e) => failed.push((r, e)),
+                    _ => {}
+                }
+            }
+            if failed.is_empty() || failed.len() == before {
+                failed.into_iter().for_each(|(_, e)| errs.push(e));
+                break;
+            }
+            pending = failed.into_iter().map(|(r, _)| r).collect();
+        }
+        errs.finish()
+    }
+}
+
+/// A failed ADD's undo: the device `s` records back on the host under its name, with its alias,
+/// MTU, state, addresses and routes as `snapshot` saw them, and no record at `path`. Best effort:
+/// what fails is logged.
+fn undo_move(host: &Netlink, ns: &NetNs, s: &Saved, snapshot: &Snapshot, path: &Path) {
+    let returned = (|| -> Result<()> {
+        let cont = Netlink::open_in(ns)?;
+        let index = match cont.links()?.into_iter().find(|l| s.in_pod(l)) {
+            Some(dev) => {
+                cont.set_down(dev.index)?;
+                cont.set_netns_named(dev.index, &NetNs::current()?, &s.name)?;
+                host.link(&s.name)?.map_or(dev.index, |l| l.index)
+            }
+            // It never left.
+            None => s.index,
+        };
+        let dev = host
+            .link_by_index(index)?
+            .ok_or_else(|| Error::network(format!("host device {} is gone ({})", s.name, s.looked_for())))?;
+        let mut errs = Errors::new();
+        errs.record(restore_recorded(host, &dev, s, None));
+        errs.record(snapshot.restore(host, dev.index));
+        errs.finish()
+    })();
+    if let Err(e) = returned {
+        eprintln!("host-device: the failed ADD could not give host device {} back as it was: {e}", s.name);
+    }
+    if let Err(e) = netkit::saved::remove(path, "host-device") {
+        eprintln!("host-device: {e}");
+    }
+}
+
+/// DEL with ADD's record `s` (at `path`) and the pod's namespace `ns`: the device `s` identifies
+/// ([`Saved::in_pod`]) goes back to this namespace under its recorded name, whatever the pod
+/// calls or aliases it, gets what `s` recorded back, and the record goes. Nothing else in the
+/// pod is touched. The device not in the pod is success: on the host already (the reference's
+/// DEL returned it: [`give_back`]), or nowhere (the pod deleted a virtual device: logged). A
+/// link at the device's index in the pod that does not prove to be it (the pod changed the MAC
+/// of a device without a permanent one) is an error: it may be the device, or the pod's own.
+fn return_recorded(ns: &NetNs, path: &Path, s: &Saved, prev_mtu: Option<u32>) -> Result<()> {
+    let cont = Netlink::open_in(ns)?;
+    let host = Netlink::open()?;
+    let pod_links = cont.links()?;
+    let Some(dev) = pod_links.iter().find(|l| s.in_pod(l)) else {
+        if host.link(&s.name)?.is_some_and(|l| s.on_host(&l)) {
+            return give_back(&host, path, s);
+        }
+        let at_index = pod_links.iter().find(|l| s.perm_mac.is_none() && l.index == s.index_in_pod());
+        if let Some(other) = at_index {
+            let want = s.mac.as_deref().unwrap_or("none");
+            return Err(Error::network(format!(
+                "{} in {} has the index {} host device {} has there, but MAC {}, not {want}: it does not prove to \
+                 be {}, so it stays in the pod; give it MAC {want} and DEL again, or delete the pod's namespace",
+                other.name,
+                ns.path().display(),
+                other.index,
+                s.name,
+                other.mac_string().as_deref().unwrap_or("none"),
+                s.name,
+            )));
+        }
+        eprintln!(
+            "host-device: DEL finds host device {} neither in {} ({}) nor on the host: nothing to return",
+            s.name,
+            ns.path().display(),
+            s.looked_for()
+        );
+        return netkit::saved::remove(path, "host-device");
+    };
+    if host.link(&s.name)?.is_some() {
+        return Err(Error::network(format!(
+            "cannot return host device {} ({} in {}): the host has another link called {}; rename that one and \
+             DEL again",
+            s.name,
+            dev.name,
+            ns.path().display(),
+            s.name
+        )));
+    }
+    let context = || format!("return host device {} ({} in {})", s.name, dev.name, ns.path().display());
+    cont.set_down(dev.index).map_err(|e| e.context(context()))?;
+    cont.set_netns_named(dev.index, &NetNs::current()?, &s.name).map_err(|e| e.context(context()))?;
+    let back = host
+        .link(&s.name)?
+        .ok_or_else(|| Error::network(format!("{}: it left the pod but is not on the host", context())))?;
+    restore_recorded(&host, &back, s, prev_mtu)?;
+    netkit::saved::remove(path, "host-device")
+}
+
+/// DEL with ADD's record `s` (at `path`) and the pod's namespace gone. The kernel destroys a
+/// virtual device with the namespace and returns a physical one to the initial namespace (this
+/// one, on a node) under its pod name: the device `s` identifies ([`Saved::on_host`]) gets its
+/// name and what `s` recorded back. Not found is success, logged.
+fn return_after_pod_gone(path: &Path, s: &Saved, prev_mtu: Option<u32>) -> Result<()> {
+    let host = Netlink::open()?;
+    let Some(dev) = host.links()?.into_iter().find(|l| s.on_host(l)) else {
+        eprintln!(
+            "host-device: DEL finds host device {} nowhere ({}): the pod's namespace is gone, and a virtual \
+             device goes with it",
+            s.name,
+            s.looked_for()
+        );
+        return netkit::saved::remove(path, "host-device");
+    };
+    if dev.name != s.name {
+        if host.link(&s.name)?.is_some() {
+            return Err(Error::network(format!(
+                "cannot give host device {} (now {}) its name back: the host has another link called {}; rename \
+                 that one and DEL again",
+                s.name, dev.name, s.name
+            )));
+        }
+        host.set_name(dev.index, &s.name)
+            .map_err(|e| e.context(format_args!("give host device {} (now {}) its name back", s.name, dev.name)))?;
+    }
+    restore_recorded(&host, &Link { name: s.name.clone(), ..dev }, s, prev_mtu)?;
+    netkit::saved::remove(path, "host-device")
+}
+
+/// Gives `dev`, the device `s` records, back on the host, its recorded alias, MTU (`prev_mtu`,
+/// prevResult's, for a record that lacks it) and, for a device with a permanent MAC, the MAC it
+/// had (the pod may have changed it).
+fn restore_recorded(host: &Netlink, dev: &Link, s: &Saved, prev_mtu: Option<u32>) -> Result<()> {
+    let mut errs = Errors::new();
+    let name = &s.name;
+    if let Some(mtu) = s.mtu.or(prev_mtu).filter(|m| *m != dev.mtu) {
+        errs.record(host.set_mtu(dev.index, mtu).map_err(|e| e.context(format_args!("give {name} its MTU back"))));
+    }
+    if s.perm_mac.is_some() {
+        if let Some(mac) = s.mac.as_deref().and_then(netkit::parse_mac).filter(|m| dev.mac != Some(*m)) {
+            errs.record(host.set_mac(dev.index, mac).map_err(|e| e.context(format_args!("give {name} its MAC back"))));
+        }
+    }
+    if dev.alias.as_deref().unwrap_or_default() != s.alias {
+        errs.record(
+            host.set_alias(dev.index, &s.alias)
+                .map_err(|e| e.context(format_args!("give {name} its alias {:?} back", s.alias))),
+        );
+    }
+    errs.finish()
+}
+
 /// Moves the pod's `ifname` back to this namespace under the host name its alias records, with
-/// `mtu` when given. Success when the pod has no `ifname` (moved back already).
-fn move_out(ns: &NetNs, ifname: &str, mtu: Option<u32>) -> Result<()> {
+/// `mtu` when given: a device the reference moved in (no record of ours). Success when the pod
+/// has no `ifname`, or when the host has that name on a link with `mac` (prevResult's): moved
+/// back already, and the pod's `ifname` is not it.
+fn move_out(ns: &NetNs, ifname: &str, mtu: Option<u32>, mac: Option<[u8; 6]>) -> Result<()> {
     let cont = Netlink::open_in(ns)?;
     let Some(link) = cont.link(ifname)? else { return Ok(()) };
     let name = link.alias.clone().filter(|a| netkit::valid_ifname(a)).ok_or_else(|| {
@@ -223,7 +453,15 @@ fn move_out(ns: &NetNs, ifname: &str, mtu: Option<u32>) -> Result<()> {
     })?;
     let home = NetNs::current()?;
     let host = Netlink::open()?;
-    if host.link(&name)?.is_some() {
+    if let Some(there) = host.link(&name)? {
+        if mac.is_some() && there.mac == mac {
+            eprintln!(
+                "host-device: {name} is back on the host already (it has prevResult's MAC): {ifname} in {} is not it, \
+                 so it stays",
+                ns.path().display()
+            );
+            return Ok(());
+        }
         return Err(Error::network(format!(
             "cannot return {ifname} from {} as {name}: the host has another link called {name}; rename that one \
              and DEL again",
@@ -236,15 +474,25 @@ fn move_out(ns: &NetNs, ifname: &str, mtu: Option<u32>) -> Result<()> {
     restore_mtu(&host, &name, mtu)
 }
 
-/// What ADD keeps of the device on the host, for DEL.
-#[derive(Debug, Serialize, Deserialize)]
+/// What ADD keeps of the device on the host, for DEL (and for its own undo).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Saved {
     /// Its host name (also in its alias while it is in the pod).
     name: String,
     /// Its alias on the host, empty for none.
     alias: String,
+    /// Its index on the host.
     index: u32,
     mac: Option<String>,
+    /// The MAC it came with, when the kernel reports one: the pod cannot change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    perm_mac: Option<String>,
+    /// Its index in the pod, when the kernel gave it another there (the pod had a link with its
+    /// own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pod_index: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mtu: Option<u32>,
 }
 
 /// `<dataDir>/<containerID>_<ifname>.json`.
@@ -252,23 +500,30 @@ fn saved_path(dir: &Path, req: &Request) -> PathBuf {
     netkit::saved::path(dir, &req.container_id, &req.ifname)
 }
 
-/// DEL, once the device is out of the pod: gives back what `saved` records (`give_back`). Nothing
-/// saved (the reference moved the device in): nothing to do.
-fn restore_alias(saved: &Path) -> Result<()> {
-    let Some(bytes) = netkit::saved::read(saved, "host-device")? else { return Ok(()) };
+fn write_record(path: &Path, s: &Saved) -> Result<()> {
+    let bytes = serde_json::to_vec(s)
+        .map_err(|e| Error::new(code::INTERNAL, format!("host-device: encode the record of {}: {e}", s.name)))?;
+    netkit::saved::write(path, &bytes, "host-device: save the record of the device")
+}
+
+/// The record at `path`, `None` when there is none. One that does not parse is removed: DEL then
+/// returns the device as the reference does.
+fn read_record(path: &Path) -> Result<Option<(PathBuf, Saved)>> {
+    let Some(bytes) = netkit::saved::read(path, "host-device")? else { return Ok(None) };
     match serde_json::from_slice::<Saved>(&bytes) {
-        Ok(s) => give_back(&Netlink::open()?, saved, &s),
+        Ok(s) => Ok(Some((path.to_path_buf(), s))),
         Err(e) => {
-            eprintln!("host-device: {} is unreadable, so the alias stays: {e}", saved.display());
-            netkit::saved::remove(saved, "host-device")
+            eprintln!("host-device: {} is unreadable, so DEL returns the device by its alias: {e}", path.display());
+            netkit::saved::remove(path, "host-device")?;
+            Ok(None)
         }
     }
 }
 
 /// The device `s` records, back on the host under its saved name, still carrying that name as its
-/// alias (as moving it in left it) and the same device (its index or MAC), gets its own alias back
-/// (none when it had none). Then the record at `path` goes: whatever was not found is not there to
-/// restore.
+/// alias (as moving it in left it) and the same device ([`Saved::on_host`]), gets its own alias
+/// back (none when it had none). Then the record at `path` goes: whatever was not found is not
+/// there to restore.
 fn give_back(host: &Netlink, path: &Path, s: &Saved) -> Result<()> {
     if let Some(link) = host.link(&s.name)?.filter(|l| s.left(l)) {
         host.set_alias(link.index, &s.alias)
@@ -278,14 +533,55 @@ fn give_back(host: &Netlink, path: &Path, s: &Saved) -> Result<()> {
 }
 
 impl Saved {
-    /// Whether `link` is the device this records (its index or its MAC).
-    fn is(&self, link: &Link) -> bool {
-        link.index == self.index || link.mac_string() == self.mac
+    fn of(dev: &Link) -> Saved {
+        Saved {
+            name: dev.name.clone(),
+            alias: dev.alias.clone().unwrap_or_default(),
+            index: dev.index,
+            mac: dev.mac_string(),
+            perm_mac: dev.perm_mac.as_ref().map(netkit::format_mac),
+            pod_index: None,
+            mtu: Some(dev.mtu),
+        }
     }
 
-    /// Whether `link` is the device this records, as moving it into a pod left it.
+    fn index_in_pod(&self) -> u32 {
+        self.pod_index.unwrap_or(self.index)
+    }
+
+    /// Whether `link` is the device: the same permanent MAC when it has one (no link the pod
+    /// makes has it); else the same MAC and one of `indexes` (an index is unique in a namespace,
+    /// and the kernel keeps it across a move when it can).
+    fn is_at(&self, link: &Link, indexes: &[u32]) -> bool {
+        match &self.perm_mac {
+            Some(perm) => link.perm_mac.as_ref().map(netkit::format_mac).as_ref() == Some(perm),
+            None => link.mac_string() == self.mac && indexes.contains(&link.index),
+        }
+    }
+
+    /// Whether `link`, in the pod, is the device.
+    fn in_pod(&self, link: &Link) -> bool {
+        self.is_at(link, &[self.index_in_pod()])
+    }
+
+    /// Whether `link`, on the host, is the device (back from the pod, it may keep its pod index).
+    fn on_host(&self, link: &Link) -> bool {
+        self.is_at(link, &[self.index, self.index_in_pod()])
+    }
+
+    /// Whether `link` is the device, on the host as moving it into a pod left it.
     fn left(&self, link: &Link) -> bool {
-        link.alias.as_deref() == Some(self.name.as_str()) && self.is(link)
+        link.alias.as_deref() == Some(self.name.as_str()) && self.on_host(link)
+    }
+
+    /// What identifies the device, for messages.
+    fn looked_for(&self) -> String {
+        match &self.perm_mac {
+            Some(perm) => format!("looked for permanent MAC {perm}"),
+            None => {
+                format!("looked for index {} with MAC {}", self.index_in_pod(), self.mac.as_deref().unwrap_or("none"))
+            }
+        }
     }
 }
 
@@ -322,7 +618,7 @@ fn collect_stale(dir: &Path, keep: &[PathBuf]) -> Result<()> {
 fn reclaim_stale(host: &Netlink, dir: &Path, dev: &Link) -> Result<Option<Link>> {
     let mut reclaimed = false;
     for (path, saved) in records(dir)? {
-        if saved.name == dev.name && saved.is(dev) {
+        if saved.name == dev.name && saved.on_host(dev) {
             give_back(host, &path, &saved)?;
             reclaimed = true;
         }
@@ -341,9 +637,10 @@ fn restore_mtu(host: &Netlink, name: &str, mtu: Option<u32>) -> Result<()> {
     }
 }
 
-/// DEL with the pod's namespace gone: a physical device the kernel returned to this (the initial)
-/// namespace is here under CNI_IFNAME (or `dev<N>` when that was taken), with prevResult's MAC and
-/// its host name in the alias: it gets that name back. Nothing else is touched.
+/// DEL with the pod's namespace gone and no record of ours: a physical device the kernel
+/// returned to this (the initial) namespace is here under CNI_IFNAME (or `dev<N>` when that was
+/// taken), with prevResult's MAC and its host name in the alias: it gets that name back. Nothing
+/// else is touched.
 fn rename_returned(req: &Request, mtu: Option<u32>) -> Result<()> {
     let Some(mac) = recorded(req).and_then(|i| i.mac.as_deref()).and_then(netkit::parse_mac) else { return Ok(()) };
     let host = Netlink::open()?;
@@ -431,6 +728,51 @@ fn userspace_driver(dev: &Path) -> Option<String> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    fn link(index: u32, mac: [u8; 6], perm_mac: Option<[u8; 6]>) -> Link {
+        Link {
+            index,
+            name: "x".into(),
+            kind: None,
+            mac: Some(mac),
+            perm_mac,
+            mtu: 1500,
+            master: None,
+            up: false,
+            oper_up: false,
+            oper_state: "down".into(),
+            promisc: false,
+            link_index: None,
+            link_netnsid: None,
+            vlan_filtering: None,
+            alias: None,
+        }
+    }
+
+    /// A NIC is known by its permanent MAC, whatever its MAC or index; a device without one by
+    /// its MAC and its index there, both.
+    #[test]
+    fn identity_of_the_recorded_device() {
+        let (m1, m2, p1) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], [0, 0x1b, 0x21, 0, 0, 1]);
+        let nic = Saved::of(&link(7, m1, Some(p1)));
+        assert!(nic.in_pod(&link(9, m2, Some(p1))) && nic.on_host(&link(9, m2, Some(p1))));
+        assert!(!nic.in_pod(&link(7, m1, None)), "a copy of its MAC at its index");
+        assert!(!nic.in_pod(&link(7, m1, Some(m1))));
+        assert_eq!(nic.looked_for(), "looked for permanent MAC 00:1b:21:00:00:01");
+
+        let mut veth = Saved::of(&link(7, m1, None));
+        assert!(veth.in_pod(&link(7, m1, None)));
+        assert!(!veth.in_pod(&link(8, m1, None)), "its MAC at another index");
+        assert!(!veth.in_pod(&link(7, m2, None)), "another MAC at its index");
+        veth.pod_index = Some(12);
+        assert!(veth.in_pod(&link(12, m1, None)) && !veth.in_pod(&link(7, m1, None)));
+        assert!(veth.on_host(&link(12, m1, None)) && veth.on_host(&link(7, m1, None)));
+        assert_eq!(veth.looked_for(), "looked for index 12 with MAC 02:00:00:00:00:01");
+        // A record of name, alias, index and MAC alone reads, with no MTU to give back.
+        let old: Saved =
+            serde_json::from_str(r#"{"name":"hd0","alias":"","index":7,"mac":"02:00:00:00:00:01"}"#).unwrap();
+        assert!(old.in_pod(&link(7, m1, None)) && old.mtu.is_none());
+    }
 
     /// A fake sysfs: PCI devices with a kernel driver, a DPDK driver and a virtio layout.
     #[test]

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 const REFERENCE: &str = "/usr/lib/cni";
 
@@ -56,14 +57,31 @@ impl Rig {
 
     /// `call` for container `id`.
     fn call_as(&self, id: &str, dir: &Path, cmd: &str, netns: &str, conf: &Value) -> (bool, Value) {
+        let (ok, v, _) = self.exec(id, &dir.join("host-device"), &dir.display().to_string(), &[], cmd, netns, conf);
+        (ok, v)
+    }
+
+    /// Runs the host-device binary `plugin` with CNI_PATH `path` and the variables `env`.
+    #[allow(clippy::too_many_arguments)]
+    fn exec(
+        &self,
+        id: &str,
+        plugin: &Path,
+        path: &str,
+        env: &[(&str, &str)],
+        cmd: &str,
+        netns: &str,
+        conf: &Value,
+    ) -> (bool, Value, String) {
         let mut child = Command::new("ip")
             .args(["netns", "exec", &self.host.name])
-            .arg(dir.join("host-device"))
+            .arg(plugin)
+            .envs(env.iter().copied())
             .env("CNI_COMMAND", cmd)
             .env("CNI_CONTAINERID", id)
             .env("CNI_NETNS", netns)
             .env("CNI_IFNAME", "net1")
-            .env("CNI_PATH", dir)
+            .env("CNI_PATH", path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -72,7 +90,7 @@ impl Rig {
         child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();
         let out = child.wait_with_output().unwrap();
         let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        (out.status.success(), v)
+        (out.status.success(), v, String::from_utf8_lossy(&out.stderr).into_owned())
     }
 
     fn ours(&self, cmd: &str, conf: &Value) -> Value {
@@ -89,6 +107,56 @@ impl Rig {
     fn pod_has(&self, name: &str) -> bool {
         self.pod.exec("ip", &["link", "show", name]).status.success()
     }
+
+    /// What the host has set on `hd0`, beyond the test rig's: two IPv4 addresses (one labelled),
+    /// an IPv6 one, and routes through it in two tables, one of them through a gateway that only
+    /// another of these routes reaches.
+    fn configure_hd0(&self) {
+        let n = self.n;
+        self.host.ip(&["addr", "add", &format!("10.203.{n}.7/24"), "dev", "hd0"]);
+        self.host.ip(&["addr", "add", &format!("10.203.{n}.8/24"), "dev", "hd0", "label", "hd0:x"]);
+        self.host.ip(&["addr", "add", &format!("fd00:203:{n}::7/64"), "dev", "hd0", "nodad"]);
+        self.host.ip(&["route", "add", "10.88.0.0/16", "via", &format!("10.203.{n}.1"), "dev", "hd0", "metric", "50"]);
+        self.host.ip(&["route", "add", "10.89.0.0/16", "dev", "hd0", "table", "100", "proto", "static"]);
+        self.host.ip(&["route", "add", "10.95.0.0/24", "dev", "hd0", "scope", "link"]);
+        self.host.ip(&["route", "add", "10.85.0.0/16", "via", "10.95.0.5", "dev", "hd0"]);
+        self.host.ip(&["-6", "route", "add", "fd00:99::/64", "via", &format!("fd00:203:{n}::1"), "dev", "hd0"]);
+    }
+
+    /// `hd0` on the host as `ip` shows it: name, MTU, flags, alias and MAC, its addresses and the
+    /// routes through it that are not the kernel's own.
+    fn hd0_state(&self) -> Value {
+        let json = |args: &[&str]| -> Value {
+            let mut all = vec!["-j"];
+            all.extend_from_slice(args);
+            serde_json::from_str(&self.host.ip(&all)).unwrap()
+        };
+        let link = &json(&["link", "show", "hd0"])[0];
+        let mut flags: Vec<String> =
+            link["flags"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
+        // Carrier comes and goes with the move; the admin state (UP) is what must come back.
+        flags.retain(|f| f != "LOWER_UP" && f != "NO-CARRIER");
+        let addrs: Vec<String> = json(&["addr", "show", "dev", "hd0"])[0]["addr_info"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| format!("{}/{} {} {}", a["local"], a["prefixlen"], a["scope"], a["label"]))
+            .collect();
+        let mut routes = Vec::new();
+        for family in ["-4", "-6"] {
+            for r in json(&[family, "route", "show", "table", "all", "dev", "hd0"]).as_array().unwrap() {
+                if r["protocol"] != "kernel" && r["type"] != "multicast" && r["type"] != "local" {
+                    routes.push(format!(
+                        "{} via {} table {} metric {} {}",
+                        r["dst"], r["gateway"], r["table"], r["metric"], r["protocol"]
+                    ));
+                }
+            }
+        }
+        routes.sort();
+        json!({ "name": link["ifname"], "mtu": link["mtu"], "flags": flags, "alias": link["ifalias"],
+                "mac": link["address"], "addresses": addrs, "routes": routes })
+    }
 }
 
 fn with_prev(mut conf: Value, prev: &Value) -> Value {
@@ -98,6 +166,40 @@ fn with_prev(mut conf: Value, prev: &Value) -> Value {
 
 fn ours() -> PathBuf {
     bin_dir()
+}
+
+fn records(rig: &Rig) -> usize {
+    std::fs::read_dir(rig.data.path()).unwrap().count()
+}
+
+/// Every fault point of host-device's ADD, in order (IPAM runs before the device moves).
+const ADD_STEPS: [&str; 7] =
+    ["ipam-done", "device-saved", "device-down", "alias-set", "device-moved", "device-up", "container-configured"];
+
+/// host-device built with fault points, once per test run, in a target directory of its own (so
+/// the binaries the other tests use never contain them).
+fn fault_bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let target = match std::env::var_os("CARGO_TARGET_DIR") {
+            Some(dir) => PathBuf::from(dir).join("fault-injection"),
+            None => root.join("target").join("fault-injection"),
+        };
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "--features", "fault-injection", "-p", "host-device", "--target-dir"])
+            .arg(&target)
+            .output()
+            .expect("run cargo");
+        assert!(
+            out.status.success(),
+            "building host-device with fault points failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        target.join("debug")
+    })
 }
 
 #[test]
@@ -129,15 +231,15 @@ fn host_device_on_every_version() {
             rig.ours("CHECK", &with_prev(conf.clone(), &r));
         }
 
-        // The pod changes its MTU; DEL brings the device home under its name (and, with a 1.0.0+
-        // prevResult that records it, its MTU); a second DEL succeeds.
+        // The pod changes its MTU; DEL brings the device home under its name and with its MTU;
+        // a second DEL succeeds.
         rig.pod.sh("ip", &["link", "set", "net1", "mtu", "1400"]);
         rig.ours("DEL", &with_prev(conf.clone(), &r));
         assert!(!rig.pod_has("net1"), "{version}: net1 is still in the pod");
         let home = rig.host_link("hd0").unwrap_or_else(|| panic!("{version}: hd0 did not come back"));
         assert!(home.contains(&mac), "{version}: {home}");
-        let want_mtu = if at_least(version, "1.0.0") { "mtu 1300" } else { "mtu 1400" };
-        assert!(home.contains(want_mtu), "{version}: want {want_mtu}: {home}");
+        // ADD's record keeps the MTU whatever the result's version.
+        assert!(home.contains("mtu 1300"), "{version}: want mtu 1300: {home}");
         // Its own alias back (the reference leaves the host name there), and nothing kept on disk.
         assert!(home.contains("alias orig"), "{version}: alias not restored: {home}");
         assert_eq!(std::fs::read_dir(rig.data.path()).unwrap().count(), 0, "{version}: the saved alias stays");
@@ -323,4 +425,157 @@ fn no_addresses_at_0_2_0_is_the_references_error() {
         assert!(home.contains("alias orig"), "{version}: {home}");
         assert_eq!(std::fs::read_dir(rig.data.path()).unwrap().count(), 0, "{version}: the saved alias stays");
     }
+}
+
+/// The pod renames and re-aliases the device, and puts impostors where a DEL trusting names
+/// would look: a veth end called net1 with the device's MAC and the host name as alias, and a
+/// macvlan called hd0. DEL moves out only the device ADD moved in (its index), under its host
+/// name, with its alias and MTU; the impostors stay in the pod, through a second DEL too.
+#[test]
+fn del_moves_out_only_the_device_it_moved_in() {
+    let rig = Rig::new(36);
+    let index = rig.host.sh("cat", &["/sys/class/net/hd0/ifindex"]).trim().to_string();
+    let mac = rig.host.sh("cat", &["/sys/class/net/hd0/address"]).trim().to_string();
+    let conf = rig.conf("1.0.0", json!({}));
+    let prev = with_prev(conf.clone(), &rig.ours("ADD", &conf));
+    rig.pod.ip(&["link", "set", "net1", "down"]);
+    rig.pod.ip(&["link", "set", "net1", "name", "mine0", "alias", "net1", "mtu", "1400"]);
+    rig.pod.ip(&["link", "add", "net1", "type", "veth", "peer", "name", "imp1"]);
+    rig.pod.ip(&["link", "set", "net1", "address", &mac, "alias", "hd0"]);
+    rig.pod.ip(&["link", "add", "hd0", "link", "imp1", "type", "macvlan", "mode", "bridge"]);
+    rig.pod.ip(&["link", "set", "hd0", "alias", "hd0"]);
+
+    rig.ours("DEL", &prev);
+    assert!(!rig.pod_has("mine0"), "the device stays in the pod");
+    for impostor in ["net1", "imp1", "hd0"] {
+        assert!(rig.pod_has(impostor), "{impostor} left the pod");
+    }
+    let home = rig.host_link("hd0").expect("hd0 back on the host");
+    assert!(home.starts_with(&format!("{index}: hd0@")), "not the device ADD moved in: {home}");
+    assert!(home.contains("mtu 1300") && home.contains("alias orig") && home.contains(&mac), "{home}");
+    assert_eq!(records(&rig), 0, "the record stays");
+
+    rig.ours("DEL", &prev);
+    assert!(rig.pod_has("net1") && rig.pod_has("hd0"), "the second DEL moved an impostor");
+    assert!(rig.host_link("hd0").unwrap().starts_with(&format!("{index}: hd0@")));
+}
+
+/// A device without a permanent MAC is known by its MAC and index together: once the pod changes
+/// its MAC, DEL cannot tell it from a link the pod made at that index, so it fails, says which
+/// device it looked for and how to go on, and leaves the link in the pod. With the MAC back, DEL
+/// returns it. A device the pod deleted is nowhere: DEL succeeds and says so in its log.
+#[test]
+fn del_of_a_device_the_pod_changed_or_deleted() {
+    let rig = Rig::new(37);
+    let mac = rig.host.sh("cat", &["/sys/class/net/hd0/address"]).trim().to_string();
+    let conf = rig.conf("1.0.0", json!({}));
+    let prev = with_prev(conf.clone(), &rig.ours("ADD", &conf));
+    rig.pod.ip(&["link", "set", "net1", "address", "0a:58:0a:cb:25:99"]);
+    let (ok, v) = rig.call(&ours(), "DEL", &rig.pod.path, &prev);
+    let msg = v["msg"].as_str().unwrap_or_default();
+    assert!(!ok, "DEL returned a link it cannot identify: {v}");
+    assert!(msg.contains("host device hd0") && msg.contains(&format!("give it MAC {mac}")), "{msg}");
+    assert!(rig.pod_has("net1") && rig.host_link("hd0").is_none(), "the link left the pod");
+
+    rig.pod.ip(&["link", "set", "net1", "address", &mac]);
+    rig.ours("DEL", &prev);
+    assert!(rig.host_link("hd0").unwrap().contains("alias orig"));
+    assert_eq!(records(&rig), 0);
+
+    let prev = with_prev(conf.clone(), &rig.ours("ADD", &conf));
+    rig.pod.ip(&["link", "del", "net1"]);
+    let (ok, v, log) = rig.exec(
+        "hd-ctr",
+        &ours().join("host-device"),
+        &ours().display().to_string(),
+        &[],
+        "DEL",
+        &rig.pod.path,
+        &prev,
+    );
+    assert!(ok, "DEL of a device the pod deleted: {v}");
+    assert!(log.contains("host device hd0 neither in") && log.contains("looked for index"), "{log}");
+    assert_eq!(records(&rig), 0);
+}
+
+/// DEL after the pod's namespace is gone, with ADD's record: the kernel returns a physical device
+/// to the initial namespace with the index it had and a name of its own (simulated: a link made
+/// with that index and MAC, another MTU and alias). DEL gives that one back its name, MTU and
+/// alias, and leaves a link that only copies the MAC and carries the host name as alias.
+#[test]
+fn del_with_the_pod_gone_returns_the_recorded_device() {
+    let mut rig = Rig::new(38);
+    let index = rig.host.sh("cat", &["/sys/class/net/hd0/ifindex"]).trim().to_string();
+    let mac = rig.host.sh("cat", &["/sys/class/net/hd0/address"]).trim().to_string();
+    let conf = rig.conf("1.1.0", json!({}));
+    let prev = with_prev(conf.clone(), &rig.ours("ADD", &conf));
+    rig.pod.delete();
+    rig.host.ip(&[
+        "link", "add", "dev7", "index", &index, "mtu", "1400", "address", &mac, "type", "veth", "peer", "name", "o1",
+    ]);
+    rig.host.ip(&["link", "set", "dev7", "alias", "junk"]);
+    rig.host.ip(&["link", "add", "net1", "address", &mac, "type", "veth", "peer", "name", "o2"]);
+    rig.host.ip(&["link", "set", "net1", "alias", "hd0"]);
+    rig.ours("DEL", &prev);
+    let home = rig.host_link("hd0").expect("the returned device got its name back");
+    assert!(home.starts_with(&format!("{index}: hd0@")), "{home}");
+    assert!(home.contains("mtu 1300") && home.contains("alias orig"), "{home}");
+    assert!(rig.host_link("net1").unwrap().contains("alias hd0"), "DEL touched a link it did not move");
+    assert_eq!(records(&rig), 0);
+}
+
+/// ADD failing before or after the move leaves the device on the host exactly as it was: name,
+/// MTU, state, alias, MAC, addresses and routes (IPAM runs before the move, the rest is undone).
+/// Up with addresses and routes, then down with addresses.
+#[test]
+fn failed_add_leaves_the_device_as_it_was() {
+    let rig = Rig::new(39);
+    rig.configure_hd0();
+    let ipam = |extra: Value| json!({ "ipam": extra });
+    let failing = [
+        ("an IPAM that fails", ipam(json!({ "type": "static", "addresses": [{ "address": "not-an-address" }] }))),
+        (
+            "a route that cannot be added",
+            ipam(json!({ "type": "static", "addresses": [{ "address": "10.203.39.2/24" }],
+                         "routes": [{ "dst": "10.99.0.0/16", "gw": "10.77.0.1" }] })),
+        ),
+        ("an address the kernel refuses", json!({})),
+    ];
+    for down in [false, true] {
+        if down {
+            rig.host.ip(&["link", "set", "hd0", "down"]);
+        }
+        let before = rig.hd0_state();
+        for (what, extra) in &failing {
+            // The pod refuses IPv6 addresses on a device that arrives.
+            let refuse = if *what == "an address the kernel refuses" { "1" } else { "0" };
+            rig.pod.sh("sysctl", &["-qw", &format!("net.ipv6.conf.default.disable_ipv6={refuse}")]);
+            let (ok, v) = rig.call(&ours(), "ADD", &rig.pod.path, &rig.conf("1.0.0", extra.clone()));
+            assert!(!ok, "{what}: ADD succeeded: {v}");
+            assert_eq!(rig.hd0_state(), before, "{what} (down: {down}): {v}");
+            assert!(!rig.pod_has("net1"), "{what}: the device stays in the pod");
+            assert_eq!(records(&rig), 0, "{what}: the record stays");
+        }
+    }
+}
+
+/// A failure at each step of ADD (fault points) leaves the device as it was.
+#[test]
+fn a_failure_at_each_step_of_add_leaves_the_device_as_it_was() {
+    let faulty = fault_bin_dir().join("host-device");
+    let rig = Rig::new(40);
+    rig.configure_hd0();
+    let before = rig.hd0_state();
+    let conf = rig.conf("1.0.0", json!({}));
+    for step in ADD_STEPS {
+        let path = ours().display().to_string();
+        let (ok, v, _) = rig.exec("hd-ctr", &faulty, &path, &[("CNI_RS_FAIL_AT", step)], "ADD", &rig.pod.path, &conf);
+        assert!(!ok && v["msg"].as_str().unwrap_or_default().contains(step), "{step}: {v}");
+        assert_eq!(rig.hd0_state(), before, "{step}");
+        assert!(!rig.pod_has("net1"), "{step}: the device stays in the pod");
+        assert_eq!(records(&rig), 0, "{step}: the record stays");
+    }
+    // Without a fault the same binary moves the device in.
+    let (ok, v, _) = rig.exec("hd-ctr", &faulty, &ours().display().to_string(), &[], "ADD", &rig.pod.path, &conf);
+    assert!(ok && rig.pod_has("net1"), "{v}");
 }

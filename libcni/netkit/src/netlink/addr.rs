@@ -49,6 +49,64 @@ impl Address {
     }
 }
 
+/// An address as the kernel listed it, to give back to its link once it lost it (a link that
+/// leaves its namespace loses every address).
+#[derive(Debug, Clone)]
+pub struct RawAddress {
+    msg: AddressMessage,
+}
+
+/// The IFA_F_* flags a request may set (the others are the kernel's to report).
+const SETTABLE_FLAGS: u32 = libc::IFA_F_NODAD
+    | libc::IFA_F_OPTIMISTIC
+    | libc::IFA_F_HOMEADDRESS
+    | libc::IFA_F_MANAGETEMPADDR
+    | libc::IFA_F_NOPREFIXROUTE
+    | libc::IFA_F_MCAUTOJOIN;
+
+impl RawAddress {
+    pub fn details(&self) -> Option<Address> {
+        Address::from_message(&self.msg)
+    }
+
+    /// Set by hand or by the kernel for the link itself (an IPv6 link-local), not learnt with a
+    /// lifetime (SLAAC, a temporary address), which the kernel makes again by itself.
+    pub fn permanent(&self) -> bool {
+        self.details().is_some_and(|a| a.flags & libc::IFA_F_PERMANENT != 0)
+    }
+
+    /// The request that adds it to link `index` as listed: prefix, scope, peer, broadcast, label,
+    /// metric, protocol and the flags a request may set; without lifetimes.
+    fn add_message(&self, index: u32) -> AddressMessage {
+        let mut msg = self.msg.clone();
+        msg.header.index = index;
+        let flags = self.details().map_or(0, |a| a.flags) & SETTABLE_FLAGS;
+        msg.header.flags = AddressHeaderFlags::from_bits_truncate((flags & 0xff) as u8);
+        msg.attributes.retain(|a| {
+            matches!(
+                a,
+                AddressAttribute::Address(_)
+                    | AddressAttribute::Local(_)
+                    | AddressAttribute::Label(_)
+                    | AddressAttribute::Broadcast(_)
+                    | AddressAttribute::RoutePriority(_)
+                    | AddressAttribute::Protocol(_)
+            )
+        });
+        msg.attributes.push(AddressAttribute::Flags(AddressFlags::from_bits_retain(flags)));
+        msg
+    }
+}
+
+impl std::fmt::Display for RawAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.details() {
+            Some(a) => write!(f, "{}", a.net),
+            None => f.write_str("?"),
+        }
+    }
+}
+
 fn family_of(f: IpFamily) -> AddressFamily {
     match f {
         IpFamily::V4 => AddressFamily::Inet,
@@ -92,6 +150,30 @@ impl Netlink {
             })
             .filter(|a| index == 0 || a.index == index)
             .collect())
+    }
+
+    /// The addresses of link `index` as the kernel lists them (both families), for
+    /// [`Netlink::restore_address`].
+    pub fn raw_addresses(&self, index: u32) -> Result<Vec<RawAddress>> {
+        let mut req = AddressMessage::default();
+        req.header.index = index;
+        let msgs = self
+            .dump(RouteNetlinkMessage::GetAddress(req))
+            .map_err(|f| f.into_error(format_args!("list addresses of index {index}")))?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(msg) if msg.header.index == index => Some(RawAddress { msg }),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Adds `addr`, as [`Netlink::raw_addresses`] listed it, to link `index`. One already there
+    /// fails with EEXIST ([`crate::is_exists`]); the caller decides.
+    pub fn restore_address(&self, index: u32, addr: &RawAddress) -> Result<()> {
+        self.ack(RouteNetlinkMessage::NewAddress(addr.add_message(index)), NLM_F_CREATE | NLM_F_EXCL)
+            .map_err(|f| f.into_error(format_args!("restore address {addr} on {}", self.describe(index))))
     }
 
     /// Adds an address (`ip addr add`). IPv4 gets the subnet's broadcast address as the
@@ -161,5 +243,32 @@ impl Netlink {
             std::thread::sleep(pause.min(timeout - elapsed));
             pause = (pause * 2).min(Duration::from_millis(200));
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use netlink_packet_route::address::CacheInfo;
+
+    /// A listed address given back: its label and the flags a request may set, not the kernel's
+    /// own flags (secondary, tentative, permanent) nor its lifetimes.
+    #[test]
+    fn an_address_given_back_carries_only_what_a_request_may_set() {
+        let mut msg = address_message(3, "10.1.0.8/24".parse().unwrap());
+        msg.header.flags = AddressHeaderFlags::Secondary | AddressHeaderFlags::Permanent;
+        let listed = libc::IFA_F_SECONDARY | libc::IFA_F_PERMANENT | libc::IFA_F_NOPREFIXROUTE | libc::IFA_F_TENTATIVE;
+        msg.attributes.push(AddressAttribute::Flags(AddressFlags::from_bits_retain(listed)));
+        msg.attributes.push(AddressAttribute::Label("hd0:x".into()));
+        msg.attributes.push(AddressAttribute::CacheInfo(CacheInfo::default()));
+        let raw = RawAddress { msg };
+        assert!(raw.permanent());
+        let back = raw.add_message(9);
+        assert_eq!(back.header.index, 9);
+        assert!(back.header.flags.is_empty());
+        assert!(back.attributes.contains(&AddressAttribute::Label("hd0:x".into())));
+        assert!(back.attributes.contains(&AddressAttribute::Flags(AddressFlags::Noprefixroute)));
+        assert!(!back.attributes.iter().any(|a| matches!(a, AddressAttribute::CacheInfo(_))));
     }
 }

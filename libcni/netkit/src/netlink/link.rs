@@ -21,6 +21,10 @@ pub struct Link {
     /// IFLA_INFO_KIND: `"bridge"`, `"veth"`, `"macvlan"`, ...; `None` for physical devices and `lo`.
     pub kind: Option<String>,
     pub mac: Option<[u8; 6]>,
+    /// IFLA_PERM_ADDRESS: the MAC the hardware came with, which no one can change (a NIC, a VF
+    /// with one assigned); `None` for a virtual device (veth, macvlan) or a kernel that does not
+    /// report it.
+    pub perm_mac: Option<[u8; 6]>,
     pub mtu: u32,
     /// Index of the master (bridge) this link is a port of.
     pub master: Option<u32>,
@@ -58,6 +62,7 @@ impl Link {
             name: String::new(),
             kind: None,
             mac: None,
+            perm_mac: None,
             mtu: 0,
             master: None,
             up: msg.header.flags.contains(LinkFlags::Up),
@@ -74,6 +79,9 @@ impl Link {
             match attr {
                 LinkAttribute::IfName(n) => link.name = n.clone(),
                 LinkAttribute::Address(a) => link.mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
+                LinkAttribute::PermAddress(a) => {
+                    link.perm_mac = <[u8; 6]>::try_from(a.as_slice()).ok().filter(|m| *m != [0; 6]);
+                }
                 LinkAttribute::Mtu(m) => link.mtu = *m,
                 LinkAttribute::Controller(m) if *m != 0 => link.master = Some(*m),
                 LinkAttribute::Link(l) => {

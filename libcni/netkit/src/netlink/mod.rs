@@ -17,7 +17,7 @@ pub mod tc;
 mod tune;
 mod virt;
 
-pub use addr::Address;
+pub use addr::{Address, RawAddress};
 pub use link::{format_mac, parse_mac, BridgeVlan, Link};
 pub use policy::{RawRoute, Rule};
 pub use route::RouteSpec;

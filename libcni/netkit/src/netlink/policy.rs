@@ -132,6 +132,12 @@ impl RawRoute {
         })
     }
 
+    /// RTPROT_*: who made it (2 the kernel, for an address's own routes; 9 a router
+    /// advertisement; 3 boot and 4 static for `ip route add`).
+    pub fn protocol(&self) -> u8 {
+        self.msg.header.protocol.into()
+    }
+
     /// RT_SCOPE_*: 0 universe, 253 link, 254 host.
     pub fn scope(&self) -> u8 {
         self.msg.header.scope.into()
@@ -177,6 +183,16 @@ impl RawRoute {
             )
         });
         msg.attributes.push(RouteAttribute::Table(table));
+        msg
+    }
+
+    /// The same route through link `oif`, keeping `onlink` (the kernel refuses the other flags a
+    /// listing carries, such as `linkdown`).
+    fn through(&self, oif: u32) -> RouteMessage {
+        let mut msg = self.in_table(self.table());
+        msg.header.flags = self.msg.header.flags & RouteFlags::Onlink;
+        msg.attributes.retain(|a| !matches!(a, RouteAttribute::Oif(_)));
+        msg.attributes.push(RouteAttribute::Oif(oif));
         msg
     }
 }
@@ -277,6 +293,14 @@ impl Netlink {
             .map_err(|f| f.into_error(format_args!("restore route {route}")))
     }
 
+    /// Adds `route` as it was listed (its table, metric, protocol, `onlink`...), through link
+    /// `oif`, to give it back to a link that lost it. One already there fails with EEXIST
+    /// ([`crate::is_exists`]): it is not replaced, as it is someone else's now.
+    pub fn readd_route(&self, route: &RawRoute, oif: u32) -> Result<()> {
+        self.ack(RouteNetlinkMessage::NewRoute(route.through(oif)), NLM_F_CREATE | NLM_F_EXCL)
+            .map_err(|f| f.into_error(format_args!("restore route {route}")))
+    }
+
     /// Deletes a route as it was listed; `Ok(false)` if it is already gone.
     pub fn del_raw_route(&self, route: &RawRoute) -> Result<bool> {
         let mut msg = route.in_table(route.table());
@@ -311,6 +335,19 @@ mod tests {
             moved.attributes.iter().filter(|a| matches!(a, RouteAttribute::Table(_))).cloned().collect();
         assert_eq!(tables, [RouteAttribute::Table(1000)]);
         assert_eq!(RawRoute { msg: moved }.table(), 1000);
+    }
+
+    #[test]
+    fn a_route_given_back_keeps_onlink_and_names_its_new_link() {
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = AddressFamily::Inet;
+        msg.header.table = 254;
+        msg.header.flags = RouteFlags::Onlink | RouteFlags::Linkdown;
+        msg.attributes.push(RouteAttribute::Oif(3));
+        let back = RawRoute { msg }.through(9);
+        assert_eq!(back.header.flags, RouteFlags::Onlink);
+        let oifs: Vec<_> = back.attributes.iter().filter(|a| matches!(a, RouteAttribute::Oif(_))).cloned().collect();
+        assert_eq!(oifs, [RouteAttribute::Oif(9)]);
     }
 
     #[test]
