@@ -5,13 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "demo: run as root (it makes a network namespace and a bridge)" >&2; exit 1; }
-tests/setup.sh
+tests/setup.sh --demo
 cargo build --release -q -p bridge -p host-local -p loopback -p portmap -p cnitool
 bin="$PWD/target/release"
 pod="cnirs-demo-$$"
 nspath="/run/netns/$pod"
 httpd_pid=""
 bridge_was_there=$(ip link show cnirs-demo0 >/dev/null 2>&1 && echo yes || echo no)
+# The conflist's dataDir (host-local's reservations) and the web root live under this directory.
+state_was_there=$([ -e /run/cni-rs-demo ] && echo yes || echo no)
 cleanup() {
     [ -n "$httpd_pid" ] && kill "$httpd_pid" 2>/dev/null || true
     if [ -e "$nspath" ]; then
@@ -21,6 +23,7 @@ cleanup() {
     # The bridge plugin keeps a bridge for the next pod, as the reference does; the demo leaves none.
     [ "$bridge_was_there" = no ] && ip link del cnirs-demo0 2>/dev/null || true
     rm -rf /run/cni-rs-demo/www
+    [ "$state_was_there" = no ] && rm -rf /run/cni-rs-demo || true
 }
 trap cleanup EXIT
 

@@ -1,10 +1,26 @@
 #!/usr/bin/env bash
-# Installs every system package the tests and the demo need (Debian). Safe to re-run.
+# Installs every system package the tests need (Debian), or with --demo only what tests/demo.sh
+# needs. Safe to re-run. The Rust toolchain comes from rustup, not from here: Debian's rustc is
+# older than the workspace's rust-version.
 set -euo pipefail
-pkgs=(iproute2 iptables nftables conntrack socat curl busybox-static podman runc containerd
-      containernetworking-plugins python3-pip file qemu-system-x86 xz-utils
-      etcd-server etcd-client protobuf-compiler libprotobuf-dev strace openssl python3
-      dnsmasq-base systemd ethtool)
+demo=false
+[ "${1:-}" = --demo ] && demo=true
+# rustc the build needs: the plugins and cnitool (the demo) 1.83, the node agent (the tests) 1.89.
+if $demo; then need_rust=1.83; else need_rust=1.89; fi
+have_rust=$(rustc --version 2>/dev/null | awk '{print $2}')
+if [ -z "$have_rust" ] || [ "$(printf '%s\n%s\n' "$need_rust" "$have_rust" | sort -V | head -n 1)" != "$need_rust" ]; then
+    echo "setup: rustc ${have_rust:-(none found)} is older than the $need_rust this build needs: install a" \
+        "toolchain with rustup (https://rustup.rs) and put ~/.cargo/bin on PATH" >&2
+    exit 1
+fi
+if $demo; then
+    pkgs=(iproute2 nftables busybox-static curl)
+else
+    pkgs=(iproute2 iptables nftables conntrack socat curl busybox-static podman runc containerd
+          containernetworking-plugins python3-pip file qemu-system-x86 xz-utils
+          etcd-server etcd-client protobuf-compiler libprotobuf-dev strace openssl python3
+          dnsmasq-base systemd ethtool)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,6 +30,7 @@ if ((${#missing[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+$demo && exit 0
 if ! command -v kubernetes-validate >/dev/null 2>&1; then
     echo "setup: installing kubernetes-validate from PyPI" >&2
     pip install -q kubernetes-validate 2>/dev/null || pip install -q --break-system-packages kubernetes-validate

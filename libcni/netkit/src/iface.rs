@@ -74,13 +74,7 @@ pub fn ensure_absent(cont: &Netlink, ns: &NetNs, ifname: &str) -> Result<()> {
 
 /// A MAC address for a pod's interface, as a configuration gives it: six hex bytes, unicast.
 pub fn unicast_mac(s: &str) -> Result<[u8; 6]> {
-    let out = crate::parse_mac(s).ok_or_else(|| {
-        Error::config(format!("invalid MAC address {s:?}: expected six hex bytes like 0a:58:0a:f4:01:02"))
-    })?;
-    if out[0] & 1 == 1 {
-        return Err(Error::config(format!("invalid MAC address {s:?}: a multicast address cannot name an interface")));
-    }
-    Ok(out)
+    crate::parse_unicast_mac(s).map_err(|why| Error::config(format!("invalid MAC address {s:?}: {why}")))
 }
 
 /// The MAC a runtime asks for, the later source winning: `configured` (a plugin's own `mac` key),

@@ -49,20 +49,9 @@ pub fn valid_ifname(name: &str) -> bool {
         && !name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace() || c == '\0')
 }
 
-/// A MAC as Go's net.ParseMAC reads a 48-bit one: `aa:bb:cc:dd:ee:ff`, `aa-bb-cc-dd-ee-ff` or
-/// `aabb.ccdd.eeff`; a multicast address cannot name an interface.
+/// A MAC for an interface ([`parse_mac`]'s grammar): a multicast address cannot name one.
 pub fn parse_unicast_mac(s: &str) -> std::result::Result<[u8; 6], String> {
-    let bad = || "expected six hex bytes like 0a:58:0a:f4:01:02".to_string();
-    let mut out = [0u8; 6];
-    let groups: Vec<&str> = if s.contains('.') { s.split('.').collect() } else { s.split([':', '-']).collect() };
-    let hex: String = match groups.len() {
-        6 if groups.iter().all(|g| g.len() == 2) && (s.contains(':') != s.contains('-')) => groups.concat(),
-        3 if s.contains('.') && groups.iter().all(|g| g.len() == 4) => groups.concat(),
-        _ => return Err(bad()),
-    };
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = hex.get(2 * i..2 * i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or_else(bad)?;
-    }
+    let out = parse_mac(s).ok_or_else(|| "expected six hex bytes like 0a:58:0a:f4:01:02".to_string())?;
     if out[0] & 1 == 1 {
         return Err("a multicast address cannot name an interface".to_string());
     }

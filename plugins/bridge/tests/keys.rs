@@ -57,7 +57,8 @@ fn mac_mtu_hairpin_isolation() {
     let pod = Netns::new("cnbp");
     let mut r = rt(&pod);
     let mut caps = Map::new();
-    caps.insert("mac".into(), json!("0a:58:0a:c9:01:63"));
+    // In Go's dotted form (net.ParseMAC reads it, so the reference's bridge takes it).
+    caps.insert("mac".into(), json!("0a58.0ac9.0163"));
     r.capability_args = caps;
     let result = net.add(&r).expect("ADD");
     let link = pod.sh("ip", &["-o", "link", "show", "eth0"]);

@@ -177,6 +177,8 @@ mod tests {
         assert_eq!(sel(json!({"device": "eth1"})), Selector::Device("eth1".into()));
         assert_eq!(sel(json!({"Device": "eth1", "hwaddr": "0a:58:0a:f4:01:02"})), Selector::Device("eth1".into()));
         assert_eq!(sel(json!({"hwaddr": "0A:58:0a:f4:01:02"})), Selector::HwAddr([0x0a, 0x58, 0x0a, 0xf4, 1, 2]));
+        // Go's dotted form: the reference's net.ParseMAC reads it.
+        assert_eq!(sel(json!({"hwaddr": "0a58.0af4.0102"})), Selector::HwAddr([0x0a, 0x58, 0x0a, 0xf4, 1, 2]));
         assert_eq!(
             sel(json!({"kernelpath": "/sys/devices/pci0000:00/0000:00:19.0", "pciBusID": "0000:00:19.0"})),
             Selector::KernelPath("/sys/devices/pci0000:00/0000:00:19.0".into())

@@ -137,19 +137,24 @@ pub fn format_mac(mac: &[u8; 6]) -> String {
     mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff` (or with `-`); `None` if malformed.
+/// A 48-bit MAC as Go's net.ParseMAC reads it, the one grammar every key and record that holds a
+/// MAC is read with: `aa:bb:cc:dd:ee:ff`, `aa-bb-cc-dd-ee-ff` (one separator throughout) or
+/// `aabb.ccdd.eeff`, hex digits of either case; `None` if malformed.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let dotted = s.contains('.');
+    let groups: Vec<&str> = if dotted { s.split('.').collect() } else { s.split([':', '-']).collect() };
+    let hex: String = match groups.len() {
+        6 if !dotted && groups.iter().all(|g| g.len() == 2) && (s.contains(':') != s.contains('-')) => groups.concat(),
+        3 if dotted && groups.iter().all(|g| g.len() == 4) => groups.concat(),
+        _ => return None,
+    };
     let mut out = [0u8; 6];
-    let mut parts = s.split([':', '-']);
-    for b in out.iter_mut() {
-        let p = parts.next()?;
-        if p.len() != 2 {
+    for (i, b) in out.iter_mut().enumerate() {
+        let pair = hex.get(2 * i..2 * i + 2)?;
+        if !pair.bytes().all(|c| c.is_ascii_hexdigit()) {
             return None;
         }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    if parts.next().is_some() {
-        return None;
+        *b = u8::from_str_radix(pair, 16).ok()?;
     }
     Some(out)
 }
@@ -686,5 +691,12 @@ mod tests {
         assert_eq!(parse_mac("0a:58:0a:f4:00:ff:00"), None);
         assert_eq!(parse_mac("0a:58:0a:f4:00:fg"), None);
         assert_eq!(parse_mac("a:58:0a:f4:00:ff"), None);
+        // Go's dotted form, and what Go refuses: mixed separators, signs, short groups.
+        assert_eq!(parse_mac("0a58.0af4.00ff"), Some(m));
+        assert_eq!(parse_mac("0A58.0AF4.00FF"), Some(m));
+        assert_eq!(parse_mac("0a:58-0a:f4:00:ff"), None);
+        assert_eq!(parse_mac("+a:58:0a:f4:00:ff"), None);
+        assert_eq!(parse_mac("0a58.0af4.0ff"), None);
+        assert_eq!(parse_mac("0a58.0af4.00ff.0000"), None);
     }
 }
