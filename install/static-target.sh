@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How the node's cni-rs is built: static musl, not position-independent. Every pod ADD and DEL
-# starts a plugin process, and start-up is most of a plugin's own time (docs/bench/README.md,
-# change 16): static glibc probes the CPU with some 40 cpuid instructions, each a VM exit on a
+# starts a plugin process, and start-up is most of a plugin's own time (docs/bench/README.md, "A
+# plugin process starts fast"): static glibc probes the CPU with some 40 cpuid instructions, each a VM exit on a
 # virtual machine, and a static-pie binary relocates itself (~2,400 relocations, a dozen
 # copy-on-write page faults) before main. The reference plugins are not PIE either.
 #

@@ -4,10 +4,10 @@
 //! static glibc's (which probes the CPU with some 40 `cpuid` instructions, each a VM exit). musl's
 //! own allocator maps and unmaps pages for small allocations, and those system calls and page
 //! faults cost a plugin ADD more than glibc's start-up saved; dlmalloc takes memory in 64 KiB steps
-//! and keeps it (docs/bench/README.md, change 16). But dlmalloc grows a large block by copying it
-//! into a new one and keeps the old: reading a 16 MiB stdin peaked at 43 MiB. Large blocks go to
-//! the system allocator, which maps each on its own and grows it with mremap, as glibc's does, so
-//! that read peaks at about its size (tests/tests/memory.rs).
+//! and keeps it (docs/bench/README.md, "A plugin process starts fast"). But dlmalloc grows a large
+//! block by copying it into a new one and keeps the old: reading a 16 MiB stdin peaked at 43 MiB.
+//! Large blocks go to the system allocator, which maps each on its own and grows it with mremap, as
+//! glibc's does, so that read peaks at about its size (tests/tests/memory.rs).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 

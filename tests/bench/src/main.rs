@@ -1016,7 +1016,7 @@ fn fresh_dir(suffix: &str) -> Res<PathBuf> {
 /// The reference as this run's copy: every file of its directory written afresh, as ours is by
 /// [`installed_shape`]. An executable's page-cache pages age on this kind of host (DAMON reclaim
 /// pages cold ones out), and an hours-old copy of the same bytes started measurably slower than a
-/// fresh one (docs/bench/README.md, change 16): both sides' files are the same age.
+/// fresh one (docs/bench/README.md, "The two sides"): both sides' files are the same age.
 fn fresh_reference(reference: &Path) -> Res<PathBuf> {
     let dir = fresh_dir("ref")?;
     let entries = std::fs::read_dir(reference).map_err(|e| format!("{}: {e}", reference.display()))?;
