@@ -121,6 +121,20 @@ pub async fn link_of_address(handle: &Handle, ip: IpAddr) -> Result<Option<Under
     Ok(Some(Underlay { index, mtu: 1500, subnet }))
 }
 
+/// Every address on every interface of this network namespace.
+pub async fn local_addresses(handle: &Handle) -> Result<std::collections::BTreeSet<IpAddr>, String> {
+    let mut addrs = handle.address().get().execute();
+    let mut all = std::collections::BTreeSet::new();
+    while let Some(msg) = addrs.try_next().await.map_err(|e| format!("list addresses: {e}"))? {
+        for attr in &msg.attributes {
+            if let AddressAttribute::Address(ip) | AddressAttribute::Local(ip) = attr {
+                all.insert(*ip);
+            }
+        }
+    }
+    Ok(all)
+}
+
 /// The first global address of `family` (IPv4 when `v4`) on the interface of that family's
 /// default route in the main table.
 pub async fn default_route_address(handle: &Handle, v4: bool) -> Result<Option<IpAddr>, String> {
