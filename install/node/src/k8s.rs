@@ -131,8 +131,11 @@ pub async fn watch_nodes(
         } else if synced {
             eprintln!("waiting: no Node named {} in the API server", options.node_name);
         }
-        let others: BTreeMap<String, Claim> =
-            nodes.iter().filter(|(name, _)| **name != options.node_name).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let others: BTreeMap<String, Claim> = nodes
+            .iter()
+            .filter(|(name, _)| **name != options.node_name)
+            .map(|(name, claim)| (format!("Node/{name}"), claim.clone()))
+            .collect();
         let snapshot = Peers { nodes: others, synced };
         peers.send_if_modified(|current| {
             if **current == snapshot {

@@ -292,7 +292,7 @@ fn plan(options: &Options, local: &Local, own: &Held, me: &trust::Me, peers: &Pe
             };
             let Some(mac) = mac else {
                 plan.unroutable.push(format!(
-                    "no route to {cidr} of node {}: it records no usable VTEP MAC (backend host-gw?)",
+                    "no route to {cidr} of node {}: it records no usable VTEP MAC (none, or one refused)",
                     peer.node
                 ));
                 continue;

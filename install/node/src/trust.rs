@@ -156,7 +156,7 @@ pub fn resolve<'a>(
                 Some(format!("this node {} ({own_key}, {})", mine.node, list(&mine.pod_cidrs)))
             }
             _ => kept.iter().find(|(_, k)| any_overlap(&record.pod_cidrs, &k.record.pod_cidrs)).map(|(k, older)| {
-                format!("node {} ({k}, {}), the older holder", older.record.node, list(&older.record.pod_cidrs))
+                format!("the older holder node {} ({k}, {})", older.record.node, list(&older.record.pod_cidrs))
             }),
         };
         match holder {
