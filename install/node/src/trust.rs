@@ -225,9 +225,14 @@ pub fn check_node_ip(ip: IpAddr, me: &Me) -> Result<(), (Reason, String)> {
             }
         }
     }
-    // (A /31 or /32 has no network or broadcast address; IPv6 has no broadcast.)
-    for subnet in me.subnets.iter().filter(|s| s.is_ipv4() && s.prefix() <= 30) {
-        if ip == subnet.broadcast() || ip == subnet.network() {
+    // A /31 or /32 (/127, /128) has no network or broadcast address. IPv6 has no broadcast;
+    // its network address is the subnet-router anycast address, which is not one node.
+    for subnet in &me.subnets {
+        let special = match subnet {
+            IpNetwork::V4(v4) => v4.prefix() <= 30 && (ip == subnet.broadcast() || ip == IpAddr::V4(v4.network())),
+            IpNetwork::V6(v6) => v6.prefix() <= 126 && ip == IpAddr::V6(v6.network()),
+        };
+        if special {
             return bad(&format!("the network or broadcast address of this node's subnet {subnet}"));
         }
     }
@@ -415,7 +420,7 @@ mod tests {
     fn node_ips_must_be_unicast_addresses_of_another_host() {
         let me = Me {
             addresses: ["10.95.0.11", "192.168.50.1", "fd00:95::11"].iter().map(|s| s.parse().unwrap()).collect(),
-            subnets: vec!["10.95.0.0/24".parse().unwrap()],
+            subnets: vec!["10.95.0.0/24".parse().unwrap(), "fd00:95::/64".parse().unwrap()],
             vtep_mac: None,
         };
         for ok in ["10.95.0.12", "10.96.0.13", "fd00:95::12", "2001:db8::1"] {
@@ -431,6 +436,7 @@ mod tests {
             "240.0.0.1",
             "10.95.0.255",
             "10.95.0.0",
+            "fd00:95::",
             "169.254.169.254",
             "::",
             "::1",
