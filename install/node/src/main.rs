@@ -122,7 +122,8 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
         eprintln!("serving /healthz and /metrics on http://{addr}");
     }
     tokio::spawn(metrics::serve(listener, stats.clone(), RESYNC * 3));
-    reconcile_loop(options, local, held_rx, peers_rx, stats).await
+    let addresses = net::watch_addresses()?;
+    reconcile_loop(options, local, held_rx, peers_rx, addresses, stats).await
 }
 
 type Channels = (watch::Receiver<Arc<Held>>, watch::Receiver<Arc<Peers>>);
@@ -319,6 +320,7 @@ async fn reconcile_loop(
     local: Local,
     mut held: watch::Receiver<Arc<Held>>,
     mut peers: watch::Receiver<Arc<Peers>>,
+    mut addresses: watch::Receiver<u64>,
     stats: metrics::Shared,
 ) -> Result<(), String> {
     let template = match &options.template {
@@ -330,6 +332,8 @@ async fn reconcile_loop(
     // What the last reconcile refused: a finding is logged and counted when it appears, not
     // again on every reconcile while it lasts.
     let mut reported: BTreeSet<String> = BTreeSet::new();
+    // The address-change count at which this node's addresses were last listed.
+    let mut addresses_listed: Option<u64> = None;
     let mut me = trust::Me {
         addresses: options.node_ips.iter().copied().collect(),
         subnets: [local.v4, local.v6].iter().flatten().map(|u| u.subnet).collect(),
@@ -365,14 +369,18 @@ async fn reconcile_loop(
 
         // Every address of this node, not only --node-ip: a record naming any of them would
         // route pod traffic back to this node.
-        match net::local_addresses(&local.handle).await {
-            Ok(mut addresses) => {
-                addresses.extend(options.node_ips.iter().copied());
-                me.addresses = addresses;
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                errors += 1;
+        let address_changes = *addresses.borrow_and_update();
+        if addresses_listed != Some(address_changes) {
+            match net::local_addresses(&local.handle).await {
+                Ok(mut list) => {
+                    list.extend(options.node_ips.iter().copied());
+                    me.addresses = list;
+                    addresses_listed = Some(address_changes);
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    errors += 1;
+                }
             }
         }
         let plan = plan(&options, &local, &own, &me, &snapshot);
@@ -499,6 +507,7 @@ async fn reconcile_loop(
         tokio::select! {
             r = peers.changed() => r.map_err(|_| "the datastore watch stopped".to_string())?,
             r = held.changed() => r.map_err(|_| "the lease keeper stopped".to_string())?,
+            r = addresses.changed() => r.map_err(|_| "the address watch stopped".to_string())?,
             _ = tokio::time::sleep(wait) => {}
         }
     }

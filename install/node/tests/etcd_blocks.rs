@@ -443,4 +443,13 @@ fn unusable_records_are_warnings_and_metrics_never_sync_errors() {
     assert_eq!(metric(&metrics, "cni_rs_node_record_conflicts_total"), Some(1.0), "{metrics}");
     assert_eq!(agent_http(&f.agents[a], "/healthz").0, 200);
     assert!(!run_in(&n0, &["ip", "-4", "route", "show", "proto", "210"]).contains("10.95.0.66"));
+
+    // An address this node gains later counts too: the peer's route through it goes at once.
+    run_in(&n0, &["ip", "addr", "add", "10.95.0.52/24", "dev", "eth0"]);
+    wanted4(&n0, &["10.244.1.0/24 via 10.95.0.12 dev eth0", "10.244.9.0/24 via 10.244.9.0 dev cni-rs.1 onlink"]);
+    let log = f.agents[a].proc.log();
+    assert!(log.contains("node peer (/cni-rs/subnets/10.244.5.0-24): 10.95.0.52 is an address of this node"), "{log}");
+    let (_, metrics) = agent_http(&f.agents[a], "/metrics");
+    assert_eq!(metric(&metrics, r#"cni_rs_node_records_rejected_total{reason="own_address"}"#), Some(2.0), "{metrics}");
+    assert_eq!(metric(&metrics, "cni_rs_node_reconcile_errors_total"), Some(0.0), "{metrics}");
 }
