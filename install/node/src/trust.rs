@@ -138,6 +138,38 @@ pub fn check_claim(options: &Options, key: &str, record: &NodeRecord) -> Result<
     Ok(())
 }
 
+/// The first and last address of `cidr`, and whether it is IPv4.
+fn span(cidr: &IpNetwork) -> (bool, u128, u128) {
+    let (start, host_bits) = match cidr.network() {
+        IpAddr::V4(a) => (u128::from(u32::from(a)), 32 - u32::from(cidr.prefix())),
+        IpAddr::V6(a) => (u128::from(a), 128 - u32::from(cidr.prefix())),
+    };
+    let last = if host_bits >= 128 { u128::MAX } else { start | ((1u128 << host_bits) - 1) };
+    (cidr.is_ipv4(), start, last)
+}
+
+/// Disjoint address ranges by (family, first address), each with its last address and holder:
+/// whether a block overlaps one held is one lookup, so screening n records costs n log n.
+#[derive(Default)]
+struct Ranges(BTreeMap<(bool, u128), (u128, usize)>);
+
+impl Ranges {
+    fn holder(&self, cidrs: &[IpNetwork]) -> Option<usize> {
+        cidrs.iter().find_map(|cidr| {
+            let (v4, first, last) = span(cidr);
+            let ((family, _), (end, holder)) = self.0.range(..=(v4, last)).next_back()?;
+            (*family == v4 && *end >= first).then_some(*holder)
+        })
+    }
+
+    fn hold(&mut self, cidrs: &[IpNetwork], holder: usize) {
+        for cidr in cidrs {
+            let (v4, first, last) = span(cidr);
+            self.0.insert((v4, first), (last, holder));
+        }
+    }
+}
+
 /// Of the claims that passed [`check_claim`], those believed: oldest first, each one that overlaps
 /// neither `own` nor an older believed claim. The others come back as conflict findings naming
 /// both holders.
@@ -145,20 +177,24 @@ pub fn resolve<'a>(
     own: Option<(&str, &NodeRecord)>,
     claims: Vec<(&'a str, &'a Claim)>,
 ) -> (Vec<(&'a str, &'a Claim)>, Vec<Finding>) {
+    const OWN: usize = usize::MAX;
     let mut sorted = claims;
     sorted.sort_by(|a, b| (a.1.age, a.0).cmp(&(b.1.age, b.0)));
+    let mut ranges = Ranges::default();
+    if let Some((_, mine)) = own {
+        ranges.hold(&mine.pod_cidrs, OWN);
+    }
     let mut kept: Vec<(&'a str, &'a Claim)> = Vec::new();
     let mut findings = Vec::new();
     for (key, claim) in sorted {
         let record = &claim.record;
-        let holder = match own {
-            Some((own_key, mine)) if any_overlap(&record.pod_cidrs, &mine.pod_cidrs) => {
-                Some(format!("this node {} ({own_key}, {})", mine.node, list(&mine.pod_cidrs)))
-            }
-            _ => kept.iter().find(|(_, k)| any_overlap(&record.pod_cidrs, &k.record.pod_cidrs)).map(|(k, older)| {
+        let holder = ranges.holder(&record.pod_cidrs).map(|i| match (kept.get(i), own) {
+            (Some((k, older)), _) => {
                 format!("the older holder node {} ({k}, {})", older.record.node, list(&older.record.pod_cidrs))
-            }),
-        };
+            }
+            (None, Some((own_key, mine))) => format!("this node {} ({own_key}, {})", mine.node, list(&mine.pod_cidrs)),
+            (None, None) => "another holder".to_string(),
+        });
         match holder {
             Some(holder) => findings.push(Finding {
                 key: key.to_string(),
@@ -169,7 +205,10 @@ pub fn resolve<'a>(
                     list(&record.pod_cidrs)
                 ),
             }),
-            None => kept.push((key, claim)),
+            None => {
+                ranges.hold(&record.pod_cidrs, kept.len());
+                kept.push((key, claim));
+            }
         }
     }
     (kept, findings)
@@ -410,6 +449,12 @@ mod tests {
         let (kept, found) = resolve(Some(("mine", &mine)), vec![("k-apart", &apart), ("k-old", &older)]);
         assert_eq!(kept.iter().map(|(k, _)| *k).collect::<Vec<_>>(), ["k-old"]);
         assert!(found[0].message.contains("this node n1"), "{found:?}");
+        // Across families nothing overlaps (::af4:400 is 10.244.4.0 as a number); a wide block overlaps every block inside it.
+        let v6 = claim("v6", "10.95.0.16", &["::af4:400/120"], 1);
+        let wide = claim("wide", "10.95.0.17", &["10.0.0.0/8"], 40);
+        let (kept, found) = resolve(None, vec![("k-v6", &v6), ("k-wide", &wide), ("k-old", &older)]);
+        assert_eq!(kept.iter().map(|(k, _)| *k).collect::<Vec<_>>(), ["k-v6", "k-old"]);
+        assert_eq!(found[0].key, "k-wide");
         // Same age: the key decides, so every node decides alike.
         let twin = claim("twin", "10.95.0.15", &["10.244.4.0/24"], 10);
         let (kept, _) = resolve(None, vec![("k-b", &older), ("k-a", &twin)]);
