@@ -5,10 +5,13 @@
 //! stops renewing. Block `i` is the `i`-th block of every configured family (IPv4 and IPv6 together),
 //! so one key owns both. A block is taken with a transaction that puts the key only if its
 //! `create_revision` is 0 (it does not exist): two nodes racing for one block cannot both win, and
-//! the loser moves on to the next free block. A restarted node finds the key whose value names it and
-//! takes it back with a transaction on that key's `mod_revision`.
+//! the loser moves on to the next free block. A restarted node takes back the key whose value names
+//! it only when that key is the block key of the value's blocks and no other believed record
+//! overlaps them (a transaction on that key's `mod_revision`): a record anyone wrote naming this node
+//! never makes it hand out another node's range.
 
 use crate::options::Options;
+use crate::trust::{self, Claim};
 use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
@@ -33,10 +36,11 @@ pub struct NodeRecord {
     pub vtep_mac: Option<String>,
 }
 
-/// The other nodes, by key, as last read from etcd.
+/// The other nodes' records, by key, as last read from the datastore (not yet screened: see
+/// [`trust::screen`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Peers {
-    pub nodes: BTreeMap<String, NodeRecord>,
+    pub nodes: BTreeMap<String, Claim>,
     /// False until the first full list arrived.
     pub synced: bool,
 }
@@ -84,14 +88,6 @@ pub fn block_key(options: &Options, block: &IpNetwork) -> String {
     format!("{}{}-{}", subnets_prefix(options), block.network(), block.prefix())
 }
 
-/// Whether `cidrs` is a set of blocks this configuration could have handed out.
-fn fits(options: &Options, cidrs: &[IpNetwork]) -> bool {
-    cidrs.len() == options.cluster.len()
-        && cidrs.iter().zip(&options.cluster).all(|(cidr, (net, size))| {
-            cidr.prefix() == *size && net.contains(cidr.network()) && cidr.network() == cidr.ip()
-        })
-}
-
 pub async fn connect(options: &Options) -> Result<Client, String> {
     let connect = etcd_client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(5))
@@ -106,8 +102,9 @@ fn etcd_err(what: impl std::fmt::Display) -> impl FnOnce(etcd_client::Error) -> 
     move |e| format!("etcd: {what}: {e}")
 }
 
-/// Takes this node's block: the one whose value names it (after a restart), else `preferred` if
-/// it is free (the block it held before its lease was lost), else the first free one.
+/// Takes this node's block: its own key after a restart (see the module comment), else `preferred`
+/// if it is free (the block it held before its lease was lost), else the first free one. A block
+/// that a believed record at another key overlaps is never taken.
 pub async fn acquire(
     client: &mut Client,
     options: &Options,
@@ -133,16 +130,26 @@ pub async fn acquire(
             .await
             .map_err(etcd_err(format_args!("list {prefix}")))?;
         let mut taken = BTreeSet::new();
-        let mut mine = None;
+        let mut claims = BTreeMap::new();
+        let mut revisions = BTreeMap::new();
         for kv in listing.kvs() {
             let key = String::from_utf8_lossy(kv.key()).into_owned();
             if let Ok(record) = serde_json::from_slice::<NodeRecord>(kv.value()) {
-                if record.node == options.node_name && fits(options, &record.pod_cidrs) && mine.is_none() {
-                    mine = Some((key.clone(), kv.mod_revision(), record.pod_cidrs));
+                if trust::check_claim(options, &key, &record).is_ok() {
+                    revisions.insert(key.clone(), kv.mod_revision());
+                    claims.insert(key.clone(), Claim { record, age: kv.create_revision() });
                 }
             }
             taken.insert(key);
         }
+        let (believed, _) = trust::resolve(None, claims.iter().map(|(k, c)| (k.as_str(), c)).collect());
+        let claimed = |key: &str, cidrs: &[IpNetwork]| {
+            believed.iter().any(|(k, c)| *k != key && trust::any_overlap(&c.record.pod_cidrs, cidrs))
+        };
+        let mine = believed
+            .iter()
+            .find(|(key, c)| c.record.node == options.node_name && !claimed(key, &c.record.pod_cidrs))
+            .map(|(key, c)| (key.to_string(), revisions.get(*key).copied().unwrap_or(0), c.record.pod_cidrs.clone()));
         if let Some((key, revision, cidrs)) = mine {
             let record = record_for(cidrs);
             let txn = Txn::new()
@@ -153,12 +160,13 @@ pub async fn acquire(
             }
             continue;
         }
-        let preferred = preferred.filter(|cidrs| fits(options, cidrs)).map(|cidrs| cidrs.to_vec());
+        let preferred =
+            preferred.filter(|cidrs| trust::block_index(options, cidrs).is_some()).map(|cidrs| cidrs.to_vec());
         let candidates = preferred.into_iter().chain((0..count).filter_map(|i| blocks(options, i)));
         let mut lost_race = false;
         for cidrs in candidates {
             let key = block_key(options, &cidrs[0]);
-            if taken.contains(&key) {
+            if taken.contains(&key) || claimed(&key, &cidrs) {
                 continue;
             }
             let record = record_for(cidrs);
@@ -228,10 +236,10 @@ pub async fn watch_peers(mut client: Client, options: Arc<Options>, out: watch::
     }
 }
 
-fn decode(options: &Options, key: &[u8], value: &[u8]) -> Option<(String, NodeRecord)> {
-    let key = String::from_utf8_lossy(key).into_owned();
-    match serde_json::from_slice::<NodeRecord>(value) {
-        Ok(record) if record.node != options.node_name => Some((key, record)),
+fn decode(options: &Options, kv: &etcd_client::KeyValue) -> Option<(String, Claim)> {
+    let key = String::from_utf8_lossy(kv.key()).into_owned();
+    match serde_json::from_slice::<NodeRecord>(kv.value()) {
+        Ok(record) if record.node != options.node_name => Some((key, Claim { record, age: kv.create_revision() })),
         Ok(_) => None,
         Err(e) => {
             eprintln!("warning: etcd: {key}: not a node record ({e}); ignored");
@@ -253,7 +261,7 @@ async fn watch_once(
     let revision = listing.header().map(|h| h.revision()).unwrap_or(0);
     let mut peers = Peers { nodes: BTreeMap::new(), synced: true };
     for kv in listing.kvs() {
-        if let Some((key, record)) = decode(options, kv.key(), kv.value()) {
+        if let Some((key, record)) = decode(options, kv) {
             peers.nodes.insert(key, record);
         }
     }
@@ -270,7 +278,7 @@ async fn watch_once(
             let Some(kv) = event.kv() else { continue };
             match event.event_type() {
                 EventType::Put => {
-                    if let Some((key, record)) = decode(options, kv.key(), kv.value()) {
+                    if let Some((key, record)) = decode(options, kv) {
                         peers.nodes.insert(key, record);
                     }
                 }
@@ -322,8 +330,8 @@ mod tests {
         assert_eq!(b[0].to_string(), "10.244.3.0/24");
         assert_eq!(b[1].to_string(), "fd00:10:244:3::/64");
         assert_eq!(block_key(&o, &b[0]), "/cni-rs/subnets/10.244.3.0-24");
-        assert!(fits(&o, &b));
-        assert!(!fits(&o, &b[..1]));
+        assert_eq!(trust::block_index(&o, &b), Some(3));
+        assert_eq!(trust::block_index(&o, &b[..1]), None);
         let last = blocks(&o, 255).unwrap();
         assert_eq!(last[0].to_string(), "10.244.255.0/24");
         let o = options("10.244.0.0/22", "26");

@@ -5,6 +5,7 @@
 
 use crate::etcd::{Held, NodeRecord, Peers};
 use crate::options::Options;
+use crate::trust::Claim;
 use futures::StreamExt;
 use ipnetwork::IpNetwork;
 use k8s_openapi::api::core::v1::Node;
@@ -35,8 +36,11 @@ pub async fn client(options: &Options) -> Result<Client, String> {
     Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
 }
 
-/// A Node as the agent needs it; `None` without a name.
-pub fn record(node: &Node) -> Option<NodeRecord> {
+/// A Node as the agent needs it, aged by its creationTimestamp (the older Node keeps pod CIDRs
+/// two Nodes claim); `None` without a name. Pod CIDRs come from `spec` only: the API server lets
+/// only the controller manager set them (once), whereas any holder of `patch nodes` can write an
+/// annotation. The only annotation read is the VTEP MAC, which is screened like everything else.
+pub fn record(node: &Node) -> Option<Claim> {
     let name = node.metadata.name.clone()?;
     let spec = node.spec.as_ref();
     let cidrs: Vec<String> = spec
@@ -50,7 +54,8 @@ pub fn record(node: &Node) -> Option<NodeRecord> {
         .map(|list| list.iter().filter(|a| a.type_ == "InternalIP").filter_map(|a| a.address.parse().ok()).collect())
         .unwrap_or_default();
     let vtep_mac = node.metadata.annotations.as_ref().and_then(|a| a.get(VTEP_MAC_ANNOTATION)).cloned();
-    Some(NodeRecord { node: name, node_ips, pod_cidrs, vtep_mac })
+    let age = node.metadata.creation_timestamp.as_ref().map_or(i64::MAX, |t| t.0.as_second());
+    Some(Claim { record: NodeRecord { node: name, node_ips, pod_cidrs, vtep_mac }, age })
 }
 
 /// Lists and watches Nodes forever: this node's record goes to `own` once it has pod CIDRs, the
@@ -64,8 +69,8 @@ pub async fn watch_nodes(
 ) {
     let api: Api<Node> = Api::all(client.clone());
     let mut stream = watcher(api.clone(), watcher::Config::default()).default_backoff().boxed();
-    let mut nodes: BTreeMap<String, NodeRecord> = BTreeMap::new();
-    let mut listing: Option<BTreeMap<String, NodeRecord>> = None;
+    let mut nodes: BTreeMap<String, Claim> = BTreeMap::new();
+    let mut listing: Option<BTreeMap<String, Claim>> = None;
     let mut synced = false;
     let mut annotated = false;
     while let Some(event) = stream.next().await {
@@ -73,7 +78,7 @@ pub async fn watch_nodes(
             Ok(Event::Init) => listing = Some(BTreeMap::new()),
             Ok(Event::InitApply(node)) => {
                 if let (Some(list), Some(r)) = (listing.as_mut(), record(&node)) {
-                    list.insert(r.node.clone(), r);
+                    list.insert(r.record.node.clone(), r);
                 }
             }
             Ok(Event::InitDone) => {
@@ -82,7 +87,7 @@ pub async fn watch_nodes(
             }
             Ok(Event::Apply(node)) => {
                 if let Some(r) = record(&node) {
-                    nodes.insert(r.node.clone(), r);
+                    nodes.insert(r.record.node.clone(), r);
                 }
             }
             Ok(Event::Delete(node)) => {
@@ -98,7 +103,7 @@ pub async fn watch_nodes(
         if listing.is_some() {
             continue;
         }
-        if let Some(me) = nodes.get(&options.node_name) {
+        if let Some(me) = nodes.get(&options.node_name).map(|c| &c.record) {
             if !annotated && vtep_mac.is_some() && me.vtep_mac != vtep_mac {
                 annotated = annotate(&api, &options.node_name, vtep_mac.as_deref()).await;
             }
@@ -126,8 +131,11 @@ pub async fn watch_nodes(
         } else if synced {
             eprintln!("waiting: no Node named {} in the API server", options.node_name);
         }
-        let others: BTreeMap<String, NodeRecord> =
-            nodes.iter().filter(|(name, _)| **name != options.node_name).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let others: BTreeMap<String, Claim> = nodes
+            .iter()
+            .filter(|(name, _)| **name != options.node_name)
+            .map(|(name, claim)| (format!("Node/{name}"), claim.clone()))
+            .collect();
         let snapshot = Peers { nodes: others, synced };
         peers.send_if_modified(|current| {
             if **current == snapshot {

@@ -11,6 +11,7 @@ mod k8s;
 mod metrics;
 mod net;
 mod options;
+mod trust;
 
 use etcd::{Held, NodeRecord, Peers};
 use ipnetwork::IpNetwork;
@@ -121,7 +122,8 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
         eprintln!("serving /healthz and /metrics on http://{addr}");
     }
     tokio::spawn(metrics::serve(listener, stats.clone(), RESYNC * 3));
-    reconcile_loop(options, local, held_rx, peers_rx, stats).await
+    let addresses = net::watch_addresses()?;
+    reconcile_loop(options, local, held_rx, peers_rx, addresses, stats).await
 }
 
 type Channels = (watch::Receiver<Arc<Held>>, watch::Receiver<Arc<Peers>>);
@@ -228,66 +230,53 @@ fn enable_forwarding(options: &Options) {
     }
 }
 
-/// The routes and VXLAN entries this node needs for `peers`.
+/// The routes and VXLAN entries this node needs for `peers`, and what it refused.
 struct Plan {
     routes: Vec<Route>,
     vteps: Vec<Vtep>,
     vxlan_peers: BTreeSet<String>,
+    believed: usize,
+    findings: Vec<trust::Finding>,
+    /// Peers believed but not reachable with this node's backend and addresses.
+    unroutable: Vec<String>,
 }
 
-fn plan(options: &Options, local: &Local, own: &Held, peers: &Peers) -> Plan {
-    let mut plan = Plan { routes: Vec::new(), vteps: Vec::new(), vxlan_peers: BTreeSet::new() };
-    for peer in peers.nodes.values() {
-        if peer
-            .pod_cidrs
-            .iter()
-            .any(|c| own.record.pod_cidrs.iter().any(|o| o.contains(c.network()) || c.contains(o.network())))
-        {
-            eprintln!(
-                "warning: node {} claims {:?}, which overlaps this node's block; ignored",
-                peer.node, peer.pod_cidrs
-            );
-            continue;
-        }
-        if peer.node_ips.iter().any(|ip| options.node_ips.contains(ip)) {
-            eprintln!("warning: node {} claims this node's address {:?}; ignored", peer.node, peer.node_ips);
-            continue;
-        }
+/// Every value that reaches netlink from here was screened by [`trust::screen`] or checked
+/// against this node's own links: no record can turn into a failed netlink request.
+fn plan(options: &Options, local: &Local, own: &Held, me: &trust::Me, peers: &Peers) -> Plan {
+    let (believed, findings) = trust::screen(options, (&own.key, &own.record), me, &peers.nodes);
+    let mut plan = Plan {
+        routes: Vec::new(),
+        vteps: Vec::new(),
+        vxlan_peers: BTreeSet::new(),
+        believed: believed.len(),
+        findings,
+        unroutable: Vec::new(),
+    };
+    for trust::Peer { record: peer, mac, .. } in believed {
         for cidr in &peer.pod_cidrs {
-            // Only blocks of the cluster range are routed: a record cannot pull other traffic
-            // (a default route, the node network) to itself.
-            // (etcd blocks have the configured size; Kubernetes allocates its own.)
-            let inside = options.cluster.iter().any(|(net, size)| {
-                let size_ok = match options.datastore {
-                    Datastore::Etcd => cidr.prefix() == *size,
-                    Datastore::Kubernetes => cidr.prefix() >= net.prefix(),
-                };
-                net.is_ipv4() == cidr.is_ipv4() && size_ok && net.contains(cidr.network())
-            });
-            if !inside || cidr.network() != cidr.ip() {
-                eprintln!("warning: node {} claims {cidr}, which is not a block of --cluster-cidr; ignored", peer.node);
-                continue;
-            }
             let v4 = cidr.is_ipv4();
             let under = if v4 { local.v4 } else { local.v6 };
             let peer_ip = peer.node_ips.iter().copied().find(|ip| ip.is_ipv4() == v4);
-            let host_gw = match (under, peer_ip) {
-                (Some(under), Some(peer_ip)) => match options.backend {
-                    Backend::HostGw => Some(peer_ip),
-                    Backend::Vxlan => None,
-                    Backend::Auto => under.subnet.contains(peer_ip).then_some(peer_ip),
-                },
+            // A gateway off this node's subnet is one the kernel refuses: host-gw routes only
+            // to nodes on it.
+            let on_link = match (under, peer_ip) {
+                (Some(under), Some(peer_ip)) => under.subnet.contains(peer_ip).then_some(peer_ip),
                 _ => None,
+            };
+            let host_gw = match options.backend {
+                Backend::HostGw | Backend::Auto => on_link,
+                Backend::Vxlan => None,
             };
             if let Some(gw) = host_gw {
                 plan.routes.push(Route { dst: *cidr, gw, oif: None, onlink: false });
                 continue;
             }
             if options.backend == Backend::HostGw {
-                eprintln!(
-                    "warning: no route to {cidr} of node {}: host-gw needs a node address of its family on both ends",
+                plan.unroutable.push(format!(
+                    "no route to {cidr} of node {}: host-gw needs a node address of its family on this node's subnet",
                     peer.node
-                );
+                ));
                 continue;
             }
             // VXLAN runs over IPv4 and carries both families.
@@ -296,17 +285,17 @@ fn plan(options: &Options, local: &Local, own: &Held, peers: &Peers) -> Plan {
                 IpAddr::V6(_) => None,
             });
             let (Some(peer_v4), Some((index, _))) = (peer_v4, local.vxlan) else {
-                eprintln!(
-                    "warning: no route to {cidr} of node {}: not on this node's subnet, and VXLAN needs an IPv4 node address on both ends",
+                plan.unroutable.push(format!(
+                    "no route to {cidr} of node {}: not on this node's subnet, and VXLAN needs an IPv4 node address on both ends",
                     peer.node
-                );
+                ));
                 continue;
             };
-            let Some(mac) = peer.vtep_mac.as_deref().and_then(net::parse_mac) else {
-                eprintln!(
-                    "warning: no route to {cidr} of node {}: it records no VTEP MAC (backend host-gw?)",
+            let Some(mac) = mac else {
+                plan.unroutable.push(format!(
+                    "no route to {cidr} of node {}: it records no usable VTEP MAC (none, or one refused)",
                     peer.node
-                );
+                ));
                 continue;
             };
             let vtep = cidr.network();
@@ -331,6 +320,7 @@ async fn reconcile_loop(
     local: Local,
     mut held: watch::Receiver<Arc<Held>>,
     mut peers: watch::Receiver<Arc<Peers>>,
+    mut addresses: watch::Receiver<u64>,
     stats: metrics::Shared,
 ) -> Result<(), String> {
     let template = match &options.template {
@@ -338,7 +328,17 @@ async fn reconcile_loop(
         None => conf::TEMPLATE.to_string(),
     };
     let cluster: Vec<IpNetwork> = options.cluster.iter().map(|(net, _)| *net).collect();
-    let mut known: BTreeMap<String, NodeRecord> = BTreeMap::new();
+    let mut known: BTreeMap<String, trust::Claim> = BTreeMap::new();
+    // What the last reconcile refused: a finding is logged and counted when it appears, not
+    // again on every reconcile while it lasts.
+    let mut reported: BTreeSet<String> = BTreeSet::new();
+    // The address-change count at which this node's addresses were last listed.
+    let mut addresses_listed: Option<u64> = None;
+    let mut me = trust::Me {
+        addresses: options.node_ips.iter().copied().collect(),
+        subnets: [local.v4, local.v6].iter().flatten().map(|u| u.subnet).collect(),
+        vtep_mac: local.vxlan.map(|(_, mac)| mac),
+    };
     let mut nft_applied = String::new();
     // The routes and VXLAN entries the last sync left in the kernel. A datastore change then
     // applies only the difference: a node joining or leaving costs a few messages, not a
@@ -353,21 +353,59 @@ async fn reconcile_loop(
 
         // Joins and leaves, one line each.
         if snapshot.synced {
-            for (key, record) in &snapshot.nodes {
-                if known.get(key) != Some(record) {
+            for (key, claim) in &snapshot.nodes {
+                if known.get(key) != Some(claim) {
                     let verb = if known.contains_key(key) { "changed" } else { "joined" };
-                    eprintln!("node {verb}: {}", describe(record));
+                    eprintln!("node {verb}: {}", describe(&claim.record));
                 }
             }
-            for (key, record) in &known {
+            for (key, claim) in &known {
                 if !snapshot.nodes.contains_key(key) {
-                    eprintln!("node left: {}", describe(record));
+                    eprintln!("node left: {}", describe(&claim.record));
                 }
             }
             known = snapshot.nodes.clone();
         }
 
-        let plan = plan(&options, &local, &own, &snapshot);
+        // Every address of this node, not only --node-ip: a record naming any of them would
+        // route pod traffic back to this node.
+        let address_changes = *addresses.borrow_and_update();
+        if addresses_listed != Some(address_changes) {
+            match net::local_addresses(&local.handle).await {
+                Ok(mut list) => {
+                    list.extend(options.node_ips.iter().copied());
+                    me.addresses = list;
+                    addresses_listed = Some(address_changes);
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    errors += 1;
+                }
+            }
+        }
+        let plan = plan(&options, &local, &own, &me, &snapshot);
+        let mut conflicts = 0;
+        let mut rejected = BTreeMap::new();
+        let mut seen = BTreeSet::new();
+        for finding in &plan.findings {
+            let line = format!("warning: {}", finding.message);
+            if !reported.contains(&line) {
+                eprintln!("{line}");
+                match finding.reason {
+                    Some(reason) => *rejected.entry(reason).or_insert(0u64) += 1,
+                    None => conflicts += 1,
+                }
+            }
+            seen.insert(line);
+        }
+        for text in &plan.unroutable {
+            let line = format!("warning: {text}");
+            if !reported.contains(&line) {
+                eprintln!("{line}");
+            }
+            seen.insert(line);
+        }
+        reported = seen;
         if let (Some((index, _)), Some(IpNetwork::V4(block))) =
             (local.vxlan, own.record.pod_cidrs.iter().find(|c| c.is_ipv4()))
         {
@@ -451,7 +489,11 @@ async fn reconcile_loop(
         }
 
         if let Ok(mut s) = stats.lock() {
-            s.nodes_known = snapshot.nodes.len();
+            s.nodes_known = plan.believed;
+            s.record_conflicts += conflicts;
+            for (reason, count) in rejected {
+                *s.records_rejected.entry(reason).or_insert(0) += count;
+            }
             s.routes_programmed = plan.routes.len();
             s.vxlan_peers = plan.vxlan_peers.len();
             s.reconciles += 1;
@@ -465,6 +507,7 @@ async fn reconcile_loop(
         tokio::select! {
             r = peers.changed() => r.map_err(|_| "the datastore watch stopped".to_string())?,
             r = held.changed() => r.map_err(|_| "the lease keeper stopped".to_string())?,
+            r = addresses.changed() => r.map_err(|_| "the address watch stopped".to_string())?,
             _ = tokio::time::sleep(wait) => {}
         }
     }

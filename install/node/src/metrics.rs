@@ -1,6 +1,8 @@
 //! `/healthz` and Prometheus `/metrics` over a minimal HTTP/1.1 server (GET only, one response per
 //! connection): the agent serves a few numbers, which needs no web framework.
 
+use crate::trust::Reason;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -8,6 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
+    /// Other nodes whose records the agent believes.
     pub nodes_known: usize,
     pub routes_programmed: usize,
     pub vxlan_peers: usize,
@@ -15,6 +18,10 @@ pub struct Stats {
     pub reconcile_errors: u64,
     /// Unix time of the last reconcile that ended without errors.
     pub last_sync: Option<f64>,
+    /// Records that lost a claim (pod CIDRs) to an older holder or to this node.
+    pub record_conflicts: u64,
+    /// Records (or their VTEP MACs) refused, by reason.
+    pub records_rejected: BTreeMap<Reason, u64>,
 }
 
 pub type Shared = Arc<Mutex<Stats>>;
@@ -36,7 +43,7 @@ fn render(stats: &Stats) -> String {
     metric(
         "cni_rs_node_nodes_known",
         "gauge",
-        "Other nodes holding a block in the datastore.",
+        "Other nodes holding a block in the datastore whose records the agent believes.",
         stats.nodes_known.to_string(),
     );
     metric(
@@ -59,6 +66,20 @@ fn render(stats: &Stats) -> String {
         "Unix time of the last reconcile without errors (0: none yet).",
         format!("{:.3}", stats.last_sync.unwrap_or(0.0)),
     );
+    metric(
+        "cni_rs_node_record_conflicts_total",
+        "counter",
+        "Datastore records ignored because an older holder (or this node) holds pod CIDRs they claim.",
+        stats.record_conflicts.to_string(),
+    );
+    let name = "cni_rs_node_records_rejected_total";
+    out.push_str(&format!(
+        "# HELP {name} Datastore records (or their VTEP MACs) ignored, by reason.\n# TYPE {name} counter\n"
+    ));
+    for reason in Reason::ALL {
+        let count = stats.records_rejected.get(&reason).copied().unwrap_or(0);
+        out.push_str(&format!("{name}{{reason=\"{}\"}} {count}\n", reason.label()));
+    }
     out
 }
 
@@ -127,6 +148,8 @@ mod tests {
         assert!(text.contains("cni_rs_node_routes_programmed 3\n"));
         assert!(text.contains("cni_rs_node_reconcile_errors_total 1\n"));
         assert!(text.contains("cni_rs_node_last_sync_timestamp_seconds 5.000\n"));
+        assert!(text.contains("cni_rs_node_record_conflicts_total 0\n"));
+        assert!(text.contains("cni_rs_node_records_rejected_total{reason=\"key_mismatch\"} 0\n"), "{text}");
         assert!(!healthy(&stats, Duration::from_secs(60)));
         assert!(healthy(&Stats { last_sync: Some(now()), ..stats }, Duration::from_secs(60)));
     }

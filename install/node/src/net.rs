@@ -121,6 +121,40 @@ pub async fn link_of_address(handle: &Handle, ip: IpAddr) -> Result<Option<Under
     Ok(Some(Underlay { index, mtu: 1500, subnet }))
 }
 
+/// A counter bumped whenever an address is added to or removed from this network namespace, so
+/// the set of this node's addresses is listed again only when it changed (a sync caused by the
+/// datastore then sends no more netlink requests than its routes need).
+pub fn watch_addresses() -> Result<tokio::sync::watch::Receiver<u64>, String> {
+    use rtnetlink::MulticastGroup;
+    let (connection, handle, mut events) =
+        rtnetlink::new_multicast_connection(&[MulticastGroup::Ipv4Ifaddr, MulticastGroup::Ipv6Ifaddr])
+            .map_err(|e| format!("subscribe to address changes over netlink: {e}"))?;
+    tokio::spawn(connection);
+    let (tx, rx) = tokio::sync::watch::channel(0u64);
+    tokio::spawn(async move {
+        // The handle lives as long as the subscription: the connection ends with its last handle.
+        let _handle = handle;
+        while events.next().await.is_some() {
+            tx.send_modify(|n| *n += 1);
+        }
+    });
+    Ok(rx)
+}
+
+/// Every address on every interface of this network namespace.
+pub async fn local_addresses(handle: &Handle) -> Result<std::collections::BTreeSet<IpAddr>, String> {
+    let mut addrs = handle.address().get().execute();
+    let mut all = std::collections::BTreeSet::new();
+    while let Some(msg) = addrs.try_next().await.map_err(|e| format!("list addresses: {e}"))? {
+        for attr in &msg.attributes {
+            if let AddressAttribute::Address(ip) | AddressAttribute::Local(ip) = attr {
+                all.insert(*ip);
+            }
+        }
+    }
+    Ok(all)
+}
+
 /// The first global address of `family` (IPv4 when `v4`) on the interface of that family's
 /// default route in the main table.
 pub async fn default_route_address(handle: &Handle, v4: bool) -> Result<Option<IpAddr>, String> {

@@ -104,6 +104,37 @@ fn control(ns: &str, path: &str, body: &str) {
     run_in(ns, &["curl", "-sSf", "-X", "POST", "--data-binary", body, &format!("http://127.0.0.1:6444{path}")]);
 }
 
+/// Starts the stand-in in namespace `ns` serving `nodes`; returns it and a kubeconfig for it.
+fn standin(ns: &str, dir: &Path, nodes: &Value) -> (Proc, std::path::PathBuf) {
+    let ca = certs(dir);
+    std::fs::write(dir.join("nodes.json"), nodes.to_string()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k8s_standin.py");
+    let args: Vec<String> = [
+        "python3",
+        script.to_str().unwrap(),
+        dir.join("srv.crt").to_str().unwrap(),
+        dir.join("srv.key").to_str().unwrap(),
+        TOKEN,
+        "6443",
+        "6444",
+        dir.join("nodes.json").to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let standin = Proc::spawn(ns, &args, dir.join("standin.log"));
+    wait_for("the stand-in", Duration::from_secs(10), || standin.log().contains("serving").then_some(()));
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: https://127.0.0.1:6443\n    certificate-authority-data: {ca}\nusers:\n- name: agent\n  user:\n    token: {TOKEN}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: agent\ncurrent-context: standin\n"
+        ),
+    )
+    .unwrap();
+    (standin, kubeconfig)
+}
+
 #[test]
 fn kubernetes_nodes_list_watch_gone_and_annotation() {
     require(&["openssl", "python3"]);
@@ -115,36 +146,11 @@ fn kubernetes_nodes_list_watch_gone_and_annotation() {
     let ns = node_ns.0.clone();
     run_in(&ns, &["ip", "addr", "add", "fd00:95::11/64", "dev", "eth0", "nodad"]);
 
-    let ca = certs(&dir.0);
     let nodes = json!([
         node("n0", "10.95.0.11", "fd00:95::11", "10.244.0.0/24", "fd00:10:244::/64"),
         node("n1", "10.95.0.12", "fd00:95::12", "10.244.1.0/24", "fd00:10:244:1::/64"),
     ]);
-    std::fs::write(dir.0.join("nodes.json"), nodes.to_string()).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k8s_standin.py");
-    let args: Vec<String> = [
-        "python3",
-        script.to_str().unwrap(),
-        dir.0.join("srv.crt").to_str().unwrap(),
-        dir.0.join("srv.key").to_str().unwrap(),
-        TOKEN,
-        "6443",
-        "6444",
-        dir.0.join("nodes.json").to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let standin = Proc::spawn(&ns, &args, dir.0.join("standin.log"));
-    wait_for("the stand-in", Duration::from_secs(10), || standin.log().contains("serving").then_some(()));
-    let kubeconfig = dir.0.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: https://127.0.0.1:6443\n    certificate-authority-data: {ca}\nusers:\n- name: agent\n  user:\n    token: {TOKEN}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: agent\ncurrent-context: standin\n"
-        ),
-    )
-    .unwrap();
+    let (standin, kubeconfig) = standin(&ns, &dir.0, &nodes);
 
     let conf = dir.0.join("net.d");
     let args: Vec<String> = [
@@ -218,6 +224,136 @@ fn kubernetes_nodes_list_watch_gone_and_annotation() {
     assert!(!seen.contains("401"), "{seen}");
     let mac = run_in(&ns, &["cat", "/sys/class/net/cni-rs.1/address"]);
     assert!(agent.proc.log().contains(&format!("cni-rs.io/vtep-mac={}", mac.trim())), "{}", log());
+    drop(agent);
+    drop(standin);
+}
+
+/// Two Nodes whose spec.podCIDRs overlap: the older Node (creationTimestamp, not name) keeps
+/// them. A pod range in an annotation is never routed. A VTEP MAC annotation copied from another
+/// Node (which any holder of the agents' `patch nodes` can write) leaves the MAC with its older
+/// holder, and this node's own MAC with this node. Each refusal is logged, counted, and /healthz
+/// stays 200.
+#[test]
+fn kubernetes_overlapping_pod_cidrs_go_to_the_older_node_and_annotations_claim_nothing() {
+    require(&["openssl", "python3", "curl"]);
+    let t = tag();
+    let dir = TempDir::new("k8s-trust");
+    let seg = Segment::new(format!("cnseg{t}"), "10.95.0.1/24");
+    let node_ns = Netns::new(format!("cnn{t}-0"));
+    seg.attach(&node_ns, "p0", "10.95.0.11/24");
+    let ns = node_ns.0.clone();
+    let aged = |mut n: Value, created: &str| {
+        n["metadata"]["creationTimestamp"] = json!(created);
+        n
+    };
+    let with_mac = |mut n: Value, mac: &str| {
+        n["metadata"]["annotations"]["cni-rs.io/vtep-mac"] = json!(mac);
+        n
+    };
+    let mut annotated = node("annotated", "10.95.0.15", "fd00:95::15", "unused", "unused");
+    annotated["spec"] = json!({});
+    annotated["metadata"]["annotations"]["cni-rs.io/pod-cidrs"] = json!("10.244.9.0/24,fd00:10:244:9::/64");
+    let nodes = json!([
+        node("n0", "10.95.0.11", "fd00:95::11", "10.244.0.0/24", "fd00:10:244::/64"),
+        // Sorted by name the newer Node comes first.
+        aged(
+            node("aa-new", "10.95.0.13", "fd00:95::13", "10.244.1.0/24", "fd00:10:244:1::/64"),
+            "2026-11-02T09:00:00Z"
+        ),
+        aged(
+            node("zz-old", "10.95.0.14", "fd00:95::14", "10.244.1.0/24", "fd00:10:244:1::/64"),
+            "2026-11-01T09:00:00Z"
+        ),
+        annotated,
+        with_mac(
+            aged(
+                node("far-old", "10.97.0.20", "fd00:97::20", "10.244.2.0/24", "fd00:10:244:2::/64"),
+                "2026-11-01T08:00:00Z"
+            ),
+            "02:00:00:00:00:20",
+        ),
+        with_mac(
+            aged(
+                node("far-new", "10.97.0.21", "fd00:97::21", "10.244.3.0/24", "fd00:10:244:3::/64"),
+                "2026-11-01T11:00:00Z"
+            ),
+            "02:00:00:00:00:20",
+        ),
+    ]);
+    let (standin, kubeconfig) = standin(&ns, &dir.0, &nodes);
+    let conf = dir.0.join("net.d");
+    let args: Vec<String> = [
+        "--node-name",
+        "n0",
+        "--datastore",
+        "kubernetes",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--cluster-cidr",
+        "10.244.0.0/16,fd00:10:244::/56",
+        "--node-ip",
+        "10.95.0.11",
+        "--backend",
+        "auto",
+        "--no-plugins",
+        "--conf-dir",
+        conf.to_str().unwrap(),
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let agent = Agent::start(&ns, &dir.0, args);
+    let log = || format!("agent:\n{}\nstand-in:\n{}", agent.proc.log(), standin.log());
+
+    // Once the agent runs, a Node older than every other one claims this node's own VTEP MAC.
+    let own_mac = wait_for("the VXLAN device", Duration::from_secs(20), || {
+        let (ok, mac) = try_in(&ns, &["cat", "/sys/class/net/cni-rs.1/address"]);
+        ok.then(|| mac.trim().to_string())
+    });
+    let thief = with_mac(
+        aged(
+            node("far-me", "10.97.0.22", "fd00:97::22", "10.244.4.0/24", "fd00:10:244:4::/64"),
+            "2020-01-01T00:00:00Z",
+        ),
+        &own_mac,
+    );
+    control(&ns, "/add", &thief.to_string());
+
+    let want = ["10.244.1.0/24 via 10.95.0.14 dev eth0", "10.244.2.0/24 via 10.244.2.0 dev cni-rs.1 onlink"];
+    wait_for("the older holders' routes, and only those", Duration::from_secs(20), || {
+        let routes = run_in(&ns, &["ip", "-4", "route", "show", "proto", "210"]);
+        let mut lines: Vec<&str> = routes.lines().map(str::trim).collect();
+        lines.sort();
+        (lines == want && agent.proc.log().contains("node far-me")).then_some(())
+    });
+    let fdb = run_in(&ns, &["bridge", "fdb", "show", "dev", "cni-rs.1"]);
+    assert!(fdb.contains("02:00:00:00:00:20 dst 10.97.0.20 self permanent"), "{fdb}");
+    assert!(!fdb.contains("10.97.0.21") && !fdb.contains("10.97.0.22"), "{fdb}");
+
+    let text = agent.proc.log();
+    for line in [
+        "warning: node aa-new (Node/aa-new) claims 10.244.1.0/24,fd00:10:244:1::/64, which the older holder node zz-old (Node/zz-old, 10.244.1.0/24,fd00:10:244:1::/64) holds; ignored",
+        "warning: node far-new (Node/far-new): VTEP MAC 02:00:00:00:00:20 is used by node far-old (Node/far-old); ignored",
+    ] {
+        assert!(text.contains(line), "no {line:?} in\n{}", log());
+    }
+    let mine = format!("warning: node far-me (Node/far-me): VTEP MAC {own_mac} is used by this node n0; ignored");
+    assert!(text.contains(&mine), "no {mine:?} in\n{}", log());
+    assert!(!text.contains("10.244.9.0"), "{}", log());
+    let (status, _) = wait_for("/healthz 200", Duration::from_secs(10), || {
+        Some(agent_http(&agent, "/healthz")).filter(|r| r.0 == 200)
+    });
+    assert_eq!(status, 200);
+    let (_, metrics) = agent_http(&agent, "/metrics");
+    assert_eq!(metric(&metrics, "cni_rs_node_record_conflicts_total"), Some(1.0), "{metrics}");
+    assert_eq!(
+        metric(&metrics, r#"cni_rs_node_records_rejected_total{reason="duplicate_vtep_mac"}"#),
+        Some(2.0),
+        "{metrics}"
+    );
+    assert_eq!(metric(&metrics, "cni_rs_node_reconcile_errors_total"), Some(0.0), "{metrics}");
     drop(agent);
     drop(standin);
 }

@@ -305,3 +305,22 @@ impl Agent {
         self.proc = Proc::spawn(&self.ns, &all, log);
     }
 }
+
+/// GET `path` from the agent's /healthz and /metrics listener (the address its log names, so
+/// `--metrics-addr 127.0.0.1:0` works): (HTTP status, body).
+pub fn agent_http(agent: &Agent, path: &str) -> (u16, String) {
+    let log = agent.proc.log();
+    let base = log
+        .lines()
+        .find_map(|l| l.strip_prefix("serving /healthz and /metrics on "))
+        .unwrap_or_else(|| panic!("the agent names no metrics address yet:\n{log}"))
+        .to_string();
+    let out = run_in(&agent.ns, &["curl", "-sS", "-w", "\n%{http_code}", &format!("{base}{path}")]);
+    let (body, code) = out.trim_end().rsplit_once('\n').unwrap_or(("", out.trim()));
+    (code.parse().unwrap_or(0), body.to_string())
+}
+
+/// The value of one metric line (`name` with its labels, e.g. `x_total{reason="a"}`).
+pub fn metric(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
