@@ -14,6 +14,11 @@ httpd_pid=""
 bridge_was_there=$(ip link show cnirs-demo0 >/dev/null 2>&1 && echo yes || echo no)
 # The conflist's dataDir (host-local's reservations) and the web root live under this directory.
 state_was_there=$([ -e /run/cni-rs-demo ] && echo yes || echo no)
+# portmap's and the bridge's masquerade nftables tables stay for the next pod, as the bridge does.
+new_tables=()
+for t in cni_rs_portmap cni_rs_masq; do
+    nft list table inet "$t" >/dev/null 2>&1 || new_tables+=("$t")
+done
 cleanup() {
     [ -n "$httpd_pid" ] && kill "$httpd_pid" 2>/dev/null || true
     if [ -e "$nspath" ]; then
@@ -24,6 +29,7 @@ cleanup() {
     [ "$bridge_was_there" = no ] && ip link del cnirs-demo0 2>/dev/null || true
     rm -rf /run/cni-rs-demo/www
     [ "$state_was_there" = no ] && rm -rf /run/cni-rs-demo || true
+    for t in "${new_tables[@]}"; do nft delete table inet "$t" 2>/dev/null || true; done
 }
 trap cleanup EXIT
 
