@@ -17,6 +17,8 @@ use rtnetlink::{Handle, LinkUnspec, LinkVxlan, RouteMessageBuilder};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
+// One MAC grammar for the plugins and the agent (Go's net.ParseMAC).
+pub use netkit::{format_mac, parse_mac};
 
 /// RTM_PROTOCOL of every route the agent adds (`ip route show proto 210`).
 pub const RTPROT_CNI_RS: u8 = 210;
@@ -74,19 +76,6 @@ pub struct Changes {
     pub added: usize,
     pub removed: usize,
     pub errors: usize,
-}
-
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
-
-pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = text.split(':');
-    for byte in &mut mac {
-        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
 }
 
 /// The link that holds a node address, its MTU, and the subnet of that address.
@@ -745,14 +734,5 @@ mod tests {
         let change = vtep_delta(&both, &moved);
         assert_eq!(change.fdb_new, [(mac2, dst1)]);
         assert!(change.neighbours_new.is_empty() && change.neighbours_gone.is_empty() && change.fdb_gone.is_empty());
-    }
-
-    #[test]
-    fn macs_round_trip() {
-        let mac = [0x0a, 0xbc, 0, 1, 2, 0xff];
-        assert_eq!(format_mac(&mac), "0a:bc:00:01:02:ff");
-        assert_eq!(parse_mac("0a:bc:00:01:02:ff"), Some(mac));
-        assert_eq!(parse_mac("0a:bc:00:01:02"), None);
-        assert_eq!(parse_mac("0a:bc:00:01:02:ff:00"), None);
     }
 }
