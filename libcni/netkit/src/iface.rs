@@ -598,8 +598,8 @@ pub fn create_in_pod_renamed(
 
 /// ADD's second half for a plugin whose only interface is the pod's (dummy, vlan, tap): with an
 /// IPAM plugin, its result on interface 0, configured on the link (addresses, up, routes); without,
-/// the link up (layer 2 only). The result lists the pod's interface with its MAC; `dns`, when set,
-/// replaces IPAM's.
+/// the link up (layer 2 only). The result lists the pod's interface with its MAC; `dns` (the
+/// configuration's, when it sets anything: [`libcni::conf::NetConf::dns`]) replaces IPAM's.
 pub fn single_interface_result<'a>(
     req: &'a Request,
     ipam: Option<&'a str>,
@@ -619,7 +619,7 @@ pub fn single_interface_result<'a>(
         }
         None => cont.set_up(link.index)?,
     }
-    if let Some(dns) = dns.filter(|d| **d != libcni::types::Dns::default()) {
+    if let Some(dns) = dns {
         result.dns = dns.clone();
     }
     let now = cont.link_by_index(link.index)?.unwrap_or_else(|| link.clone());
