@@ -505,6 +505,13 @@ pub fn ipam_type(conf: &libcni::conf::NetConf) -> Result<Option<&str>> {
     }
 }
 
+/// That the IPAM plugin `ipam` (when the configuration names one) can run: ADD asks before its
+/// first change, so a configuration naming a plugin that is not in CNI_PATH changes nothing (code 7,
+/// [`invoke::delegate_ready`]).
+pub fn ipam_ready(req: &Request, ipam: Option<&str>) -> Result<()> {
+    ipam.map_or(Ok(()), |ipam| invoke::delegate_ready(ipam, req))
+}
+
 /// Candidate temporary names for a link created outside the pod's namespace and renamed to its
 /// `ifname` once inside (`attempt` 0 first), derived from the attachment like [`host_veth_name`].
 pub fn temp_link_name(container_id: &str, ifname: &str, attempt: u32) -> String {
