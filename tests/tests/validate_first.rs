@@ -156,6 +156,14 @@ fn a_config_error_is_reported_before_any_change() {
         });
         cases.push(Refused { what: "an MTU above the master's", plugin, keys, netns: None, code: CONFIG });
     }
+    // No IPAM at 0.2.0: a result without addresses cannot be printed there (upstream's error, 999).
+    for (plugin, keys) in [
+        ("bridge", json!({ "cniVersion": "0.2.0", "bridge": "cni0" })),
+        ("host-device", json!({ "cniVersion": "0.2.0", "device": "hd0" })),
+        ("tap", json!({ "cniVersion": "0.2.0" })),
+    ] {
+        cases.push(Refused { what: "no IPAM at cniVersion 0.2.0", plugin, keys, netns: None, code: 999 });
+    }
     // tuning chained after nothing that made CNI_IFNAME: refused before its sysctl is written
     // (off in a new namespace; turning it on is a netconf event).
     cases.push(Refused {

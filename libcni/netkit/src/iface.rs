@@ -512,6 +512,17 @@ pub fn ipam_ready(req: &Request, ipam: Option<&str>) -> Result<()> {
     ipam.map_or(Ok(()), |ipam| invoke::delegate_ready(ipam, req))
 }
 
+/// Refuses, before anything is made, an ADD whose result can hold no address (no IPAM plugin, no
+/// prevResult addresses to chain after) at cniVersion 0.1.0 or 0.2.0, which cannot print one
+/// without: the same error skel gives when it converts the result, found without a change to undo.
+pub fn refuse_addressless_legacy(req: &Request, ipam: Option<&str>) -> Result<()> {
+    let prev_ips = req.conf.prev_result.as_ref().is_some_and(|p| !p.ips.is_empty());
+    if ipam.is_none() && !prev_ips && !libcni::version::at_least(&req.conf.cni_version, "0.3.0") {
+        return Err(libcni::types::no_addresses_error());
+    }
+    Ok(())
+}
+
 /// Candidate temporary names for a link created outside the pod's namespace and renamed to its
 /// `ifname` once inside (`attempt` 0 first), derived from the attachment like [`host_veth_name`].
 pub fn temp_link_name(container_id: &str, ifname: &str, attempt: u32) -> String {
