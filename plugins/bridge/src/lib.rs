@@ -30,6 +30,8 @@ impl Plugin for Bridge {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
+        iface::ipam_ready(req, conf.ipam_type.as_deref())?;
+        iface::refuse_addressless_legacy(req, conf.ipam_type.as_deref())?;
         let (ns, cont, host) = iface::open_pod_and_host_for_add(req)?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
         iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, fw.as_deref(), undo))
@@ -182,9 +184,15 @@ fn add<'a>(
     fw: Option<&'a dyn Firewall>,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
-    let br = host.ensure_bridge_with(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc, &|br| {
-        skip_link_local_dad(&br.name)
-    })?;
+    let (br, created) =
+        host.ensure_bridge_with(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc, &|br| {
+            skip_link_local_dad(&br.name)
+        })?;
+    if created {
+        // Registered first, so it runs last, once the veth is gone.
+        let index = br.index;
+        undo.push(move || remove_unused_bridge(host, index));
+    }
     libcni::fault_point("bridge-ensured")?;
 
     let (host_name, host_link) = iface::create_veth(host, &req.container_id, &req.ifname, ns, conf.mtu, conf.mac)?;
@@ -263,6 +271,17 @@ fn add<'a>(
         result.dns = dns.clone();
     }
     Ok(result)
+}
+
+/// A failed ADD's removal of the bridge `index` it created: only while no link is a port of it
+/// (another ADD may have attached a pod since), best effort.
+fn remove_unused_bridge(host: &Netlink, index: u32) {
+    match host.links() {
+        Ok(links) if !links.iter().any(|l| l.master == Some(index)) => {
+            let _ = host.delete_link(index);
+        }
+        _ => {}
+    }
 }
 
 /// Called while the interface the pods' gateway lives on (the bridge, or a VLAN's gateway) is down,

@@ -34,6 +34,7 @@ impl Plugin for Ptp {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
+        iface::ipam_ready(req, Some(&conf.ipam_type))?;
         let (ns, cont, host) = iface::open_pod_and_host_for_add(req)?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
         iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, fw.as_deref(), undo))
