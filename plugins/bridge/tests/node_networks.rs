@@ -93,7 +93,9 @@ impl World {
 
 /// `isGateway` on a subnet that overlaps the node's LAN (a slice of it, inside it, over IPv6), or
 /// with a gateway the node already holds, is refused (code 7) and the bridge takes no address:
-/// the node does not answer ARP for the LAN's router, and its route to the LAN stays on lan0.
+/// the node does not answer ARP for the LAN's router, and its route to the LAN stays on lan0. The
+/// bridge's own gateway, shared by its pods, and a layer 2 bridge on the LAN's addresses stay
+/// allowed.
 #[test]
 fn bridge_gateway_takes_no_address_of_the_nodes_networks() {
     let w = World::new();
@@ -117,14 +119,9 @@ fn bridge_gateway_takes_no_address_of_the_nodes_networks() {
     w.node.ip(&["addr", "add", "10.57.0.1/32", "dev", "lo"]);
     let held = w.conf(json!([[{ "subnet": "10.57.0.0/24" }]]), json!({}));
     w.refused("a gateway the node holds", &held, &["gateway 10.57.0.1", "an address of the node", "lo"]);
-    w.node.ip(&["link", "del", "br0"]);
-}
 
-/// What stays allowed: the bridge holding its own gateway for every pod, and a bridge without
-/// `isGateway` on the LAN's addresses (layer 2 only: nothing goes on the host).
-#[test]
-fn bridge_keeps_its_own_gateway_and_layer_2_on_the_lan() {
-    let w = World::new();
+    // What stays allowed: the bridge holding its own gateway for every pod, and a bridge without
+    // `isGateway` on the LAN's addresses (layer 2 only: nothing goes on the host).
     let own = w.conf(json!([[{ "subnet": "10.205.0.0/24" }], [{ "subnet": "fd00:205::/64" }]]), json!({}));
     let pods: Vec<(Netns, String)> = (0..2).map(|_| (Netns::new("cnbp"), unique("ctrb"))).collect();
     for (pod, id) in &pods {
@@ -147,6 +144,8 @@ fn bridge_keeps_its_own_gateway_and_layer_2_on_the_lan() {
     assert_eq!(out.rc, 0, "a layer 2 bridge on the LAN's addresses: {}", out.stdout);
     assert!(!w.arp_answered("192.168.77.1"), "the node answers ARP for the LAN's router");
     assert_eq!(w.bridge("DEL", &l2, &id, &pod).rc, 0, "DEL");
+    w.node.ip(&["link", "del", "br0"]);
+    w.node.ip(&["link", "del", "br1"]);
 }
 
 fn bridge_ports_in(node: &Netns, bridge: &str) -> usize {
