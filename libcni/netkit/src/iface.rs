@@ -17,6 +17,7 @@
 //! A plugin that masquerades (bridge, ptp) shares its STATUS, GC and DEL of the rules
 //! ([`status_masquerading`], [`gc_masquerading`], [`del_masquerade`]).
 
+pub mod hostnet;
 pub mod sublink;
 
 use crate::firewall::{self, IpMasq, Masquerade};

@@ -12,6 +12,7 @@ use libcni::invoke;
 use libcni::types::{CniResult, Interface, IpConfig};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
 use netkit::firewall::{self, BackendKind, Firewall};
+use netkit::iface::hostnet::{HostNets, Reach};
 use netkit::iface::{self, is_v4, MasqueradeDel, Undo};
 use netkit::sysctl::{self, Family};
 use netkit::{Link, NetNs, Netlink};
@@ -230,6 +231,9 @@ fn add<'a>(
     }
     // Our interfaces are [bridge, host veth, pod interface]: the addresses are the pod's.
     iface::set_gateways(&mut result, 2, conf.is_gateway, conf.is_default_gateway);
+    if conf.is_gateway && !result.ips.is_empty() {
+        gateways_off_node_networks(conf, &result.ips)?;
+    }
     if !conf.disable_container_interface {
         iface::configure(cont, ns, &req.ifname, cont_link.index, &result, conf.enable_dad)?;
     }
@@ -312,6 +316,45 @@ fn add_masquerade<'a>(
     });
     fw.add_masquerade(&iface::masquerade(req, &conf.network, ips.iter()))?;
     libcni::fault_point("masquerade-added")
+}
+
+/// Refuses (code 7) a gateway `isGateway` would put on the bridge (or on the VLAN's gateway
+/// interface) when it is on a network the node is on ([`HostNets`]): the node already holds it on
+/// another interface, or reaches it directly through another interface (its subnet is a slice of
+/// the LAN, or the LAN itself: the bridge would answer ARP for the LAN router's address, or take a
+/// part of the LAN). A pod address the node holds is refused too. The bridge's own address and
+/// subnet route (and its VLAN gateway interface's) are its own: every pod after the first finds
+/// them there, and a bridge that carries the node's LAN itself is the operator's layout.
+fn gateways_off_node_networks(conf: &BridgeConf, ips: &[IpConfig]) -> Result<()> {
+    let nets = HostNets::open()?;
+    let vlan_gateway = (conf.vlan != 0).then(|| config::vlan_gateway_name(&conf.bridge, conf.vlan));
+    let own = |oif: u32| {
+        let name = nets.link_name(oif);
+        name == conf.bridge || vlan_gateway.as_deref() == Some(name.as_str())
+    };
+    let what_to_do = "give the pods a subnet (ipam) that is not on the node's networks";
+    for ip in ips {
+        let Some(gw) = ip.gateway else { continue };
+        let subnet = IpNetwork::new(gw, ip.address.prefix())
+            .and_then(|n| IpNetwork::new(n.network(), n.prefix()))
+            .map_err(|e| Error::config(format!("gateway {gw}/{}: {e}", ip.address.prefix())))?;
+        if let Some(reach) = nets.reach(gw)?.filter(|r| !own(r.oif())) {
+            return Err(Error::config(format!(
+                "gateway {gw} of subnet {subnet} is {}: with isGateway bridge {} would hold it and answer ARP \
+                 and neighbour solicitations for it in place of its owner; {what_to_do}",
+                nets.describe(&reach),
+                conf.bridge
+            )));
+        }
+        if let Some(reach @ Reach::Local { .. }) = nets.reach(ip.address.ip())? {
+            return Err(Error::config(format!(
+                "address {} from IPAM is {}; {what_to_do}",
+                ip.address.ip(),
+                nets.describe(&reach)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The gateway addresses of `ips` on the bridge, and forwarding on.
