@@ -37,6 +37,16 @@ triple=x86_64-unknown-linux-gnu
 # fastest (static musl); the installer and the node agent start once per node (static glibc).
 plugins_triple="$("$repo/install/static-target.sh" --install)"
 
+# Run from a test (cargo test), this script inherits what cargo sets for the test process
+# (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, OUT_DIR, ...). Some build scripts (ring's) ask to be rerun
+# when those change, so with them set the build would redo what tests/run.sh built beforehand.
+while read -r var; do
+    case "$var" in
+        CARGO_MANIFEST_* | CARGO_PKG_* | CARGO_CRATE_NAME | CARGO_BIN_* | CARGO_PRIMARY_PACKAGE | \
+            CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR | OUT_DIR) unset "$var" ;;
+    esac
+done < <(compgen -e)
+
 agent_profile="${CNI_RS_AGENT_PROFILE:-release}"
 case "$agent_profile" in
     dev | test) agent_profile_dir=debug ;;
