@@ -3,6 +3,7 @@
 # No base image is pulled, so this works without access to any registry.
 #
 #   install/build-image.sh                 # static release build, then podman build
+#   install/build-image.sh --build-only    # the static build alone (tests/run.sh starts it early)
 #
 # The image ships the multi-call binary cni-rs once, with the manifest /opt/cni-rs/bin/.plugins
 # naming the plugins the installer links to it on the node (one hard link per name).
@@ -10,6 +11,9 @@
 # Environment:
 #   CNI_RS_IMAGE        tag to build                (default cni-rs-installer:dev)
 #   CNI_RS_BIN_DIR      dir of prebuilt static binaries (cni-installer, cni-rs, cni-rs-node); skips cargo
+#   CNI_RS_AGENT_PROFILE  cargo profile of cni-installer and cni-rs-node (default release); the image
+#                       test uses image-test (Cargo.toml), which compiles in a fraction of the time.
+#                       cni-rs is always the release build: it is what a node runs.
 #   CNI_RS_CONTEXT_DIR  where to stage the build context (default: a temp dir, removed afterwards)
 #   CNI_RS_PLUGINS      plugin names to install as links to cni-rs
 #                       (default "bandwidth bridge dhcp dummy firewall host-device host-local ipvlan loopback macvlan portmap ptp sbr static tap tuning vlan vrf"; each is checked to run)
@@ -17,6 +21,12 @@
 #                       "podman --runtime runc --cgroup-manager=cgroupfs --events-backend=file"
 #   CARGO, CARGO_TARGET_DIR  honoured as usual
 set -euo pipefail
+build_only=false
+case "${1:-}" in
+    --build-only) build_only=true ;;
+    "") ;;
+    *) echo "usage: install/build-image.sh [--build-only]" >&2; exit 2 ;;
+esac
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 image="${CNI_RS_IMAGE:-cni-rs-installer:dev}"
 plugins="${CNI_RS_PLUGINS:-bandwidth bridge dhcp dummy firewall host-device host-local ipvlan loopback macvlan portmap ptp sbr static tap tuning vlan vrf}"
@@ -27,18 +37,39 @@ triple=x86_64-unknown-linux-gnu
 # fastest (static musl); the installer and the node agent start once per node (static glibc).
 plugins_triple="$("$repo/install/static-target.sh" --install)"
 
+# Run from a test (cargo test), this script inherits what cargo sets for the test process
+# (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, OUT_DIR, ...). Some build scripts (ring's) ask to be rerun
+# when those change, so with them set the build would redo what tests/run.sh built beforehand.
+while read -r var; do
+    case "$var" in
+        CARGO_MANIFEST_* | CARGO_PKG_* | CARGO_CRATE_NAME | CARGO_BIN_* | CARGO_PRIMARY_PACKAGE | \
+            CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR | OUT_DIR) unset "$var" ;;
+    esac
+done < <(compgen -e)
+
+agent_profile="${CNI_RS_AGENT_PROFILE:-release}"
+case "$agent_profile" in
+    dev | test) agent_profile_dir=debug ;;
+    bench) agent_profile_dir=release ;;
+    "" | */* | .*) echo "build-image: CNI_RS_AGENT_PROFILE=$agent_profile is not a cargo profile" >&2; exit 1 ;;
+    *) agent_profile_dir="$agent_profile" ;;
+esac
+
 if [ -n "${CNI_RS_BIN_DIR:-}" ]; then
+    "$build_only" && { echo "build-image: --build-only with CNI_RS_BIN_DIR set has nothing to build" >&2; exit 2; }
     bin_dir="$CNI_RS_BIN_DIR"
     plugins_bin_dir="$CNI_RS_BIN_DIR"
 else
     # --target keeps crt-static away from build scripts and proc macros, which must stay dynamic.
-    echo "build-image: static release build of cni-installer cni-rs-node ($triple) and cni-rs ($plugins_triple)" >&2
+    echo "build-image: static $agent_profile build of cni-installer cni-rs-node ($triple)," \
+        "static release build of cni-rs ($plugins_triple)" >&2
     (cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" \
-        "$cargo_cmd" build --release --target "$triple" -p cni-installer -p cni-rs-node)
+        "$cargo_cmd" build --profile "$agent_profile" --target "$triple" -p cni-installer -p cni-rs-node)
     (cd "$repo" && RUSTFLAGS="$("$repo/install/static-target.sh" --rustflags)" \
         "$cargo_cmd" build --release --target "$plugins_triple" -p cni-rs)
-    bin_dir="${CARGO_TARGET_DIR:-$repo/target}/$triple/release"
+    bin_dir="${CARGO_TARGET_DIR:-$repo/target}/$triple/$agent_profile_dir"
     plugins_bin_dir="${CARGO_TARGET_DIR:-$repo/target}/$plugins_triple/release"
+    "$build_only" && exit 0
 fi
 
 if [ -n "${CNI_RS_CONTEXT_DIR:-}" ]; then
