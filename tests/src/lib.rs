@@ -406,6 +406,28 @@ impl RemoteHost {
     }
 }
 
+/// A node on a LAN, for tests of what a plugin may put on the node: namespace `node` with `lan0`
+/// (192.168.77.10/24, fd77::10/64) and its peer `lan0` in namespace `neighbour` (192.168.77.20/24,
+/// fd77::20/64). No host holds the LAN's router address, 192.168.77.1: only a node that took it
+/// answers the neighbour's ARP for it ([`arp_answered`]).
+pub fn node_on_lan(node_prefix: &str, neighbour_prefix: &str) -> (Netns, Netns) {
+    require_tools(&["busybox"]);
+    let node = Netns::new(node_prefix);
+    let neighbour = Netns::new(neighbour_prefix);
+    node.ip(&["link", "add", "lan0", "type", "veth", "peer", "name", "lan0", "netns", &neighbour.name]);
+    for (ns, v4, v6) in [(&node, "192.168.77.10/24", "fd77::10/64"), (&neighbour, "192.168.77.20/24", "fd77::20/64")] {
+        ns.ip(&["addr", "add", v4, "dev", "lan0"]);
+        ns.ip(&["addr", "add", v6, "dev", "lan0", "nodad"]);
+        ns.ip(&["link", "set", "lan0", "up"]);
+    }
+    (node, neighbour)
+}
+
+/// Whether anything on the LAN answers `neighbour`'s ARP request for `ip` on its `lan0`.
+pub fn arp_answered(neighbour: &Netns, ip: &str) -> bool {
+    neighbour.exec("busybox", &["arping", "-f", "-c", "2", "-w", "1", "-I", "lan0", ip]).status.success()
+}
+
 /// True if `ping` from inside `ns` reaches `addr` (one packet, short timeout).
 pub fn pings(ns: &Netns, addr: &str) -> bool {
     ns.exec("busybox", &["ping", "-c", "1", "-W", "2", addr]).status.success()

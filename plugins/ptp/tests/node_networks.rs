@@ -6,7 +6,7 @@
 //! inside the node namespace. Privileged: everything lives in namespaces of its own.
 
 use cni_tests::exec::{exec_in, Out};
-use cni_tests::{bin_dir, require_tools, reservations, unique, Netns, TempDir};
+use cni_tests::{arp_answered, bin_dir, node_on_lan, require_tools, reservations, unique, Netns, TempDir};
 use serde_json::{json, Value};
 
 /// The node, its LAN neighbour, and a data directory for host-local.
@@ -18,17 +18,8 @@ struct World {
 
 impl World {
     fn new() -> World {
-        require_tools(&["busybox", "nft"]);
-        let node = Netns::new("cnln");
-        let neighbour = Netns::new("cnlb");
-        node.ip(&["link", "add", "lan0", "type", "veth", "peer", "name", "lan0", "netns", &neighbour.name]);
-        for (ns, v4, v6) in
-            [(&node, "192.168.77.10/24", "fd77::10/64"), (&neighbour, "192.168.77.20/24", "fd77::20/64")]
-        {
-            ns.ip(&["addr", "add", v4, "dev", "lan0"]);
-            ns.ip(&["addr", "add", v6, "dev", "lan0", "nodad"]);
-            ns.ip(&["link", "set", "lan0", "up"]);
-        }
+        require_tools(&["nft"]);
+        let (node, neighbour) = node_on_lan("cnln", "cnlb");
         node.ip(&["route", "add", "default", "via", "192.168.77.1"]);
         World { node, neighbour, data: TempDir::new("cnln-ipam") }
     }
@@ -57,7 +48,7 @@ impl World {
     /// Whether anything on the LAN answers the neighbour's ARP request for `ip` (no host on this
     /// LAN holds the router's address, so only a node that took it answers).
     fn arp_answered(&self, ip: &str) -> bool {
-        self.neighbour.exec("busybox", &["arping", "-f", "-c", "2", "-w", "1", "-I", "lan0", ip]).status.success()
+        arp_answered(&self.neighbour, ip)
     }
 
     /// ADD that must be refused with `code` and a message holding every one of `says`, leaving the
