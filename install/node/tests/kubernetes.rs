@@ -135,6 +135,28 @@ fn standin(ns: &str, dir: &Path, nodes: &Value) -> (Proc, std::path::PathBuf) {
     (standin, kubeconfig)
 }
 
+/// The agent of node n0 on the stand-in (`--backend auto`, no plugins installed), `extra` appended.
+fn agent_args(kubeconfig: &Path, conf: &Path, node_ips: &str, extra: &[&str]) -> Vec<String> {
+    let base = [
+        "--node-name",
+        "n0",
+        "--datastore",
+        "kubernetes",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--cluster-cidr",
+        "10.244.0.0/16,fd00:10:244::/56",
+        "--node-ip",
+        node_ips,
+        "--backend",
+        "auto",
+        "--no-plugins",
+        "--conf-dir",
+        conf.to_str().unwrap(),
+    ];
+    base.iter().chain(extra).map(|s| s.to_string()).collect()
+}
+
 #[test]
 fn kubernetes_nodes_list_watch_gone_and_annotation() {
     require(&["openssl", "python3"]);
@@ -153,26 +175,7 @@ fn kubernetes_nodes_list_watch_gone_and_annotation() {
     let (standin, kubeconfig) = standin(&ns, &dir.0, &nodes);
 
     let conf = dir.0.join("net.d");
-    let args: Vec<String> = [
-        "--node-name",
-        "n0",
-        "--datastore",
-        "kubernetes",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--cluster-cidr",
-        "10.244.0.0/16,fd00:10:244::/56",
-        "--node-ip",
-        "10.95.0.11,fd00:95::11",
-        "--backend",
-        "auto",
-        "--no-plugins",
-        "--conf-dir",
-        conf.to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = agent_args(&kubeconfig, &conf, "10.95.0.11,fd00:95::11", &[]);
     let agent = Agent::start(&ns, &dir.0, args);
     let routes = |family: &str| run_in(&ns, &["ip", family, "route", "show", "proto", "210"]);
     let log = || format!("agent:\n{}\nstand-in:\n{}", agent.proc.log(), standin.log());
@@ -282,28 +285,7 @@ fn kubernetes_overlapping_pod_cidrs_go_to_the_older_node_and_annotations_claim_n
     ]);
     let (standin, kubeconfig) = standin(&ns, &dir.0, &nodes);
     let conf = dir.0.join("net.d");
-    let args: Vec<String> = [
-        "--node-name",
-        "n0",
-        "--datastore",
-        "kubernetes",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--cluster-cidr",
-        "10.244.0.0/16,fd00:10:244::/56",
-        "--node-ip",
-        "10.95.0.11",
-        "--backend",
-        "auto",
-        "--no-plugins",
-        "--conf-dir",
-        conf.to_str().unwrap(),
-        "--metrics-addr",
-        "127.0.0.1:0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = agent_args(&kubeconfig, &conf, "10.95.0.11", &["--metrics-addr", "127.0.0.1:0"]);
     let agent = Agent::start(&ns, &dir.0, args);
     let log = || format!("agent:\n{}\nstand-in:\n{}", agent.proc.log(), standin.log());
 
