@@ -257,7 +257,9 @@ pub fn valid_container_id(id: &str) -> bool {
     conf::valid_name(id)
 }
 
-/// An interface name the kernel accepts: 1-15 bytes, not "." or "..", no '/', ':' or whitespace.
+/// An interface name the kernel accepts: 1-15 bytes, not "." or "..", no '/', ':', whitespace or
+/// control character. The one check of an interface name in the project (netkit's `valid_ifname`
+/// is this, as a bool).
 pub fn validate_ifname(name: &str) -> Result<()> {
     let why = if name.is_empty() {
         "is empty"
@@ -266,7 +268,7 @@ pub fn validate_ifname(name: &str) -> Result<()> {
     } else if name == "." || name == ".." {
         "is \".\" or \"..\""
     } else if name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control()) {
-        "contains '/', ':' or whitespace"
+        "contains '/', ':', whitespace or a control character"
     } else {
         return Ok(());
     };

@@ -40,13 +40,9 @@ pub fn is_not_found(err: &Error) -> bool {
     matches!(errno(err), Some(libc::ENOENT | libc::ENODEV | libc::ESRCH | libc::ENXIO | libc::EADDRNOTAVAIL))
 }
 
-/// A valid Linux interface name: 1..=15 bytes, not `.`/`..`, no `/`, `:` or whitespace.
+/// A valid Linux interface name ([`libcni::skel::validate_ifname`]'s rules).
 pub fn valid_ifname(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() < libc::IFNAMSIZ
-        && name != "."
-        && name != ".."
-        && !name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace() || c == '\0')
+    libcni::skel::validate_ifname(name).is_ok()
 }
 
 /// A MAC for an interface ([`parse_mac`]'s grammar): a multicast address cannot name one.
@@ -111,5 +107,9 @@ mod tests {
         assert!(!valid_ifname(".."));
         assert!(!valid_ifname("a/b"));
         assert!(!valid_ifname("a b"));
+        // A control character: the kernel's dev_valid_name takes it, but `ip` and every log line
+        // would show a name that is not what was asked; CNI_IFNAME refuses it too, so config keys do.
+        assert!(!valid_ifname("eth\u{7}0"));
+        assert!(!valid_ifname("eth\u{1b}[0m"));
     }
 }
