@@ -14,32 +14,23 @@
 //! shape the backend uses. Objects are referred to by name (sets and chains added earlier in the
 //! same batch are found by name too).
 
-use crate::nlsock::Socket;
+use crate::nlsock::{Answer as Ends, Exchange, Failure as NlFailure, Header, NLMSG_HDRLEN};
 use ipnetwork::IpNetwork;
 use libcni::{Error, Result};
+use nix::sys::socket::SockProtocol;
 use std::net::IpAddr;
 
-const NETLINK_NETFILTER: libc::c_int = 12;
-const NETLINK_CAP_ACK: libc::c_int = 10;
-const NETLINK_EXT_ACK: libc::c_int = 11;
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
+#[cfg(test)]
 const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLMSG_HDRLEN: usize = 16;
 const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_MULTI: u16 = 0x2;
 const NLM_F_ACK: u16 = 0x4;
-const NLM_F_DUMP_INTR: u16 = 0x10;
 const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_EXCL: u16 = 0x200;
 const NLM_F_CREATE: u16 = 0x400;
 const NLM_F_APPEND: u16 = 0x800;
-/// In an NLMSG_ERROR: the original message was capped to its header / TLVs follow it.
-const NLM_F_CAPPED: u16 = 0x100;
-const NLM_F_ACK_TLVS: u16 = 0x200;
-const NLMSGERR_ATTR_MSG: u16 = 1;
 const NLA_F_NESTED: u16 = 0x8000;
 
 // enum nf_tables_msg_types
@@ -1305,44 +1296,43 @@ impl Batch {
         if self.msgs.is_empty() {
             return Ok(Vec::new());
         }
-        const SEQ: u32 = 1;
-        let buf = self.encode(SEQ)?;
-        let sock = open_socket(self.msgs.len(), buf.len())?;
-        send(&sock, &buf)?;
-        self.read_answers(&sock, SEQ)
+        let nl = open()?;
+        // BATCH_BEGIN, the messages, BATCH_END.
+        let first = nl.next_seqs(self.msgs.len() as u32 + 2);
+        let buf = self.encode(first)?;
+        nl.make_room(self.msgs.len(), buf.len());
+        self.read_answers(&nl, &buf, first)
     }
 
-    fn read_answers(&self, sock: &Socket, seq: u32) -> Result<Vec<Failure>> {
+    fn read_answers(&self, nl: &Exchange, batch: &[u8], first: u32) -> Result<Vec<Failure>> {
         let n = self.msgs.len();
         let mut answered = vec![false; n];
         let mut pending = n;
         // (message index, errno, kernel's message) of every failure, in the kernel's order.
         let mut failures: Vec<(usize, i32, Option<String>)> = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        while pending > 0 {
-            let len = sock.recv(&mut buf).map_err(|e| self.lost(e))?;
-            for msg in messages(&buf[..len]) {
-                if u16::from_ne_bytes([msg[4], msg[5]]) != NLMSG_ERROR || msg.len() < NLMSG_HDRLEN + 4 + NLMSG_HDRLEN {
-                    continue;
-                }
-                let errno = error_code(msg);
-                let orig_seq = u32_at(msg, 20 + 8);
-                let idx = orig_seq.wrapping_sub(seq.wrapping_add(1)) as usize;
-                if idx >= n {
-                    // The batch itself (its header's sequence): the commit failed.
-                    if errno != 0 {
-                        return Err(self.failed(None, errno, extack_msg(msg)));
-                    }
-                    continue;
-                }
-                if !answered[idx] {
-                    answered[idx] = true;
-                    pending -= 1;
-                }
-                if errno != 0 {
-                    failures.push((idx, errno, extack_msg(msg)));
-                }
+        let mut commit = None;
+        nl.acks(batch, first, n as u32 + 2, |offset, outcome| {
+            let refusal = match outcome {
+                Err(NlFailure::Errno(errno, text)) => Some((errno, text)),
+                _ => None,
+            };
+            let Some(idx) = (offset as usize).checked_sub(1).filter(|i| *i < n) else {
+                // The batch's begin or end: the commit failed.
+                commit = refusal;
+                return commit.is_some();
+            };
+            if let Some(done) = answered.get_mut(idx).filter(|done| !**done) {
+                *done = true;
+                pending -= 1;
             }
+            if let Some((errno, text)) = refusal {
+                failures.push((idx, errno, text));
+            }
+            pending == 0
+        })
+        .map_err(|f| f.into_error(format_args!("nft transaction of {n} messages ({}, ...)", self.msgs[0].what)))?;
+        if let Some((errno, text)) = commit {
+            return Err(self.failed(None, errno, text));
         }
         failures.sort_by_key(|f| f.0);
         Ok(failures
@@ -1359,19 +1349,6 @@ impl Batch {
                 refused(&what, errno, text)
             }
         }
-    }
-
-    fn lost(&self, e: std::io::Error) -> Error {
-        let why = match e.raw_os_error() {
-            Some(libc::EAGAIN) => "no answer from the kernel within 10 s".to_string(),
-            Some(libc::ENOBUFS) => "answers lost (receive buffer full); whether it was applied is unknown".to_string(),
-            _ => "reading the kernel's answers".to_string(),
-        };
-        Error::network(format!(
-            "nft transaction of {} messages ({}, ...): {why}: {e}",
-            self.msgs.len(),
-            self.msgs[0].what
-        ))
     }
 }
 
@@ -1465,24 +1442,43 @@ pub(crate) fn get_elements(family: Family, table: &str, set: &str, key: Option<&
 type Answer = (u16, Vec<u8>);
 
 /// Sends one GET request (a dump when `dump`) and collects the nf_tables messages that answer it
-/// (type, attributes). A dump that a concurrent change interrupted (NLM_F_DUMP_INTR) is read
-/// again. None when the kernel answers ENOENT (no such table, chain, set or element).
+/// (type, attributes). None when the kernel answers ENOENT (no such table, chain, set or element).
 fn get(family: Family, ty: u16, dump: bool, attrs: &Attrs, what: &str) -> Result<Option<Vec<Answer>>> {
-    let sock = open_socket(1, 0)?;
+    get_on(&open()?, family, ty, dump, attrs, what)
+}
+
+fn get_on(
+    nl: &Exchange,
+    family: Family,
+    ty: u16,
+    dump: bool,
+    attrs: &Attrs,
+    what: &str,
+) -> Result<Option<Vec<Answer>>> {
     let flags = if dump { NLM_F_REQUEST | NLM_F_DUMP } else { NLM_F_REQUEST };
-    for seq in 1..=5 {
+    let encode = |seq| {
         let mut req = Vec::new();
         nlmsg(&mut req, (NFNL_SUBSYS_NFTABLES << 8) | ty, flags, seq, [family.nfproto(), 0, 0, 0], &attrs.buf);
-        send(&sock, &req)?;
-        let mut answers = Vec::new();
-        match read_replies(&sock, what, |ty, msg| answers.push((ty, msg.to_vec()))) {
-            Ok(true) => return Ok(Some(answers)),
-            Ok(false) => continue,
-            Err(e) if e.errno == Some(libc::ENOENT) => return Ok(None),
-            Err(e) => return Err(e),
+        req
+    };
+    let collect = |out: &mut Vec<Answer>, h: &Header, msg: &[u8]| {
+        if h.ty >> 8 == NFNL_SUBSYS_NFTABLES {
+            out.push((h.ty & 0xff, msg.get(NLMSG_HDRLEN + 4..).unwrap_or_default().to_vec()));
         }
+        Ok(())
+    };
+    let answers = if dump {
+        nl.dump(encode, collect)
+    } else {
+        let seq = nl.next_seqs(1);
+        let mut out = Vec::new();
+        nl.request(&encode(seq), seq, Ends::One, |h, m| collect(&mut out, h, m)).map(|()| out)
+    };
+    match answers {
+        Ok(answers) => Ok(Some(answers)),
+        Err(NlFailure::Errno(libc::ENOENT, _)) => Ok(None),
+        Err(f) => Err(f.into_error(format_args!("nft {what}"))),
     }
-    Err(Error::network(format!("nft {what}: it kept changing while it was listed")))
 }
 
 fn elem_info(elem: &[u8]) -> ElemInfo {
@@ -1507,62 +1503,6 @@ fn elem_info(elem: &[u8]) -> ElemInfo {
 fn refused(what: &str, errno: i32, text: Option<String>) -> Error {
     let kernel = text.map(|t| format!(" ({t})")).unwrap_or_default();
     Error::os(errno, format_args!("nft {what}{kernel}"))
-}
-
-/// The errno of an NLMSG_ERROR (0 for an ack).
-fn error_code(msg: &[u8]) -> i32 {
-    (u32_at(msg, NLMSG_HDRLEN) as i32).wrapping_neg()
-}
-
-/// Reads the answers to one request, handing each nf_tables message (its type and the
-/// attributes after the nfgenmsg header) to `each`, until the request is done: a single answer,
-/// NLMSG_DONE of a dump, or an error. Ok(false) when a dump was interrupted (NLM_F_DUMP_INTR).
-fn read_replies(sock: &Socket, what: &str, mut each: impl FnMut(u16, &[u8])) -> Result<bool> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut intr = false;
-    loop {
-        let len = sock.recv(&mut buf).map_err(|e| {
-            Error::os(e.raw_os_error().unwrap_or(libc::EIO), format_args!("nft {what}: read the kernel's answer"))
-        })?;
-        let mut multi = false;
-        for msg in messages(&buf[..len]) {
-            let ty = u16::from_ne_bytes([msg[4], msg[5]]);
-            let flags = u16::from_ne_bytes([msg[6], msg[7]]);
-            intr |= flags & NLM_F_DUMP_INTR != 0;
-            match ty {
-                NLMSG_DONE => return Ok(!intr),
-                NLMSG_ERROR => {
-                    let errno = error_code(msg);
-                    if errno == 0 {
-                        return Ok(!intr);
-                    }
-                    let text = if msg.len() >= NLMSG_HDRLEN + 4 + NLMSG_HDRLEN { extack_msg(msg) } else { None };
-                    return Err(refused(what, errno, text));
-                }
-                _ if ty >> 8 == NFNL_SUBSYS_NFTABLES => {
-                    multi |= flags & NLM_F_MULTI != 0;
-                    each(ty & 0xff, msg.get(NLMSG_HDRLEN + 4..).unwrap_or_default());
-                    if !multi {
-                        return Ok(true);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-}
-
-/// The netlink messages in a buffer the kernel answered with (a truncated one ends the list).
-fn messages(mut rest: &[u8]) -> impl Iterator<Item = &[u8]> {
-    std::iter::from_fn(move || {
-        let msg_len = u32_at(rest, 0) as usize;
-        if rest.len() < NLMSG_HDRLEN || msg_len < NLMSG_HDRLEN || msg_len > rest.len() {
-            return None;
-        }
-        let msg = &rest[..msg_len];
-        rest = &rest[msg_len.next_multiple_of(4).min(rest.len())..];
-        Some(msg)
-    })
 }
 
 /// The (type, value) of each netlink attribute in `b`.
@@ -1620,23 +1560,6 @@ fn comment_udata(text: &str) -> Vec<u8> {
     udata
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4).map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]])).unwrap_or(0)
-}
-
-/// The kernel's text (NLMSGERR_ATTR_MSG) of an NLMSG_ERROR, if it gave one.
-fn extack_msg(msg: &[u8]) -> Option<String> {
-    let flags = u16::from_ne_bytes([msg[6], msg[7]]);
-    if flags & NLM_F_ACK_TLVS == 0 {
-        return None;
-    }
-    let orig_len = if flags & NLM_F_CAPPED != 0 { NLMSG_HDRLEN } else { u32_at(msg, 20) as usize };
-    let tlvs = msg.get((20 + orig_len).next_multiple_of(4)..)?;
-    let (_, text) = attr_iter(tlvs).find(|(ty, _)| *ty == NLMSGERR_ATTR_MSG)?;
-    let text = String::from_utf8_lossy(text).trim_end_matches('\0').to_string();
-    (!text.is_empty()).then_some(text)
-}
-
 /// Appends one netlink message with an nfgenmsg header.
 fn nlmsg(out: &mut Vec<u8>, ty: u16, flags: u16, seq: u32, nfgen: [u8; 4], attrs: &[u8]) {
     let len = (NLMSG_HDRLEN + 4 + attrs.len()) as u32;
@@ -1649,37 +1572,10 @@ fn nlmsg(out: &mut Vec<u8>, ty: u16, flags: u16, seq: u32, nfgen: [u8; 4], attrs
     out.extend_from_slice(attrs);
 }
 
-/// A NETLINK_NETFILTER socket whose buffers hold a batch of `len` bytes and the `msgs` answers to
-/// it (the kernel queues them all before `sendmsg` returns, each in its own buffer).
-fn open_socket(msgs: usize, len: usize) -> Result<Socket> {
-    let open_err = |e: std::io::Error| Error::network(format!("open a netfilter netlink socket: {e}"));
-    let sock = Socket::open(NETLINK_NETFILTER).map_err(open_err)?;
-    // Errors carry only the failed message's header, plus the kernel's text if it has one.
-    let _ = sock.setsockopt(libc::SOL_NETLINK, NETLINK_CAP_ACK, &1 as &libc::c_int);
-    let _ = sock.setsockopt(libc::SOL_NETLINK, NETLINK_EXT_ACK, &1 as &libc::c_int);
-    // Each ack is a small buffer but counts ~1 KiB against the receive buffer (truesize); the
-    // default (~208 KiB) would drop acks past ~150 messages. FORCE needs CAP_NET_ADMIN, which
-    // writing nf_tables needs anyway; without it the plain option is capped by rmem_max.
-    const DEFAULT_BUF: usize = 200 * 1024;
-    let rcv = msgs.saturating_mul(2048).saturating_add(64 * 1024);
-    if rcv > DEFAULT_BUF {
-        let v = libc::c_int::try_from(rcv).unwrap_or(libc::c_int::MAX);
-        if sock.setsockopt(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v).is_err() {
-            let _ = sock.setsockopt(libc::SOL_SOCKET, libc::SO_RCVBUF, &v);
-        }
-    }
-    if len + 4096 > DEFAULT_BUF {
-        let v = libc::c_int::try_from(len + 4096).unwrap_or(libc::c_int::MAX);
-        if sock.setsockopt(libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &v).is_err() {
-            let _ = sock.setsockopt(libc::SOL_SOCKET, libc::SO_SNDBUF, &v);
-        }
-    }
-    Ok(sock)
-}
-
-/// Sends an nf_tables batch or request.
-fn send(sock: &Socket, buf: &[u8]) -> Result<()> {
-    sock.send(buf).map_err(|e| Error::network(format!("send an nf_tables batch of {} bytes: {e}", buf.len())))
+/// A NETLINK_NETFILTER socket in the calling thread's network namespace.
+fn open() -> Result<Exchange> {
+    Exchange::open(SockProtocol::NetlinkNetFilter)
+        .map_err(|e| Error::network(format!("open a netfilter netlink socket: {e}")))
 }
 
 #[cfg(test)]

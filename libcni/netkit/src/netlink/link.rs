@@ -197,7 +197,7 @@ impl Netlink {
         match self.get_one(RouteNetlinkMessage::GetLink(msg)) {
             Ok(Some(RouteNetlinkMessage::NewLink(m))) => Ok(Some(Link::from_message(&m))),
             Ok(_) => Ok(None),
-            Err(RequestFailure::Errno(libc::ENODEV)) => Ok(None),
+            Err(RequestFailure::Errno(libc::ENODEV, _)) => Ok(None),
             Err(f) => Err(f.into_error(what())),
         }
     }
@@ -251,7 +251,7 @@ impl Netlink {
                 msg.attributes.push(LinkAttribute::LinkInfo(info));
                 match self.ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL) {
                     // EEXIST: someone else created it between our lookup and our request.
-                    Ok(()) | Err(RequestFailure::Errno(libc::EEXIST)) => {}
+                    Ok(()) | Err(RequestFailure::Errno(libc::EEXIST, _)) => {}
                     Err(f) => {
                         let unsupported = vlan_filtering && f.errno() == Some(libc::EOPNOTSUPP);
                         let e = f.into_error(format_args!("create bridge {name}"));
@@ -438,7 +438,7 @@ impl Netlink {
     pub fn delete_link(&self, index: u32) -> Result<bool> {
         match self.ack(RouteNetlinkMessage::DelLink(by_index(index)), 0) {
             Ok(()) => Ok(true),
-            Err(RequestFailure::Errno(libc::ENODEV)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ENODEV, _)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete link index {index}"))),
         }
     }
@@ -452,7 +452,7 @@ impl Netlink {
         msg.attributes.push(LinkAttribute::IfName(name.to_string()));
         match self.ack(RouteNetlinkMessage::DelLink(msg), 0) {
             Ok(()) => Ok(true),
-            Err(RequestFailure::Errno(libc::ENODEV)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ENODEV, _)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete link {name}"))),
         }
     }

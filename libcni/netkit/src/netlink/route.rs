@@ -200,7 +200,7 @@ impl Netlink {
     pub fn del_route(&self, route: &RouteSpec) -> Result<bool> {
         match self.ack(RouteNetlinkMessage::DelRoute(route.message(true)), 0) {
             Ok(()) => Ok(true),
-            Err(RequestFailure::Errno(libc::ESRCH | libc::ENOENT | libc::ENODEV)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ESRCH | libc::ENOENT | libc::ENODEV, _)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete route {route}"))),
         }
     }

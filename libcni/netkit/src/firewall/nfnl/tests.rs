@@ -304,11 +304,11 @@ fn a_large_batch_loses_no_acks() {
 #[test]
 fn a_refusal_keeps_its_errno_as_data() {
     let (ours, kernel) = std::os::unix::net::UnixDatagram::pair().unwrap();
-    let sock = Socket::from_fd(std::os::fd::OwnedFd::from(ours));
+    let nl = Exchange::from_fd(std::os::fd::OwnedFd::from(ours));
     let mut answer = Vec::new();
     nlmsg(&mut answer, NLMSG_ERROR, 0, 1, (-libc::EEXIST).to_ne_bytes(), &[0; NLMSG_HDRLEN]);
     kernel.send(&answer).unwrap();
-    let e = read_replies(&sock, "add table inet t", |_, _| {}).unwrap_err();
+    let e = get_on(&nl, Family::Inet, NFT_MSG_NEWTABLE, false, &Attrs::default(), "add table inet t").unwrap_err();
     assert_eq!(e.msg, "nft add table inet t: File exists (os error 17)");
     assert_eq!(e.errno, Some(libc::EEXIST));
     assert!(crate::is_exists(&e.context("ADD")));
@@ -318,6 +318,28 @@ fn a_refusal_keeps_its_errno_as_data() {
     let e = b.failed(Some(0), libc::ENOENT, Some("no such table".into()));
     assert_eq!(e.msg, "nft add table inet t (no such table): No such file or directory (os error 2)");
     assert!(crate::is_not_found(&e) && !crate::is_exists(&e), "{e:?}");
+}
+
+/// A GET reads the answer with its own sequence number and port: a stale refusal (another
+/// sequence number) and one to another port are skipped. No root: a socket pair plays the kernel.
+#[test]
+fn a_get_skips_answers_that_are_not_its_own() {
+    let (ours, kernel) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    ours.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let nl = Exchange::from_fd(std::os::fd::OwnedFd::from(ours));
+    let mut answers = Vec::new();
+    nlmsg(&mut answers, NLMSG_ERROR, 0, 7, (-libc::ENOENT).to_ne_bytes(), &[0; NLMSG_HDRLEN]);
+    nlmsg(&mut answers, NLMSG_ERROR, 0, 1, (-libc::EPERM).to_ne_bytes(), &[0; NLMSG_HDRLEN]);
+    answers[16 + 20 + 12..16 + 20 + 16].copy_from_slice(&99u32.to_ne_bytes());
+    let mut gen = Attrs::default();
+    gen.u32(1, 42);
+    nlmsg(&mut answers, (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN, 0, 1, [0; 4], &gen.buf);
+    kernel.send(&answers).unwrap();
+    let got = get_on(&nl, Family::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation").unwrap();
+    let got = got.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].0, NFT_MSG_NEWGEN);
+    assert_eq!(got[0].1, gen.buf);
 }
 
 #[test]
