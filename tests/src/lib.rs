@@ -20,6 +20,35 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// The plugins that have fault points (bridge, host-local, host-device), built once per test
+/// process with the `fault-injection` feature into a target directory of their own, so the
+/// binaries every other test runs never contain them; one build serves every test that injects
+/// faults. Returns the directory holding the binaries.
+pub fn fault_injection_bin_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
+        let target = match std::env::var_os("CARGO_TARGET_DIR") {
+            Some(dir) => PathBuf::from(dir).join("fault-injection"),
+            None => root.join("target").join("fault-injection"),
+        };
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "--features", "fault-injection", "-p", "bridge", "-p", "host-local", "-p", "host-device"])
+            .arg("--target-dir")
+            .arg(&target)
+            .output()
+            .expect("run cargo");
+        assert!(
+            out.status.success(),
+            "building the plugins with fault points failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        target.join("debug")
+    })
+}
+
 /// Where `cargo build` left the plugin binaries (the profile directory of this test binary).
 pub fn bin_dir() -> PathBuf {
     if let Ok(dir) = std::env::var("CNI_RS_BIN_DIR") {

@@ -9,9 +9,8 @@ use libcni::conflist::NetworkConfigList;
 use libcni::runtime::{CniConfig, RuntimeConf};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::OnceLock;
 
 /// Every fault point of bridge ADD, in order, then host-local's.
 const BRIDGE_STEPS: [&str; 7] = [
@@ -25,30 +24,8 @@ const BRIDGE_STEPS: [&str; 7] = [
 ];
 const HOST_LOCAL_STEPS: [&str; 2] = ["host-local-reserved", "host-local-allocated"];
 
-/// The plugins built with fault points, once per test run, in their own target directory (so the
-/// binaries the other tests use never contain them).
 fn fault_bin_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
-        let target = match std::env::var_os("CARGO_TARGET_DIR") {
-            Some(dir) => PathBuf::from(dir).join("fault-injection"),
-            None => root.join("target").join("fault-injection"),
-        };
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = std::process::Command::new(cargo)
-            .current_dir(&root)
-            .args(["build", "--features", "fault-injection", "-p", "bridge", "-p", "host-local", "--target-dir"])
-            .arg(&target)
-            .output()
-            .expect("run cargo");
-        assert!(
-            out.status.success(),
-            "building the fault-injection plugins failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        target.join("debug")
-    })
+    cni_tests::fault_injection_bin_dir()
 }
 
 /// A CNI_PATH whose plugins run the fault-injection builds with `var=step` in their environment

@@ -1,7 +1,7 @@
 //! Hostile input for every plugin binary and for cnitool: each bad input gets the right CNI error
 //! code, a non-zero exit, the error JSON on stdout (never a panic, code 110, or a signal), and leaves
 //! nothing behind (no bridge, no port, no pod interface, nothing in or beside the dataDir).
-//! Privileged (a real pod netns for the cases that get that far); subnets 10.210.x.
+//! Privileged (a real pod netns for the cases that get that far); subnets 10.210.x (each table its own /24).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use cni_tests::{bin_dir, bridge_ports, require_root, run, unique, LinkGuard, Netns, TempDir};
@@ -71,6 +71,13 @@ fn exec(bin: &Path, args: &[&str], env: &BTreeMap<String, String>, stdin: &[u8])
 /// How long a plugin may take on one row before it counts as hung.
 const HANG: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// 10.210.100-179.0/24 in this process, 10.210.180-254.0/24 in the shipped binary's child run.
+fn fixture_subnet() -> String {
+    static N: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    let (base, span) = if cni_tests::in_shipped_run() { (180, 75) } else { (100, 80) };
+    format!("10.210.{}.0/24", base + N.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % span)
+}
+
 /// The shared state of one plugin's table: a pod netns, a scratch dir holding the dataDir, and names.
 struct Fixture {
     pod: Netns,
@@ -78,6 +85,9 @@ struct Fixture {
     network: String,
     bridge: String,
     _bridge_guard: LinkGuard,
+    /// The IPAM subnet, one per table: bridge and ptp refuse a gateway another link of the node
+    /// holds, and the tables run at once (and again in a child process for the shipped binary).
+    subnet: String,
 }
 
 impl Fixture {
@@ -92,6 +102,7 @@ impl Fixture {
             network: unique("neth"),
             _bridge_guard: LinkGuard(bridge.clone()),
             bridge,
+            subnet: fixture_subnet(),
         }
     }
     fn data_dir(&self) -> String {
@@ -110,7 +121,7 @@ impl Fixture {
         .collect()
     }
     fn ipam(&self) -> Value {
-        json!({ "type": "host-local", "ranges": [[{ "subnet": "10.210.1.0/24" }]], "dataDir": self.data_dir() })
+        json!({ "type": "host-local", "ranges": [[{ "subnet": self.subnet }]], "dataDir": self.data_dir() })
     }
     fn prev_result(&self) -> Value {
         json!({
@@ -683,7 +694,7 @@ fn host_local_cases(f: &Fixture) -> Vec<Case> {
         ),
         case(
             "runtimeConfig.ips the network address",
-            with(&b, "runtimeConfig", json!({ "ips": ["10.210.1.0"] })),
+            with(&b, "runtimeConfig", json!({ "ips": [f.subnet.trim_end_matches("/24")] })),
             CONFIG,
         ),
         case(
@@ -1196,12 +1207,13 @@ fn host_local_never_follows_a_link_in_its_data_directory() {
     const NA: u32 = 50;
     type Want = [Option<u32>; 4];
     // (where, ADD, STATUS, GC, DEL); `<net>` is the network directory itself.
+    let next_free = f.subnet.replace(".0/24", ".2");
     let rows: [(&str, Want); 7] = [
         ("lock", [Some(IO), Some(NA), Some(IO), Some(IO)]),
         (".cni-rs-index", [Some(IO), Some(NA), Some(IO), Some(IO)]),
         ("last_reserved_ip.0", [Some(IO), None, None, None]),
         // The next free address: not a reservation, never written through, skipped.
-        ("10.210.1.2", [None, None, None, None]),
+        (&next_free, [None, None, None, None]),
         // What a kill between writing and linking leaves, as a link: unlinked by the next lock.
         (".host-local-tmp.1.2.3", [None, None, None, None]),
         // Another boot's record: removed as a name by the first ADD of this boot.

@@ -60,6 +60,20 @@ fn set_error(index: usize, set: &RangeSet, code: u32, why: impl std::fmt::Displa
     Error::new(code, format!("range set {index} ({set}): {why}"))
 }
 
+/// Refuses (code 7) a requested address set `index` cannot hand out: outside its ranges, or one of
+/// its unusable addresses (the network, the gateway, the broadcast).
+fn requested_usable(index: usize, set: &RangeSet, ip: IpAddr) -> Result<()> {
+    match set.check_requested(ip) {
+        Ok(_) => Ok(()),
+        Err(Refusal::NotInSet) => {
+            Err(set_error(index, set, code::INVALID_CONFIG, format!("requested IP {ip} is not in the set")))
+        }
+        Err(Refusal::Unusable(why)) => {
+            Err(set_error(index, set, code::INVALID_CONFIG, format!("requested IP {ip} {why}")))
+        }
+    }
+}
+
 /// Picks (or re-finds) one address per set for an attachment. On failure, releases what it reserved.
 struct Allocation<'a, 's> {
     locked: &'a mut Locked<'s>,
@@ -96,15 +110,7 @@ impl Allocation<'_, '_> {
     }
 
     fn reserve_requested(&mut self, index: usize, set: &RangeSet, ip: IpAddr) -> Result<IpAddr> {
-        match set.check_requested(ip) {
-            Ok(_) => {}
-            Err(Refusal::NotInSet) => {
-                return Err(set_error(index, set, code::INVALID_CONFIG, format!("requested IP {ip} is not in the set")))
-            }
-            Err(Refusal::Unusable(why)) => {
-                return Err(set_error(index, set, code::INVALID_CONFIG, format!("requested IP {ip} {why}")))
-            }
-        }
+        requested_usable(index, set, ip)?;
         if self.locked.reservations().is_taken(ip) || !self.locked.reserve(ip, self.container_id, self.ifname)? {
             return Err(set_error(
                 index,
@@ -152,6 +158,13 @@ impl Allocation<'_, '_> {
 impl HostLocal {
     fn allocate(&self, cfg: &IpamConfig, container_id: &str, ifname: &str) -> Result<Vec<IpConfig>> {
         let requested = cfg.requested_per_set()?;
+        // Every requested address is checked before the store is created or anything reserved:
+        // a configuration error leaves the data directory as it was.
+        for (index, (set, req)) in cfg.range_sets.iter().zip(&requested).enumerate() {
+            if let Some(ip) = req {
+                requested_usable(index, set, *ip)?;
+            }
+        }
         let store = Store::create(&cfg.data_dir, &cfg.network)?;
         let mut locked = store.lock()?;
         if !cfg.keep_reservations_on_reboot {

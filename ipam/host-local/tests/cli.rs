@@ -109,6 +109,18 @@ fn requested_addresses_from_cni_args_and_runtime_config() {
 }
 
 #[test]
+fn a_refused_request_leaves_the_data_directory_as_it_was() {
+    let dir = TempDir::new("refused");
+    let conf = netconf("1.0.0", "refused", dual_stack(&dir));
+    // The first set's address is free; the second set's is its gateway.
+    let out = exec(OURS, "ADD", &conf, "a", "eth0", "IP=10.10.0.50,fd10::1");
+    assert_eq!(out.err_code(), 7, "{}", out.stdout);
+    assert!(out.msg().contains("fd10::1"), "{}", out.msg());
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "a configuration error changed the data directory: {left:?}");
+}
+
+#[test]
 fn exhaustion_is_101_and_rolls_back_earlier_sets() {
     let dir = TempDir::new("exhaust");
     let ipam = json!({"dataDir": dir.path(), "ranges": [

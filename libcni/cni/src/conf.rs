@@ -26,6 +26,9 @@ pub struct NetConf {
     pub plugin_type: String,
     /// The `ipam` object as given (its `type` names the IPAM plugin to delegate to).
     pub ipam: Option<Value>,
+    /// The `dns` object when it sets something as Go's plugins decide it (`dnsConfSet`): a list
+    /// present and not null, even an empty one, or a non-empty `domain`. `None` otherwise: absent,
+    /// null, `{}`, or only null lists and an empty domain.
     pub dns: Option<Dns>,
     pub capabilities: BTreeMap<String, bool>,
     pub runtime_config: Map<String, Value>,
@@ -126,7 +129,10 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
     };
     let dns = match key(obj, "dns") {
         None => None,
-        Some((k, v)) => Some(gojson::from_value::<Dns>(v).map_err(|e| Error::config(e.under(k).to_string()))?),
+        Some((k, v)) => {
+            let dns = gojson::from_value::<Dns>(v).map_err(|e| Error::config(e.under(k).to_string()))?;
+            go_sets_dns(v).then_some(dns)
+        }
     };
     let mut capabilities = BTreeMap::new();
     for (k, v) in object_key(obj, "capabilities")? {
@@ -163,6 +169,16 @@ pub fn netconf_from_value(raw: &Value) -> Result<NetConf> {
         prev_result,
         valid_attachments,
     })
+}
+
+/// Whether a `dns` object sets anything once Go has decoded it into `types.DNS`: a list key that
+/// is present and not null is a non-nil slice (an empty one included), and a domain counts when not
+/// empty. The reference plugins replace the result's DNS exactly then.
+fn go_sets_dns(v: &Value) -> bool {
+    let Value::Object(obj) = v else { return false };
+    let list_given = ["nameservers", "search", "options"].iter().any(|name| key(obj, name).is_some());
+    let domain_given = matches!(key(obj, "domain"), Some((_, Value::String(d))) if !d.is_empty());
+    list_given || domain_given
 }
 
 /// A bool as libcni accepts it: JSON true/false or the strings "true"/"false" in any case.
@@ -236,6 +252,22 @@ mod tests {
     }
 
     /// Keys as a Go runtime marshals untagged structs: Go's decoder takes them, so we do.
+    /// `dns` counts as set exactly when the reference's `dnsConfSet` is true of what Go decoded.
+    #[test]
+    fn dns_is_set_as_go_decodes_it() {
+        let dns = |d: &str| {
+            let text = format!(r#"{{"cniVersion":"1.0.0","name":"n","dns":{d}}}"#);
+            parse_netconf(text.as_bytes()).unwrap().0.dns
+        };
+        for unset in ["null", "{}", r#"{"domain":""}"#, r#"{"nameservers":null,"search":null,"options":null}"#] {
+            assert_eq!(dns(unset), None, "{unset}");
+        }
+        for set in [r#"{"nameservers":[]}"#, r#"{"Search":[]}"#, r#"{"options":[]}"#, r#"{"domain":"x"}"#] {
+            assert!(dns(set).is_some(), "{set}");
+        }
+        assert_eq!(dns(r#"{"nameservers":["10.0.0.10"]}"#).unwrap().nameservers, ["10.0.0.10"]);
+    }
+
     #[test]
     fn keys_match_as_go_decodes_them() {
         let (c, _) = parse_netconf(

@@ -636,6 +636,16 @@ pub fn delegate_add(plugin_type: &str, req: &Request) -> Result<CniResult> {
     result_of(&plugin, out, &req.conf.cni_version)
 }
 
+/// What [`delegate_add`] would refuse before running `plugin_type`: a type that is not an IPAM
+/// plugin, delegation nested too deep, or no such plugin in CNI_PATH (code 7 each). A plugin asks
+/// this before its first change, so a configuration naming a missing IPAM plugin changes nothing.
+pub fn delegate_ready(plugin_type: &str, req: &Request) -> Result<()> {
+    if let Some(refused) = refused_delegate(plugin_type) {
+        return Err(refused);
+    }
+    find_plugin(plugin_type, &req.cni_path).map(drop)
+}
+
 /// DEL through a delegate. A delegate that ADD refuses (see [`delegate_add`]) never held anything:
 /// DEL has nothing to release there and succeeds, so a misconfigured attachment can still be removed.
 pub fn delegate_del(plugin_type: &str, req: &Request) -> Result<()> {

@@ -54,6 +54,12 @@ pub struct Route {
     pub scope: Option<u8>,
 }
 
+/// Upstream's error for a result without addresses converted to 0.1.0 or 0.2.0, which its plugins
+/// print as code 999.
+pub fn no_addresses_error() -> Error {
+    Error::new(code::UNTYPED, "cannot convert: no valid IP addresses")
+}
+
 /// The `dns` object of results and network configurations.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Dns {
@@ -225,7 +231,7 @@ impl CniResult {
                 // have the same shape, so converting between them never fails. Upstream's converter
                 // returns this as a plain error, which its plugins print as code 999.
                 if source != Shape::Legacy && self.ips.is_empty() {
-                    return Err(Error::new(code::UNTYPED, "cannot convert: no valid IP addresses"));
+                    return Err(no_addresses_error());
                 }
                 let block = |v4: bool| {
                     self.ips.iter().find(|ip| ip.is_ipv4() == v4).map(|ip| WireLegacyIp {

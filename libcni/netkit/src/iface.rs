@@ -17,6 +17,7 @@
 //! A plugin that masquerades (bridge, ptp) shares its STATUS, GC and DEL of the rules
 //! ([`status_masquerading`], [`gc_masquerading`], [`del_masquerade`]).
 
+pub mod hostnet;
 pub mod sublink;
 
 use crate::firewall::{self, IpMasq, Masquerade};
@@ -501,6 +502,24 @@ pub fn ipam_type(conf: &libcni::conf::NetConf) -> Result<Option<&str>> {
     }
 }
 
+/// That the IPAM plugin `ipam` (when the configuration names one) can run: ADD asks before its
+/// first change, so a configuration naming a plugin that is not in CNI_PATH changes nothing (code 7,
+/// [`invoke::delegate_ready`]).
+pub fn ipam_ready(req: &Request, ipam: Option<&str>) -> Result<()> {
+    ipam.map_or(Ok(()), |ipam| invoke::delegate_ready(ipam, req))
+}
+
+/// Refuses, before anything is made, an ADD whose result can hold no address (no IPAM plugin, no
+/// prevResult addresses to chain after) at cniVersion 0.1.0 or 0.2.0, which cannot print one
+/// without: the same error skel gives when it converts the result, found without a change to undo.
+pub fn refuse_addressless_legacy(req: &Request, ipam: Option<&str>) -> Result<()> {
+    let prev_ips = req.conf.prev_result.as_ref().is_some_and(|p| !p.ips.is_empty());
+    if ipam.is_none() && !prev_ips && !libcni::version::at_least(&req.conf.cni_version, "0.3.0") {
+        return Err(libcni::types::no_addresses_error());
+    }
+    Ok(())
+}
+
 /// Candidate temporary names for a link created outside the pod's namespace and renamed to its
 /// `ifname` once inside (`attempt` 0 first), derived from the attachment like [`host_veth_name`].
 pub fn temp_link_name(container_id: &str, ifname: &str, attempt: u32) -> String {
@@ -594,8 +613,8 @@ pub fn create_in_pod_renamed(
 
 /// ADD's second half for a plugin whose only interface is the pod's (dummy, vlan, tap): with an
 /// IPAM plugin, its result on interface 0, configured on the link (addresses, up, routes); without,
-/// the link up (layer 2 only). The result lists the pod's interface with its MAC; `dns`, when set,
-/// replaces IPAM's.
+/// the link up (layer 2 only). The result lists the pod's interface with its MAC; `dns` (the
+/// configuration's, when it sets anything: [`libcni::conf::NetConf::dns`]) replaces IPAM's.
 pub fn single_interface_result<'a>(
     req: &'a Request,
     ipam: Option<&'a str>,
@@ -615,7 +634,7 @@ pub fn single_interface_result<'a>(
         }
         None => cont.set_up(link.index)?,
     }
-    if let Some(dns) = dns.filter(|d| **d != libcni::types::Dns::default()) {
+    if let Some(dns) = dns {
         result.dns = dns.clone();
     }
     let now = cont.link_by_index(link.index)?.unwrap_or_else(|| link.clone());

@@ -175,7 +175,7 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
         disable_container_interface: raw.disable_container_interface,
         port_isolation: raw.port_isolation,
         ipam_type,
-        dns: req.conf.dns.clone().filter(|d| *d != Dns::default()),
+        dns: req.conf.dns.clone(),
         // CNI_ARGS MAC < args.cni.mac < runtimeConfig.mac.
         mac: netkit::iface::requested_mac(req, None, true)?,
     })

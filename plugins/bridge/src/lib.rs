@@ -12,6 +12,7 @@ use libcni::invoke;
 use libcni::types::{CniResult, Interface, IpConfig};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
 use netkit::firewall::{self, BackendKind, Firewall};
+use netkit::iface::hostnet::{HostNets, Reach};
 use netkit::iface::{self, is_v4, MasqueradeDel, Undo};
 use netkit::sysctl::{self, Family};
 use netkit::{Link, NetNs, Netlink};
@@ -30,6 +31,8 @@ impl Plugin for Bridge {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
+        iface::ipam_ready(req, conf.ipam_type.as_deref())?;
+        iface::refuse_addressless_legacy(req, conf.ipam_type.as_deref())?;
         let (ns, cont, host) = iface::open_pod_and_host_for_add(req)?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
         iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, fw.as_deref(), undo))
@@ -182,9 +185,15 @@ fn add<'a>(
     fw: Option<&'a dyn Firewall>,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
-    let br = host.ensure_bridge_with(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc, &|br| {
-        skip_link_local_dad(&br.name)
-    })?;
+    let (br, created) =
+        host.ensure_bridge_with(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc, &|br| {
+            skip_link_local_dad(&br.name)
+        })?;
+    if created {
+        // Registered first, so it runs last, once the veth is gone.
+        let index = br.index;
+        undo.push(move || remove_unused_bridge(host, index));
+    }
     libcni::fault_point("bridge-ensured")?;
 
     let (host_name, host_link) = iface::create_veth(host, &req.container_id, &req.ifname, ns, conf.mtu, conf.mac)?;
@@ -222,6 +231,9 @@ fn add<'a>(
     }
     // Our interfaces are [bridge, host veth, pod interface]: the addresses are the pod's.
     iface::set_gateways(&mut result, 2, conf.is_gateway, conf.is_default_gateway);
+    if conf.is_gateway && !result.ips.is_empty() {
+        gateways_off_node_networks(conf, &result.ips)?;
+    }
     if !conf.disable_container_interface {
         iface::configure(cont, ns, &req.ifname, cont_link.index, &result, conf.enable_dad)?;
     }
@@ -265,6 +277,17 @@ fn add<'a>(
     Ok(result)
 }
 
+/// A failed ADD's removal of the bridge `index` it created: only while no link is a port of it
+/// (another ADD may have attached a pod since), best effort.
+fn remove_unused_bridge(host: &Netlink, index: u32) {
+    match host.links() {
+        Ok(links) if !links.iter().any(|l| l.master == Some(index)) => {
+            let _ = host.delete_link(index);
+        }
+        _ => {}
+    }
+}
+
 /// Called while the interface the pods' gateway lives on (the bridge, or a VLAN's gateway) is down,
 /// just created: it gets its IPv6 link-local address when it comes up, and by default that address
 /// then spends 1-2 s in DAD (a random delay up to `router_solicitation_delay`, then one probe and
@@ -293,6 +316,45 @@ fn add_masquerade<'a>(
     });
     fw.add_masquerade(&iface::masquerade(req, &conf.network, ips.iter()))?;
     libcni::fault_point("masquerade-added")
+}
+
+/// Refuses (code 7) a gateway `isGateway` would put on the bridge (or on the VLAN's gateway
+/// interface) when it is on a network the node is on ([`HostNets`]): the node already holds it on
+/// another interface, or reaches it directly through another interface (its subnet is a slice of
+/// the LAN, or the LAN itself: the bridge would answer ARP for the LAN router's address, or take a
+/// part of the LAN). A pod address the node holds is refused too. The bridge's own address and
+/// subnet route (and its VLAN gateway interface's) are its own: every pod after the first finds
+/// them there, and a bridge that carries the node's LAN itself is the operator's layout.
+fn gateways_off_node_networks(conf: &BridgeConf, ips: &[IpConfig]) -> Result<()> {
+    let nets = HostNets::open()?;
+    let vlan_gateway = (conf.vlan != 0).then(|| config::vlan_gateway_name(&conf.bridge, conf.vlan));
+    let own = |oif: u32| {
+        let name = nets.link_name(oif);
+        name == conf.bridge || vlan_gateway.as_deref() == Some(name.as_str())
+    };
+    let what_to_do = "give the pods a subnet (ipam) that is not on the node's networks";
+    for ip in ips {
+        let Some(gw) = ip.gateway else { continue };
+        let subnet = IpNetwork::new(gw, ip.address.prefix())
+            .and_then(|n| IpNetwork::new(n.network(), n.prefix()))
+            .map_err(|e| Error::config(format!("gateway {gw}/{}: {e}", ip.address.prefix())))?;
+        if let Some(reach) = nets.reach(gw)?.filter(|r| !own(r.oif())) {
+            return Err(Error::config(format!(
+                "gateway {gw} of subnet {subnet} is {}: with isGateway bridge {} would hold it and answer ARP \
+                 and neighbour solicitations for it in place of its owner; {what_to_do}",
+                nets.describe(&reach),
+                conf.bridge
+            )));
+        }
+        if let Some(reach @ Reach::Local { .. }) = nets.reach(ip.address.ip())? {
+            return Err(Error::config(format!(
+                "address {} from IPAM is {}; {what_to_do}",
+                ip.address.ip(),
+                nets.describe(&reach)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The gateway addresses of `ips` on the bridge, and forwarding on.

@@ -153,6 +153,70 @@ fn failed_ipam_undoes_the_veth() {
     net.cni.del_network_list(&net.list, &ra).expect("DEL");
 }
 
+/// A bridge network whose `ipam` is `ipam`, with plugins looked up in `path` (then the build's).
+fn network_with_ipam(bridge: &str, ipam: Value, path: &[&std::path::Path]) -> (NetworkConfigList, CniConfig, TempDir) {
+    let cache = TempDir::new("cnb-cache");
+    let plugin = json!({ "type": "bridge", "bridge": bridge, "isGateway": true, "ipam": ipam });
+    let list = json!({ "cniVersion": "1.1.0", "name": unique("netb"), "plugins": [plugin] });
+    let list = NetworkConfigList::from_bytes(list.to_string().as_bytes()).expect("conflist");
+    let mut dirs: Vec<_> = path.iter().map(|p| p.to_path_buf()).collect();
+    dirs.push(bin_dir());
+    let cni = CniConfig::with_cache_dir(dirs, cache.path().to_path_buf());
+    (list, cni, cache)
+}
+
+fn link_exists(name: &str) -> bool {
+    run("ip", &["link", "show", name]).status.success()
+}
+
+#[test]
+fn an_add_refused_for_its_ipam_leaves_no_bridge() {
+    let plugins = TempDir::new("cnb-path");
+    let failing = plugins.path().join("failing-ipam");
+    std::fs::write(
+        &failing,
+        "#!/bin/sh\necho '{\"cniVersion\":\"1.1.0\",\"code\":11,\"msg\":\"try again later\"}'\nexit 1\n",
+    )
+    .expect("write the failing IPAM plugin");
+    sh("chmod", &["755", &failing.display().to_string()]);
+    let data = TempDir::new("cnb-ipam");
+    let cases = [
+        ("an unknown IPAM type", json!({ "type": "no-such-ipam" }), 7),
+        (
+            "a malformed range",
+            json!({ "type": "host-local", "ranges": [[{ "subnet": "10.201.9.0/33" }]], "dataDir": data.path() }),
+            7,
+        ),
+        (
+            "a range outside its subnet",
+            json!({ "type": "host-local", "ranges": [[{ "subnet": "10.201.9.0/24", "rangeStart": "10.201.10.5" }]], "dataDir": data.path() }),
+            7,
+        ),
+        ("an IPAM plugin that fails", json!({ "type": "failing-ipam" }), 11),
+    ];
+    for (what, ipam, code) in cases {
+        let bridge = LinkGuard(unique("cnbr"));
+        let (list, cni, _cache) = network_with_ipam(&bridge.0, ipam, &[plugins.path()]);
+        let pod = Netns::new("cnbr");
+        let r = rt(&pod);
+        let err = cni.add_network_list(&list, &r).expect_err(what);
+        assert_eq!(err.code, code, "{what}: {err}");
+        assert!(!link_exists(&bridge.0), "{what}: the failed ADD left bridge {}", bridge.0);
+        let veth = bridge::host_veth_name(&r.container_id, &r.ifname, 0);
+        assert!(!link_exists(&veth), "{what}: the failed ADD left host veth {veth}");
+        assert!(!pod.exec("ip", &["link", "show", "eth0"]).status.success(), "{what}: pod interface left");
+    }
+    // A bridge this ADD did not create stays, with the port another pod has on it.
+    let net = network(json!({ "isGateway": true }), Some("10.201.9.0/24"));
+    let a = Netns::new("cnbr");
+    net.add(&rt(&a)).expect("ADD of the pod that keeps the bridge");
+    let (list, cni, _cache) = network_with_ipam(&net.bridge.0, json!({ "type": "failing-ipam" }), &[plugins.path()]);
+    let b = Netns::new("cnbr");
+    cni.add_network_list(&list, &rt(&b)).expect_err("ADD through the failing IPAM plugin");
+    assert!(link_exists(&net.bridge.0), "a failed ADD removed a bridge it did not create");
+    assert_eq!(bridge_ports(&net.bridge.0).len(), 1, "the other pod's port must stay, and only it");
+}
+
 #[test]
 fn masquerade_reaches_a_host_with_no_route_back() {
     for backend in ["nftables", "iptables"] {

@@ -23,6 +23,7 @@ impl Plugin for Dummy {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(&req.conf)?;
+        iface::ipam_ready(req, Some(&conf.ipam_type))?;
         let (ns, cont) = iface::open_pod_for_add(req)?;
         Undo::guarded(|undo| {
             cont.create_link(&req.ifname, NewLink::Dummy, None, None)?;

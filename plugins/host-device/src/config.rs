@@ -141,7 +141,7 @@ pub fn parse(req: &Request) -> Result<HostDeviceConf> {
         return Err(Error::config(format!("invalid ipam type {t:?}: a plugin name cannot contain '/'")));
     }
     let data_dir = netkit::saved::dir(raw.data_dir, DEFAULT_DATA_DIR, "host-device")?;
-    Ok(HostDeviceConf { selector, ipam_type, dns: req.conf.dns.clone().filter(|d| *d != Dns::default()), data_dir })
+    Ok(HostDeviceConf { selector, ipam_type, dns: req.conf.dns.clone(), data_dir })
 }
 
 #[cfg(test)]

@@ -44,6 +44,8 @@ impl Plugin for HostDevice {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
+        iface::ipam_ready(req, conf.ipam_type.as_deref())?;
+        iface::refuse_addressless_legacy(req, conf.ipam_type.as_deref())?;
         let (ns, cont, host) = iface::open_pod_and_host_for_add(req)?;
         iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, undo))
     }

@@ -11,7 +11,6 @@ use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 const REFERENCE: &str = "/usr/lib/cni";
 
@@ -176,30 +175,8 @@ fn records(rig: &Rig) -> usize {
 const ADD_STEPS: [&str; 7] =
     ["ipam-done", "device-saved", "device-down", "alias-set", "device-moved", "device-up", "container-configured"];
 
-/// host-device built with fault points, once per test run, in a target directory of its own (so
-/// the binaries the other tests use never contain them).
 fn fault_bin_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let target = match std::env::var_os("CARGO_TARGET_DIR") {
-            Some(dir) => PathBuf::from(dir).join("fault-injection"),
-            None => root.join("target").join("fault-injection"),
-        };
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .current_dir(&root)
-            .args(["build", "--features", "fault-injection", "-p", "host-device", "--target-dir"])
-            .arg(&target)
-            .output()
-            .expect("run cargo");
-        assert!(
-            out.status.success(),
-            "building host-device with fault points failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        target.join("debug")
-    })
+    cni_tests::fault_injection_bin_dir()
 }
 
 #[test]

@@ -4,7 +4,6 @@
 use libcni::conf::lenient_bool;
 use libcni::gojson::Spelled;
 use libcni::skel::Request;
-use libcni::types::Dns;
 use libcni::{Command, Error, Result};
 use netkit::iface;
 use netkit::iface::sublink::{self, SubLinkConf};
@@ -44,7 +43,7 @@ pub fn parse(req: &Request) -> Result<SubLinkConf> {
         mac: None,
         ipam_type,
         ips_from_prev,
-        dns: req.conf.dns.clone().filter(|d| *d != Dns::default()),
+        dns: req.conf.dns.clone(),
     })
 }
 

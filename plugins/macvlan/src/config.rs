@@ -4,7 +4,6 @@
 use libcni::conf::lenient_bool;
 use libcni::gojson::Spelled;
 use libcni::skel::Request;
-use libcni::types::Dns;
 use libcni::{Error, Result};
 use netkit::iface::sublink::{self, SubLinkConf};
 use netkit::iface::{self as iface};
@@ -47,7 +46,7 @@ pub fn parse(req: &Request) -> Result<SubLinkConf> {
         mac,
         ipam_type: req.conf.ipam_type().map(str::to_string),
         ips_from_prev: false,
-        dns: req.conf.dns.clone().filter(|d| *d != Dns::default()),
+        dns: req.conf.dns.clone(),
     })
 }
 

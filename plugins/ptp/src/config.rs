@@ -42,7 +42,7 @@ pub fn parse(req: &Request) -> Result<PtpConf> {
         ip_masq: firewall::ip_masq(raw.ip_masq, raw.ip_masq_backend.as_ref())?,
         mtu: netkit::iface::mtu_key(raw.mtu.as_ref())?,
         ipam_type: ipam_type.to_string(),
-        dns: req.conf.dns.clone().filter(|d| *d != Dns::default()),
+        dns: req.conf.dns.clone(),
     })
 }
 

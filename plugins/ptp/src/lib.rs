@@ -14,6 +14,7 @@ use libcni::invoke;
 use libcni::types::{CniResult, Interface, IpConfig};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
 use netkit::firewall::{self, Firewall};
+use netkit::iface::hostnet::{HostNets, Reach};
 use netkit::iface::{self, is_v4, MasqueradeDel, Undo};
 use netkit::sysctl::{self, Family};
 use netkit::{IpFamily, Link, NetNs, Netlink, RouteSpec};
@@ -34,6 +35,7 @@ impl Plugin for Ptp {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
+        iface::ipam_ready(req, Some(&conf.ipam_type))?;
         let (ns, cont, host) = iface::open_pod_and_host_for_add(req)?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
         iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, fw.as_deref(), undo))
@@ -109,9 +111,10 @@ fn add<'a>(
     let r = iface::ipam_add(&conf.ipam_type, req, undo)?;
     let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
     (result.ips, result.routes, result.dns) = (r.ips, r.routes, r.dns);
-    // Our interfaces are [host veth, pod interface]. An address IPAM gave no gateway gets its
-    // subnet's first address (the reference fails on it): the host end needs one to hold.
-    iface::set_gateways(&mut result, 1, true, false);
+    // Our interfaces are [host veth, pod interface]. The gateways are checked against the node's
+    // networks before anything is made, and one IPAM did not give is filled in there.
+    iface::set_gateways(&mut result, 1, false, false);
+    gateways_off_node_networks(&mut result.ips)?;
     iface::enable_forwarding(&result.ips)?;
 
     let (host_name, host_link) = iface::create_veth(host, &req.container_id, &req.ifname, ns, conf.mtu, None)?;
@@ -149,6 +152,68 @@ fn add<'a>(
         result.dns = dns.clone();
     }
     Ok(result)
+}
+
+/// Whether `name` is a ptp host veth's: `veth` + 8 lowercase hex digits, as ours
+/// ([`iface::host_veth_name`]) and the reference's (random) are named.
+fn is_host_veth_name(name: &str) -> bool {
+    name.strip_prefix("veth")
+        .is_some_and(|hex| hex.len() == 8 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+}
+
+/// Gives each address without a gateway its subnet's first address, and refuses (code 7) a gateway
+/// or pod address on a network the node is on, before anything is made ([`HostNets`]). The gateway
+/// goes on the host end as a /32 (/128), so the node answers ARP for it on every link: the node
+/// must not already hold it on another interface (ptp's host veths of the network hold the same
+/// one, and are ptp's own) nor reach it directly through another interface (the LAN router's
+/// address, say). The subnet's first address is taken under the same rule: ptp "owns" the subnet
+/// around it when the node reaches that address through no interface but ptp's own. The pod address
+/// gets a host route: the node must not hold it, nor reach it directly through another interface;
+/// through another ptp host veth it is code 11, as that pod's DEL is under way.
+fn gateways_off_node_networks(ips: &mut [IpConfig]) -> Result<()> {
+    let nets = HostNets::open()?;
+    let own = |oif: u32| is_host_veth_name(&nets.link_name(oif));
+    let what_to_do = "give the pods a subnet and gateway (ipam) that are not on the node's networks";
+    for ip in ips.iter_mut() {
+        let pod = ip.address.ip();
+        let (gw, given) = match ip.gateway {
+            Some(gw) => (gw, true),
+            None => (iface::subnet_gateway(&ip.address), false),
+        };
+        if let Some(reach) = nets.reach(gw)?.filter(|r| !own(r.oif())) {
+            let whose = if given {
+                format!("gateway {gw} (of {})", ip.address)
+            } else {
+                format!("IPAM gave {} no gateway, and the subnet's first address {gw}", ip.address)
+            };
+            return Err(Error::config(format!(
+                "{whose} is {}: on the host veth the node would answer ARP and neighbour solicitations for it \
+                 in place of its owner; {}{what_to_do}",
+                nets.describe(&reach),
+                if given { "" } else { "set the gateway in the ipam configuration, or " }
+            )));
+        }
+        match nets.reach(pod)? {
+            None => {}
+            Some(Reach::OnLink { dst, oif }) if own(oif) => {
+                return Err(Error::new(
+                    code::TRY_AGAIN,
+                    format!(
+                        "host veth {} still routes {pod} ({dst}): the DEL of its pod is under way; try again",
+                        nets.link_name(oif)
+                    ),
+                ));
+            }
+            Some(reach) => {
+                return Err(Error::config(format!(
+                    "address {pod} from IPAM is {}: the host route to the pod would take its traffic; {what_to_do}",
+                    nets.describe(&reach)
+                )));
+            }
+        }
+        ip.gateway = Some(gw);
+    }
+    Ok(())
 }
 
 /// `addr/32` (or `/128`).

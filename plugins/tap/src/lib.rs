@@ -70,6 +70,8 @@ impl Plugin for Tap {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = conf_of(req)?;
+        iface::ipam_ready(req, conf.ipam_type.as_deref())?;
+        iface::refuse_addressless_legacy(req, conf.ipam_type.as_deref())?;
         let (ns, cont) = iface::open_pod_for_add(req)?;
         Undo::guarded(|undo| add(req, &conf, &ns, &cont, undo))
     }

@@ -212,17 +212,20 @@ fn same_value(a: &str, b: &str) -> bool {
 impl Tuning {
     fn add_in(&self, req: &Request, conf: &Config, ns: &NetNs, saved_file: &Path) -> Result<()> {
         let nl = Netlink::open_in(ns)?;
+        // The interface is looked up before any sysctl is written: a chain without it fails with
+        // nothing changed.
+        let before = match conf.touches_link() {
+            true => Some(link(&nl, &req.ifname)?),
+            false => None,
+        };
         let (old_sysctls, r) = write_sysctls(ns, &conf.sysctls);
         let undo_sysctls = || restore_sysctls(ns, &old_sysctls);
         if let Err(e) = r {
             undo_sysctls();
             return Err(e);
         }
-        if !conf.touches_link() {
-            return Ok(());
-        }
+        let Some(before) = before else { return Ok(()) };
         let result = (|| -> Result<()> {
-            let before = link(&nl, &req.ifname)?;
             let mut saved = Saved::capture(conf, &before);
             // A repeated ADD for the same attachment keeps the originals an earlier one saved,
             // not the values that ADD set.

@@ -18,28 +18,22 @@ use netkit::{Link, NetNs, Netlink};
 
 pub struct Vlan;
 
-/// The master link, where the configuration says it is.
-fn master(conf: &VlanConf, nl: &Netlink, ns: &NetNs) -> Result<Link> {
+/// The master link, where the configuration says it is: on the host, or in the pod's namespace
+/// `ns` with `linkInContainer`.
+fn master(conf: &VlanConf, nl: &Netlink, ns: Option<&NetNs>) -> Result<Link> {
     nl.link(&conf.master)?.ok_or_else(|| {
-        let place = if conf.link_in_container {
-            format!("in the pod's namespace {} (linkInContainer is set)", ns.path().display())
-        } else {
-            "on the host".to_string()
+        let place = match ns {
+            Some(ns) => format!("in the pod's namespace {} (linkInContainer is set)", ns.path().display()),
+            None => "on the host".to_string(),
         };
         Error::config(format!("master: interface {} not found {place}", conf.master))
     })
 }
 
-fn add<'a>(
-    req: &'a Request,
-    conf: &'a VlanConf,
-    ns: &NetNs,
-    cont: &'a Netlink,
-    undo: &mut Undo<'a>,
-) -> Result<CniResult> {
-    let host = if conf.link_in_container { None } else { Some(Netlink::open()?) };
-    let creator = host.as_ref().unwrap_or(cont);
-    let parent = master(conf, creator, ns)?;
+/// [`master`], refused when the configured MTU is above its MTU or when it is down: what ADD
+/// checks of the master before it makes anything.
+fn usable_master(conf: &VlanConf, nl: &Netlink, ns: Option<&NetNs>) -> Result<Link> {
+    let parent = master(conf, nl, ns)?;
     if let Some(mtu) = conf.mtu.filter(|m| *m > parent.mtu) {
         return Err(Error::config(format!(
             "{}: MTU {mtu} is above the MTU of master {} ({}): a VLAN link cannot exceed its master's",
@@ -52,6 +46,20 @@ fn add<'a>(
             conf.master
         )));
     }
+    Ok(parent)
+}
+
+/// ADD's changes: the VLAN link on `parent` (in the namespace `creator` speaks to) created into
+/// the pod, then IPAM's result on it.
+fn add<'a>(
+    req: &'a Request,
+    conf: &'a VlanConf,
+    ns: &NetNs,
+    cont: &'a Netlink,
+    creator: &Netlink,
+    parent: &Link,
+    undo: &mut Undo<'a>,
+) -> Result<CniResult> {
     let kind = NewLink::Vlan { parent: parent.index, id: conf.vlan_id };
     let link = iface::create_in_pod(creator, cont, ns, &req.container_id, &req.ifname, |name| {
         creator.create_link(name, kind, conf.mtu, Some(ns)).map_err(|e| {
@@ -79,8 +87,23 @@ impl Plugin for Vlan {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(&req.raw, &req.conf)?;
+        iface::ipam_ready(req, Some(&conf.ipam_type))?;
+        // A master on the host is checked before the pod's namespace is opened: a configuration
+        // it refuses (an MTU above the master's) fails before anything is touched.
+        let host = match conf.link_in_container {
+            false => {
+                let host = Netlink::open()?;
+                let parent = usable_master(&conf, &host, None)?;
+                Some((host, parent))
+            }
+            true => None,
+        };
         let (ns, cont) = iface::open_pod_for_add(req)?;
-        Undo::guarded(|undo| add(req, &conf, &ns, &cont, undo))
+        let (creator, parent) = match &host {
+            Some((host, parent)) => (host, parent.clone()),
+            None => (&cont, usable_master(&conf, &cont, Some(&ns))?),
+        };
+        Undo::guarded(|undo| add(req, &conf, &ns, &cont, creator, &parent, undo))
     }
 
     fn check(&self, req: &Request) -> Result<()> {
@@ -88,7 +111,7 @@ impl Plugin for Vlan {
         let (ns, link) = iface::check_single_interface(req, Some(&conf.ipam_type), "vlan")?;
         let failed = |msg: String| Error::new(libcni::code::CHECK_FAILED, msg);
         let host = if conf.link_in_container { Netlink::open_in(&ns)? } else { Netlink::open()? };
-        master(&conf, &host, &ns).map_err(|e| failed(e.msg))?;
+        master(&conf, &host, conf.link_in_container.then_some(&ns)).map_err(|e| failed(e.msg))?;
         let cont = Netlink::open_in(&ns)?;
         let id = cont.vlan_id(link.index)?;
         if id != Some(conf.vlan_id) {

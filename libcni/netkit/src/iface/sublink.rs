@@ -59,18 +59,26 @@ pub fn default_route_link(nl: &Netlink) -> Result<Option<Link>> {
     Ok(None)
 }
 
-/// Where `conf` has the master: the pod's namespace (`cont`) with `linkInContainer`, else the
-/// host's, through a connection opened into `host`.
-fn master_ns<'a>(
-    conf: &SubLinkConf,
-    cont: &'a Netlink,
-    ns: &NetNs,
-    host: &'a mut Option<Netlink>,
-) -> Result<MasterNs<'a>> {
-    if conf.link_in_container {
-        return Ok(MasterNs { nl: cont, place: format!("the pod's namespace {}", ns.path().display()) });
+/// The host's namespace, where the master is unless `linkInContainer` is set.
+fn on_host(nl: &Netlink) -> MasterNs<'_> {
+    MasterNs { nl, place: "the host's namespace".to_string() }
+}
+
+/// The pod's namespace `ns` (`nl` a connection there), where the master is with `linkInContainer`.
+fn in_pod<'a>(nl: &'a Netlink, ns: &NetNs) -> MasterNs<'a> {
+    MasterNs { nl, place: format!("the pod's namespace {}", ns.path().display()) }
+}
+
+/// The master (see [`find_master`]), refused when the configured MTU is above its own.
+fn usable_master(at: &MasterNs, conf: &SubLinkConf, kind: &str) -> Result<Link> {
+    let master = find_master(at, conf, kind)?;
+    if let Some(mtu) = conf.mtu.filter(|m| *m > master.mtu) {
+        return Err(Error::config(format!(
+            "{kind} mtu {mtu} is above the MTU of its master {} ({}): use at most that, or 0 for the master's",
+            master.name, master.mtu
+        )));
     }
-    Ok(MasterNs { nl: host.insert(Netlink::open()?), place: "the host's namespace".to_string() })
+    Ok(master)
 }
 
 fn find_master(at: &MasterNs, conf: &SubLinkConf, kind: &str) -> Result<Link> {
@@ -106,20 +114,30 @@ pub fn add(req: &Request, conf: &SubLinkConf) -> Result<CniResult> {
             req.conf.cni_version
         )));
     }
+    super::ipam_ready(req, conf.ipam_type.as_deref())?;
+    let kind = conf.sub.kind();
+    // A master on the host is checked before the pod's namespace is opened: a configuration it
+    // refuses (no such master, an MTU above its) fails before anything is touched.
+    let host = match conf.link_in_container {
+        false => {
+            let host = Netlink::open()?;
+            let master = usable_master(&on_host(&host), conf, kind)?;
+            Some((host, master))
+        }
+        true => None,
+    };
     // No lookup of CNI_IFNAME in the pod first: creating the link under that name fails when it
     // is taken, with the same error ([`super::create_in_pod`]).
     let ns = crate::container_netns(req)?;
     let cont = Netlink::open_in(&ns)?;
-    let mut host = None;
-    let at = master_ns(conf, &cont, &ns, &mut host)?;
-    let kind = conf.sub.kind();
-    let master = find_master(&at, conf, kind)?;
-    if let Some(mtu) = conf.mtu.filter(|m| *m > master.mtu) {
-        return Err(Error::config(format!(
-            "{kind} mtu {mtu} is above the MTU of its master {} ({}): use at most that, or 0 for the master's",
-            master.name, master.mtu
-        )));
-    }
+    let (at, master) = match &host {
+        Some((host, master)) => (on_host(host), master.clone()),
+        None => {
+            let at = in_pod(&cont, &ns);
+            let master = usable_master(&at, conf, kind)?;
+            (at, master)
+        }
+    };
     let mut undo = Undo::default();
     match add_link(req, conf, &ns, &cont, &at, &master, &mut undo) {
         Ok(r) => Ok(r),
@@ -208,8 +226,11 @@ pub fn check(req: &Request, conf: &SubLinkConf) -> Result<()> {
         }
         _ => return Err(failed(format!("{} is not a {kind} link", req.ifname))),
     }
-    let mut host = None;
-    let at = master_ns(conf, &cont, &ns, &mut host)?;
+    let host = if conf.link_in_container { None } else { Some(Netlink::open()?) };
+    let at = match &host {
+        Some(host) => on_host(host),
+        None => in_pod(&cont, &ns),
+    };
     find_master(&at, conf, kind).map_err(|e| failed(e.msg))?;
     Ok(())
 }

@@ -220,13 +220,14 @@ impl Netlink {
     /// turned on (never off: other networks may share the bridge). Safe against another process
     /// creating the same bridge at the same time.
     pub fn ensure_bridge(&self, name: &str, mtu: Option<u32>, vlan_filtering: bool, promisc: bool) -> Result<Link> {
-        self.ensure_bridge_with(name, mtu, vlan_filtering, promisc, &|_| {})
+        self.ensure_bridge_with(name, mtu, vlan_filtering, promisc, &|_| {}).map(|(br, _)| br)
     }
 
     /// [`Netlink::ensure_bridge`], calling `before_up` with the bridge while it is down: after
     /// creating it (created down for this), or when it is found down. What the kernel sets up when
     /// the bridge comes up (its IPv6 link-local address, and that address's DAD) then follows
-    /// settings `before_up` made.
+    /// settings `before_up` made. Also says whether this call created the bridge (a failed ADD
+    /// removes only a bridge it created).
     pub fn ensure_bridge_with(
         &self,
         name: &str,
@@ -234,8 +235,9 @@ impl Netlink {
         vlan_filtering: bool,
         promisc: bool,
         before_up: &dyn Fn(&Link),
-    ) -> Result<Link> {
+    ) -> Result<(Link, bool)> {
         check_ifname("bridge", name)?;
+        let mut created = false;
         let existing = match self.link(name)? {
             Some(l) => l,
             None => {
@@ -250,8 +252,9 @@ impl Netlink {
                 }
                 msg.attributes.push(LinkAttribute::LinkInfo(info));
                 match self.ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL) {
+                    Ok(()) => created = true,
                     // EEXIST: someone else created it between our lookup and our request.
-                    Ok(()) | Err(RequestFailure::Errno(libc::EEXIST, _)) => {}
+                    Err(RequestFailure::Errno(libc::EEXIST, _)) => {}
                     Err(f) => {
                         let unsupported = vlan_filtering && f.errno() == Some(libc::EOPNOTSUPP);
                         let e = f.into_error(format_args!("create bridge {name}"));
@@ -268,6 +271,28 @@ impl Netlink {
                 existing.kind.as_deref().unwrap_or("a device without a kind")
             )));
         }
+        let index = existing.index;
+        match self.settle_bridge(name, existing, vlan_filtering, promisc, before_up) {
+            Ok(br) => Ok((br, created)),
+            Err(e) => {
+                if created {
+                    let _ = self.delete_link(index);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Netlink::ensure_bridge_with`]'s settings on the bridge `existing`: VLAN filtering and
+    /// promiscuous mode on when asked, and up; the bridge as it is then.
+    fn settle_bridge(
+        &self,
+        name: &str,
+        existing: Link,
+        vlan_filtering: bool,
+        promisc: bool,
+        before_up: &dyn Fn(&Link),
+    ) -> Result<Link> {
         let mut changed = false;
         if vlan_filtering && existing.vlan_filtering != Some(true) {
             self.set_vlan_filtering(existing.index, true)?;

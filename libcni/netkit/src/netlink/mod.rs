@@ -20,7 +20,7 @@ mod virt;
 pub use addr::{Address, RawAddress};
 pub use link::{format_mac, parse_mac, BridgeVlan, Link};
 pub use policy::{RawRoute, Rule};
-pub use route::RouteSpec;
+pub use route::{FibMatch, RouteSpec};
 pub use sublink::{IpvlanMode, MacvlanMode, SubLink};
 pub use tune::LinkTuning;
 pub use virt::NewLink;

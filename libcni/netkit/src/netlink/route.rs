@@ -5,7 +5,8 @@ use ipnetwork::IpNetwork;
 use libcni::Result;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteMetric, RouteProtocol, RouteScope, RouteType,
+    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric, RouteProtocol, RouteScope,
+    RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use std::fmt;
@@ -176,7 +177,43 @@ impl fmt::Display for RouteSpec {
     }
 }
 
+/// The route the kernel picks for one address, as `ip route get <addr> fibmatch` shows it: the
+/// entry itself (its destination prefix and output interface), not a route made for the packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FibMatch {
+    pub dst: IpNetwork,
+    /// The address is the node's own (a route of type local; `oif` is a link holding it).
+    pub local: bool,
+    pub oif: Option<u32>,
+    pub gw: Option<IpAddr>,
+}
+
 impl Netlink {
+    /// The route the kernel uses for `addr` (policy rules, then the longest prefix), or `None`
+    /// when it has none (unreachable).
+    pub fn fib_match(&self, addr: IpAddr) -> Result<Option<FibMatch>> {
+        let mut req = RouteMessage::default();
+        let dst = IpNetwork::from(addr);
+        req.header.address_family = if addr.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+        req.header.destination_prefix_length = dst.prefix();
+        req.header.flags = RouteFlags::FibMatch;
+        req.attributes.push(RouteAttribute::Destination(RouteAddress::from(addr)));
+        match self.get_one(RouteNetlinkMessage::GetRoute(req)) {
+            Ok(Some(RouteNetlinkMessage::NewRoute(m))) => Ok(RouteSpec::from_message(&m).map(|r| FibMatch {
+                dst: r.dst,
+                local: m.header.kind == RouteType::Local,
+                oif: r.oif,
+                gw: r.gw,
+            })),
+            Ok(_) => Ok(None),
+            Err(RequestFailure::Errno(
+                libc::ENETUNREACH | libc::EHOSTUNREACH | libc::ESRCH | libc::EACCES | libc::EINVAL,
+                _,
+            )) => Ok(None),
+            Err(f) => Err(f.into_error(format_args!("look up the route to {addr}"))),
+        }
+    }
+
     /// Adds a route; one that already exists fails with EEXIST ([`crate::is_exists`]).
     pub fn add_route(&self, route: &RouteSpec) -> Result<()> {
         self.run(Netlink::add_route_op(route))
