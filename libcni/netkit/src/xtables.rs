@@ -16,7 +16,8 @@
 //! The layouts are those of a 64-bit process on a 64-bit kernel (no 32-bit compat layout).
 
 use libcni::{Error, Result};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use nix::sys::socket::{self, AddressFamily, SockFlag, SockProtocol, SockType};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// `XT_TABLE_MAXNAMELEN`.
 const TABLE_NAME_LEN: usize = 32;
@@ -529,18 +530,10 @@ struct Sock {
 
 impl Sock {
     fn open(family: Family, table: &str) -> Result<Sock> {
-        let domain = family.pick(libc::AF_INET, libc::AF_INET6);
-        // SAFETY: plain socket(2); the fd is owned (and closed) by the OwnedFd below.
-        let raw = unsafe { libc::socket(domain, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) };
-        if raw < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::os(
-                e.raw_os_error().unwrap_or(0),
-                format!("open a raw socket for the {} {table} table", family.tool()),
-            ));
-        }
-        // SAFETY: raw is a fresh socket we own.
-        Ok(Sock { fd: unsafe { OwnedFd::from_raw_fd(raw) }, family, table: table.to_string() })
+        let domain = family.pick(AddressFamily::Inet, AddressFamily::Inet6);
+        let fd = socket::socket(domain, SockType::Raw, SockFlag::SOCK_CLOEXEC, SockProtocol::Raw)
+            .map_err(|e| Error::os(e as i32, format!("open a raw socket for the {} {table} table", family.tool())))?;
+        Ok(Sock { fd, family, table: table.to_string() })
     }
 
     fn level(&self) -> libc::c_int {
@@ -558,6 +551,7 @@ impl Sock {
 
     fn get(&self, opt: libc::c_int, buf: &mut [u8], what: &str) -> Result<()> {
         let mut len = buf.len() as libc::socklen_t;
+        // nix has no option for IPT_SO_GET_* (a table's bytes of any length).
         // SAFETY: buf is valid for writes of len bytes, and len is written back by the kernel.
         let rc = unsafe { libc::getsockopt(self.fd.as_raw_fd(), self.level(), opt, buf.as_mut_ptr().cast(), &mut len) };
         if rc == 0 {
@@ -568,6 +562,7 @@ impl Sock {
     }
 
     fn set(&self, opt: libc::c_int, buf: &[u8], what: &str) -> Result<()> {
+        // nix has no option for IPT_SO_SET_* (a table's bytes of any length).
         // SAFETY: buf is valid for reads of its length.
         let rc = unsafe {
             libc::setsockopt(self.fd.as_raw_fd(), self.level(), opt, buf.as_ptr().cast(), buf.len() as libc::socklen_t)

@@ -210,7 +210,7 @@ impl Netlink {
     pub fn del_address(&self, index: u32, net: IpNetwork) -> Result<bool> {
         match self.ack(RouteNetlinkMessage::DelAddress(address_message(index, net)), 0) {
             Ok(()) => Ok(true),
-            Err(RequestFailure::Errno(libc::EADDRNOTAVAIL | libc::ENODEV)) => Ok(false),
+            Err(RequestFailure::Errno(libc::EADDRNOTAVAIL | libc::ENODEV, _)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete address {net} from {}", self.describe(index)))),
         }
     }

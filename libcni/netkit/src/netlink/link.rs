@@ -197,7 +197,7 @@ impl Netlink {
         match self.get_one(RouteNetlinkMessage::GetLink(msg)) {
             Ok(Some(RouteNetlinkMessage::NewLink(m))) => Ok(Some(Link::from_message(&m))),
             Ok(_) => Ok(None),
-            Err(RequestFailure::Errno(libc::ENODEV)) => Ok(None),
+            Err(RequestFailure::Errno(libc::ENODEV, _)) => Ok(None),
             Err(f) => Err(f.into_error(what())),
         }
     }
@@ -254,7 +254,7 @@ impl Netlink {
                 match self.ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL) {
                     Ok(()) => created = true,
                     // EEXIST: someone else created it between our lookup and our request.
-                    Err(RequestFailure::Errno(libc::EEXIST)) => {}
+                    Err(RequestFailure::Errno(libc::EEXIST, _)) => {}
                     Err(f) => {
                         let unsupported = vlan_filtering && f.errno() == Some(libc::EOPNOTSUPP);
                         let e = f.into_error(format_args!("create bridge {name}"));
@@ -463,7 +463,7 @@ impl Netlink {
     pub fn delete_link(&self, index: u32) -> Result<bool> {
         match self.ack(RouteNetlinkMessage::DelLink(by_index(index)), 0) {
             Ok(()) => Ok(true),
-            Err(RequestFailure::Errno(libc::ENODEV)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ENODEV, _)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete link index {index}"))),
         }
     }
@@ -477,7 +477,7 @@ impl Netlink {
         msg.attributes.push(LinkAttribute::IfName(name.to_string()));
         match self.ack(RouteNetlinkMessage::DelLink(msg), 0) {
             Ok(()) => Ok(true),
-            Err(RequestFailure::Errno(libc::ENODEV)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ENODEV, _)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete link {name}"))),
         }
     }

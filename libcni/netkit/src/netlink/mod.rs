@@ -26,27 +26,19 @@ pub use tune::LinkTuning;
 pub use virt::NewLink;
 
 use crate::netns::NetNs;
-use crate::nlsock::Socket;
+use crate::nlsock::{Answer, Exchange};
 use libcni::{Error, Result};
-use netlink_packet_core::{
-    NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_MULTIPART,
-    NLM_F_REQUEST,
-};
+use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_MULTIPART, NLM_F_REQUEST};
 use netlink_packet_route::RouteNetlinkMessage;
+use nix::sys::socket::SockProtocol;
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
 
-/// How often a dump that the kernel flags as interrupted (NLM_F_DUMP_INTR, or EINTR) is retried.
-const DUMP_ATTEMPTS: usize = 10;
+pub(crate) use crate::nlsock::Failure as RequestFailure;
 
 /// Requests per datagram in [`Netlink::batch`]: each acknowledgement counts about 1 KiB against
 /// the socket's receive buffer (~208 KiB by default) until it is read, and the kernel queues them
 /// all before `send` returns; past the buffer it would drop them.
 const BATCH_MAX: usize = 64;
-
-/// The receive buffer a request starts with: a dump's datagrams are at most 32 KiB; a larger
-/// single answer grows it ([`Socket::recv_whole`]).
-const RECV_BUF: usize = 32 * 1024;
 
 /// IP family selector for dumps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,25 +70,9 @@ impl BatchOp {
     }
 }
 
-/// The messages of one datagram from the kernel, each with its sequence number and flags; a tail
-/// too short for a header ends it.
-fn messages(datagram: &[u8]) -> impl Iterator<Item = (u32, u16, &[u8])> {
-    let mut rest = datagram;
-    std::iter::from_fn(move || {
-        let header = NetlinkBuffer::new_checked(rest).ok()?;
-        let (seq, flags) = (header.sequence_number(), header.flags());
-        let size = (header.length() as usize).min(rest.len());
-        let (one, tail) = rest.split_at(size);
-        rest = tail.get(size.next_multiple_of(4) - size..).unwrap_or_default();
-        Some((seq, flags, one))
-    })
-}
-
 /// An rtnetlink connection bound to one network namespace, with blocking methods.
 pub struct Netlink {
-    sock: Socket,
-    /// The sequence number of the last request: answers carry it, so a stale answer is told apart.
-    seq: AtomicU32,
+    nl: Exchange,
 }
 
 impl fmt::Debug for Netlink {
@@ -105,49 +81,29 @@ impl fmt::Debug for Netlink {
     }
 }
 
-/// Why a request failed, before it is turned into an error naming the operation.
-#[derive(Debug)]
-pub(crate) enum RequestFailure {
-    /// The kernel answered with this (positive) errno.
-    Errno(i32),
-    /// A dump stayed inconsistent after every retry.
-    Interrupted,
-    /// The connection or the decoding failed.
-    Other(String),
-}
-
-impl RequestFailure {
-    pub(crate) fn errno(&self) -> Option<i32> {
-        match self {
-            RequestFailure::Errno(e) => Some(*e),
-            _ => None,
-        }
-    }
-
-    /// `"<op> <object>: <os error text>"`, code NETWORK.
-    pub(crate) fn into_error(self, what: impl fmt::Display) -> Error {
-        match self {
-            RequestFailure::Errno(e) => Error::os(e, what),
-            RequestFailure::Interrupted => Error::os(
-                libc::EINTR,
-                format_args!("{what}: dump interrupted {DUMP_ATTEMPTS} times by concurrent changes"),
-            ),
-            RequestFailure::Other(msg) => Error::network(format!("{what}: {msg}")),
-        }
+/// One rtnetlink message from the kernel, decoded; a message that does not decode is skipped
+/// when it is part of a multipart answer (a dump goes on past an object it cannot read), and a
+/// failure otherwise.
+fn decode(flags: u16, msg: &[u8]) -> std::result::Result<Option<RouteNetlinkMessage>, RequestFailure> {
+    match NetlinkMessage::<RouteNetlinkMessage>::deserialize(msg) {
+        Ok(NetlinkMessage { payload: NetlinkPayload::InnerMessage(m), .. }) => Ok(Some(m)),
+        Ok(_) => Ok(None),
+        Err(_) if flags & NLM_F_MULTIPART != 0 => Ok(None),
+        Err(e) => Err(RequestFailure::Decode(e.to_string())),
     }
 }
 
 impl Netlink {
     /// A connection in the calling thread's current network namespace.
     pub fn open() -> Result<Netlink> {
-        let sock = Socket::open(libc::NETLINK_ROUTE).map_err(|e| Error::io("open netlink socket", &e))?;
-        Ok(Netlink { sock, seq: AtomicU32::new(0) })
+        let nl = Exchange::open(SockProtocol::NetlinkRoute).map_err(|e| Error::io("open netlink socket", &e))?;
+        Ok(Netlink { nl })
     }
 
-    /// A connection over `sock`: tests play the kernel on the other end of a socket pair.
+    /// A connection over `nl`: tests play the kernel on the other end of a socket pair.
     #[cfg(test)]
-    fn over(sock: Socket) -> Netlink {
-        Netlink { sock, seq: AtomicU32::new(0) }
+    fn over(nl: Exchange) -> Netlink {
+        Netlink { nl }
     }
 
     /// A connection whose socket lives in `ns`: the thread enters `ns` only to create the socket,
@@ -159,52 +115,8 @@ impl Netlink {
         nl.map_err(|e| e.context(format_args!("in netns {}", ns.path().display())))
     }
 
-    /// Sends `msg` with `flags` and collects the messages that answer it, up to the one that ends
-    /// the request: an error or acknowledgement, NLMSG_DONE, or (when no acknowledgement was asked
-    /// for) a message that is not part of a multipart answer. A multipart message that does not
-    /// decode is skipped; a single answer that does not decode is a failure.
-    fn exchange(
-        &self,
-        msg: RouteNetlinkMessage,
-        flags: u16,
-    ) -> std::result::Result<Vec<NetlinkMessage<RouteNetlinkMessage>>, RequestFailure> {
-        let mut buf = Vec::new();
-        let seq = self.append(&mut buf, msg, flags);
-        self.sock.send(&buf).map_err(|e| RequestFailure::Other(format!("send to the kernel: {e}")))?;
-        let expecting_ack = flags & NLM_F_ACK != 0;
-        let mut answers = Vec::new();
-        buf.resize(RECV_BUF, 0);
-        loop {
-            let len = self
-                .sock
-                .recv_whole(&mut buf)
-                .map_err(|e| RequestFailure::Other(format!("read the kernel's answer: {e}")))?;
-            for (msg_seq, msg_flags, one) in messages(buf.get(..len).unwrap_or_default()) {
-                if msg_seq != seq {
-                    continue;
-                }
-                let multipart = msg_flags & NLM_F_MULTIPART != 0;
-                match NetlinkMessage::<RouteNetlinkMessage>::deserialize(one) {
-                    Ok(m) => {
-                        let done = match m.payload {
-                            NetlinkPayload::InnerMessage(_) => !multipart && !expecting_ack,
-                            _ => true,
-                        };
-                        answers.push(m);
-                        if done {
-                            return Ok(answers);
-                        }
-                    }
-                    Err(_) if multipart => {}
-                    Err(e) => return Err(RequestFailure::Other(format!("decode the kernel's answer: {e}"))),
-                }
-            }
-        }
-    }
-
-    /// Appends `msg` with `flags` and the next sequence number to `buf`; that sequence number.
-    fn append(&self, buf: &mut Vec<u8>, msg: RouteNetlinkMessage, flags: u16) -> u32 {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+    /// Appends `msg` with `flags` and sequence number `seq` to `buf`.
+    fn append(buf: &mut Vec<u8>, msg: RouteNetlinkMessage, flags: u16, seq: u32) {
         let mut req = NetlinkMessage::from(msg);
         req.header.flags = flags;
         req.header.sequence_number = seq;
@@ -212,7 +124,14 @@ impl Netlink {
         let start = buf.len();
         buf.resize(start + req.buffer_len(), 0);
         req.serialize(&mut buf[start..]);
-        seq
+    }
+
+    /// `msg` with `flags` and a new sequence number, encoded; that number.
+    fn encode(&self, msg: RouteNetlinkMessage, flags: u16) -> (Vec<u8>, u32) {
+        let seq = self.nl.next_seqs(1);
+        let mut buf = Vec::new();
+        Netlink::append(&mut buf, msg, flags, seq);
+        (buf, seq)
     }
 
     /// Sends `ops` in one datagram (up to [`BATCH_MAX`] per datagram) and reads every
@@ -231,33 +150,28 @@ impl Netlink {
     }
 
     fn batch_round(&self, ops: &[BatchOp]) -> Result<Vec<std::result::Result<(), RequestFailure>>> {
+        let count = ops.len() as u32;
+        let first = self.nl.next_seqs(count);
         let mut buf = Vec::new();
-        let seqs: Vec<u32> =
-            ops.iter().map(|op| self.append(&mut buf, op.msg.clone(), NLM_F_REQUEST | NLM_F_ACK | op.flags)).collect();
-        self.sock.send(&buf).map_err(|e| Error::network(format!("send {} requests to the kernel: {e}", ops.len())))?;
-        let mut outcomes: Vec<Option<std::result::Result<(), RequestFailure>>> = seqs.iter().map(|_| None).collect();
-        buf.resize(RECV_BUF, 0);
-        while outcomes.iter().any(Option::is_none) {
-            let len = self
-                .sock
-                .recv_whole(&mut buf)
-                .map_err(|e| Error::network(format!("read the kernel's answers to {} requests: {e}", ops.len())))?;
-            for (msg_seq, _, one) in messages(buf.get(..len).unwrap_or_default()) {
-                let Some(slot) = seqs.iter().position(|s| *s == msg_seq) else { continue };
-                let outcome = match NetlinkMessage::<RouteNetlinkMessage>::deserialize(one) {
-                    Ok(NetlinkMessage { payload: NetlinkPayload::Error(err), .. }) => match err.code {
-                        Some(code) => Err(RequestFailure::Errno(code.get().saturating_abs())),
-                        None => Ok(()),
-                    },
-                    // Only acknowledgements end a request here; anything else is not an answer.
-                    Ok(_) => continue,
-                    Err(e) => Err(RequestFailure::Other(format!("decode the kernel's answer: {e}"))),
-                };
-                if let Some(o) = outcomes.get_mut(slot) {
-                    *o = Some(outcome);
-                }
-            }
+        for (i, op) in ops.iter().enumerate() {
+            Netlink::append(
+                &mut buf,
+                op.msg.clone(),
+                NLM_F_REQUEST | NLM_F_ACK | op.flags,
+                first.wrapping_add(i as u32),
+            );
         }
+        let mut outcomes: Vec<Option<std::result::Result<(), RequestFailure>>> = ops.iter().map(|_| None).collect();
+        let mut pending = ops.len();
+        self.nl
+            .acks(&buf, first, count, |offset, outcome| {
+                if let Some(slot @ None) = outcomes.get_mut(offset as usize) {
+                    *slot = Some(outcome);
+                    pending -= 1;
+                }
+                pending == 0
+            })
+            .map_err(|f| f.into_error(format_args!("{} requests", ops.len())))?;
         Ok(outcomes.into_iter().map(|o| o.unwrap_or(Ok(()))).collect())
     }
 
@@ -268,14 +182,8 @@ impl Netlink {
 
     /// Sends a request that expects only an acknowledgement.
     pub(crate) fn ack(&self, msg: RouteNetlinkMessage, flags: u16) -> std::result::Result<(), RequestFailure> {
-        for reply in self.exchange(msg, NLM_F_REQUEST | NLM_F_ACK | flags)? {
-            if let NetlinkPayload::Error(err) = reply.payload {
-                if let Some(code) = err.code {
-                    return Err(RequestFailure::Errno(code.get().saturating_abs()));
-                }
-            }
-        }
-        Ok(())
+        let (buf, seq) = self.encode(msg, NLM_F_REQUEST | NLM_F_ACK | flags);
+        self.nl.request(&buf, seq, Answer::Ack, |_, _| Ok(()))
     }
 
     /// Sends a `GET` for one object; its answer, or the kernel's errno.
@@ -283,59 +191,31 @@ impl Netlink {
         &self,
         msg: RouteNetlinkMessage,
     ) -> std::result::Result<Option<RouteNetlinkMessage>, RequestFailure> {
+        let (buf, seq) = self.encode(msg, NLM_F_REQUEST);
         let mut answer = None;
-        for reply in self.exchange(msg, NLM_F_REQUEST)? {
-            match reply.payload {
-                NetlinkPayload::InnerMessage(m) => answer = Some(m),
-                NetlinkPayload::Error(err) => {
-                    if let Some(code) = err.code {
-                        return Err(RequestFailure::Errno(code.get().saturating_abs()));
-                    }
-                }
-                _ => {}
-            }
-        }
+        self.nl.request(&buf, seq, Answer::One, |h, m| {
+            answer = decode(h.flags, m)?.or(answer.take());
+            Ok(())
+        })?;
         Ok(answer)
     }
 
-    /// Dumps, retrying while the kernel reports that the dump was interrupted by a change (the
-    /// reference plugins needed the same in `netlinksafe`).
+    /// Dumps, asking again while the kernel reports that a change interrupted the dump.
     pub(crate) fn dump(
         &self,
         msg: RouteNetlinkMessage,
     ) -> std::result::Result<Vec<RouteNetlinkMessage>, RequestFailure> {
-        for _ in 0..DUMP_ATTEMPTS {
-            match self.dump_once(msg.clone()) {
-                Err(RequestFailure::Interrupted) | Err(RequestFailure::Errno(libc::EINTR)) => continue,
-                other => return other,
-            }
-        }
-        Err(RequestFailure::Interrupted)
-    }
-
-    fn dump_once(&self, msg: RouteNetlinkMessage) -> std::result::Result<Vec<RouteNetlinkMessage>, RequestFailure> {
-        let mut out = Vec::new();
-        let mut interrupted = false;
-        for reply in self.exchange(msg, NLM_F_REQUEST | NLM_F_DUMP)? {
-            interrupted |= reply.header.flags & NLM_F_DUMP_INTR != 0;
-            match reply.payload {
-                NetlinkPayload::InnerMessage(m) => out.push(m),
-                NetlinkPayload::Error(err) => {
-                    if let Some(code) = err.code {
-                        return Err(RequestFailure::Errno(code.get().saturating_abs()));
-                    }
-                }
-                NetlinkPayload::Done(done) if done.code < 0 => {
-                    return Err(RequestFailure::Errno(done.code.saturating_abs()));
-                }
-                _ => {}
-            }
-        }
-        if interrupted {
-            Err(RequestFailure::Interrupted)
-        } else {
-            Ok(out)
-        }
+        self.nl.dump(
+            |seq| {
+                let mut buf = Vec::new();
+                Netlink::append(&mut buf, msg.clone(), NLM_F_REQUEST | NLM_F_DUMP, seq);
+                buf
+            },
+            |out: &mut Vec<RouteNetlinkMessage>, h, m| {
+                out.extend(decode(h.flags, m)?);
+                Ok(())
+            },
+        )
     }
 
     /// `"<name> (index N)"` for messages, best effort.

@@ -250,7 +250,7 @@ impl Netlink {
     pub fn del_rule(&self, rule: &Rule) -> Result<bool> {
         match self.ack(RouteNetlinkMessage::DelRule(rule.msg.clone()), 0) {
             Ok(()) => Ok(true),
-            Err(RequestFailure::Errno(libc::ENOENT | libc::ESRCH)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ENOENT | libc::ESRCH, _)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete rule {rule}"))),
         }
     }
@@ -307,7 +307,7 @@ impl Netlink {
         msg.attributes.retain(|a| !matches!(a, RouteAttribute::Metrics(_)));
         match self.ack(RouteNetlinkMessage::DelRoute(msg), 0) {
             Ok(()) => Ok(true),
-            Err(RequestFailure::Errno(libc::ESRCH | libc::ENOENT | libc::ENODEV)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ESRCH | libc::ENOENT | libc::ENODEV, _)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete route {route}"))),
         }
     }

@@ -208,6 +208,7 @@ impl Netlink {
             Ok(_) => Ok(None),
             Err(RequestFailure::Errno(
                 libc::ENETUNREACH | libc::EHOSTUNREACH | libc::ESRCH | libc::EACCES | libc::EINVAL,
+                _,
             )) => Ok(None),
             Err(f) => Err(f.into_error(format_args!("look up the route to {addr}"))),
         }
@@ -236,7 +237,7 @@ impl Netlink {
     pub fn del_route(&self, route: &RouteSpec) -> Result<bool> {
         match self.ack(RouteNetlinkMessage::DelRoute(route.message(true)), 0) {
             Ok(()) => Ok(true),
-            Err(RequestFailure::Errno(libc::ESRCH | libc::ENOENT | libc::ENODEV)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ESRCH | libc::ENOENT | libc::ENODEV, _)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete route {route}"))),
         }
     }

@@ -226,7 +226,7 @@ impl Netlink {
         req.header.index = index;
         match self.get_one(RouteNetlinkMessage::GetLink(req)) {
             Ok(Some(RouteNetlinkMessage::NewLink(m))) => Ok(SubLink::from_message(&m)),
-            Ok(_) | Err(super::RequestFailure::Errno(libc::ENODEV)) => Ok(None),
+            Ok(_) | Err(super::RequestFailure::Errno(libc::ENODEV, _)) => Ok(None),
             Err(f) => Err(f.into_error(format_args!("get link index {index}"))),
         }
     }

@@ -325,7 +325,7 @@ impl Netlink {
         msg.header = header(index, handle_, parent);
         match self.ack(RouteNetlinkMessage::DelQueueDiscipline(msg), 0) {
             Ok(()) => Ok(true),
-            Err(RequestFailure::Errno(libc::ENOENT | libc::ENODEV | libc::EINVAL)) => Ok(false),
+            Err(RequestFailure::Errno(libc::ENOENT | libc::ENODEV | libc::EINVAL, _)) => Ok(false),
             Err(f) => Err(f.into_error(format_args!("delete qdisc {handle_:x}: of {}", self.describe(index)))),
         }
     }

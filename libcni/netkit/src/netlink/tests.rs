@@ -3,7 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
+use crate::nlsock::{Exchange, DUMP_ATTEMPTS, RECV_BUF};
 use netlink_packet_core::{DefaultNla, Emitable, NLMSG_DONE, NLMSG_ERROR};
+use netlink_packet_core::{NLM_F_DUMP_INTR, NLM_F_MULTIPART};
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use std::os::unix::net::UnixDatagram;
 
@@ -14,7 +16,7 @@ fn pair() -> (Netlink, UnixDatagram) {
     let (ours, kernel) = UnixDatagram::pair().unwrap();
     // A read that would wait for an answer never sent fails the test instead of hanging it.
     ours.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
-    (Netlink::over(Socket::from_fd(std::os::fd::OwnedFd::from(ours))), kernel)
+    (Netlink::over(Exchange::from_fd(std::os::fd::OwnedFd::from(ours))), kernel)
 }
 
 /// One netlink message, padded to 4 bytes as the kernel lays them out in a datagram.
@@ -99,15 +101,60 @@ fn a_dump_spans_datagrams_and_skips_what_does_not_decode() {
     assert_eq!(request(&kernel), (RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, 1));
 }
 
+/// A dump the kernel flags as interrupted is read to its end and asked again, with a new sequence
+/// number; one that stays interrupted fails after DUMP_ATTEMPTS; a DONE with an error is its errno.
 #[test]
-fn an_interrupted_dump_is_reported_and_a_done_error_is_its_errno() {
+fn an_interrupted_dump_is_asked_again_and_a_done_error_is_its_errno() {
     let (nl, kernel) = pair();
-    kernel.send(&raw(RTM_NEWLINK, NLM_F_MULTIPART | NLM_F_DUMP_INTR, 1, &link(1, "lo", None))).unwrap();
-    kernel.send(&raw(NLMSG_DONE, NLM_F_MULTIPART, 1, &0i32.to_ne_bytes())).unwrap();
-    let get = || RouteNetlinkMessage::GetLink(LinkMessage::default());
-    assert!(matches!(nl.dump_once(get()), Err(RequestFailure::Interrupted)));
-    kernel.send(&raw(NLMSG_DONE, NLM_F_MULTIPART, 2, &(-libc::EBUSY).to_ne_bytes())).unwrap();
-    assert_eq!(nl.dump_once(get()).unwrap_err().errno(), Some(libc::EBUSY));
+    let interrupted = |seq: u32| {
+        let mut d = raw(RTM_NEWLINK, NLM_F_MULTIPART | NLM_F_DUMP_INTR, seq, &link(1, "lo", None));
+        d.extend(raw(NLMSG_DONE, NLM_F_MULTIPART, seq, &0i32.to_ne_bytes()));
+        d
+    };
+    kernel.send(&interrupted(1)).unwrap();
+    let mut second = raw(RTM_NEWLINK, NLM_F_MULTIPART, 2, &link(1, "lo", None));
+    second.extend(raw(RTM_NEWLINK, NLM_F_MULTIPART, 2, &link(2, "eth0", None)));
+    second.extend(raw(NLMSG_DONE, NLM_F_MULTIPART, 2, &0i32.to_ne_bytes()));
+    kernel.send(&second).unwrap();
+    let names: Vec<String> = nl.links().unwrap().into_iter().map(|l| l.name).collect();
+    assert_eq!(names, ["lo", "eth0"]);
+    assert_eq!((request(&kernel).2, request(&kernel).2), (1, 2));
+
+    for seq in 3..3 + DUMP_ATTEMPTS as u32 {
+        kernel.send(&interrupted(seq)).unwrap();
+    }
+    let e = nl.links().unwrap_err();
+    assert_eq!(crate::errno(&e), Some(libc::EINTR));
+    assert!(e.msg.contains(&format!("dump interrupted {DUMP_ATTEMPTS} times")), "{}", e.msg);
+    for _ in 0..DUMP_ATTEMPTS {
+        request(&kernel);
+    }
+
+    let seq = 3 + DUMP_ATTEMPTS as u32;
+    kernel.send(&raw(NLMSG_DONE, NLM_F_MULTIPART, seq, &(-libc::EBUSY).to_ne_bytes())).unwrap();
+    assert_eq!(crate::errno(&nl.links().unwrap_err()), Some(libc::EBUSY));
+}
+
+/// Only answers addressed to our port count (the test's socket has port 0), and a refusal carries
+/// the kernel's own text (extended ack) into the error.
+#[test]
+fn a_refusal_carries_the_kernels_text_and_other_ports_are_not_ours() {
+    let (nl, kernel) = pair();
+    let mut to_other_port = raw(NLMSG_ERROR, 0, 1, &error(libc::EPERM));
+    to_other_port[12..16].copy_from_slice(&4242u32.to_ne_bytes());
+    kernel.send(&to_other_port).unwrap();
+    // NLM_F_CAPPED | NLM_F_ACK_TLVS: the request's header only, then NLMSGERR_ATTR_MSG.
+    let mut refusal = error(libc::EOPNOTSUPP);
+    let text = b"Unknown device type\0";
+    refusal.extend_from_slice(&(4 + text.len() as u16).to_ne_bytes());
+    refusal.extend_from_slice(&1u16.to_ne_bytes());
+    refusal.extend_from_slice(text);
+    kernel.send(&raw(NLMSG_ERROR, 0x300, 1, &refusal)).unwrap();
+    // The error names the link: its description asks the kernel.
+    kernel.send(&raw(RTM_NEWLINK, 0, 2, &link(3, "eth3", None))).unwrap();
+    let e = nl.run(Netlink::set_up_op(3)).unwrap_err();
+    assert_eq!(crate::errno(&e), Some(libc::EOPNOTSUPP));
+    assert!(e.msg.contains("eth3 (index 3) (Unknown device type): Operation not supported"), "{}", e.msg);
 }
 
 #[test]

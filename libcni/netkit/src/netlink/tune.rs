@@ -35,7 +35,7 @@ impl Netlink {
         msg.attributes.push(LinkAttribute::IfName(name.to_string()));
         let reply = match self.get_one(RouteNetlinkMessage::GetLink(msg)) {
             Ok(Some(RouteNetlinkMessage::NewLink(m))) => m,
-            Ok(_) | Err(RequestFailure::Errno(libc::ENODEV)) => return Ok(None),
+            Ok(_) | Err(RequestFailure::Errno(libc::ENODEV, _)) => return Ok(None),
             Err(f) => return Err(f.into_error(format_args!("get link {name}"))),
         };
         let mut t = LinkTuning {

@@ -98,7 +98,7 @@ impl Netlink {
         msg.header.index = index;
         let answer = match self.get_one(RouteNetlinkMessage::GetLink(msg)) {
             Ok(Some(RouteNetlinkMessage::NewLink(m))) => m,
-            Ok(_) | Err(RequestFailure::Errno(libc::ENODEV)) => return Ok(Vec::new()),
+            Ok(_) | Err(RequestFailure::Errno(libc::ENODEV, _)) => return Ok(Vec::new()),
             Err(f) => return Err(f.into_error(format_args!("get link index {index}"))),
         };
         let mut out = Vec::new();
