@@ -8,6 +8,7 @@ use cni_tests::{bin_dir, bridge_ports, require_root, run, unique, LinkGuard, Net
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -1148,6 +1149,16 @@ fn a_plugin_run_by_hand_says_what_it_is() {
             assert!(first.starts_with(&format!("CNI {plugin} plugin, cni-rs v")), "{plugin}, {how}: {}", ran.stderr);
             assert!(ran.stderr.contains("CNI protocol versions supported: "), "{plugin}, {how}: {}", ran.stderr);
         }
+        // An argument that is not UTF-8 is read, not a panic (std::env::args would panic on it).
+        let out = Command::new(&bin)
+            .arg(std::ffi::OsStr::from_bytes(b"\xff"))
+            .env_clear()
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{plugin}: {e}"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{plugin}, a non-UTF-8 argument: {stderr}");
+        assert!(stderr.starts_with(&format!("CNI {plugin} plugin")), "{plugin}, a non-UTF-8 argument: {stderr}");
         // The spec versions listed are the ones VERSION reports.
         let ran = exec(&bin, &[], &no_command, b"");
         let listed = ran.stderr.lines().find_map(|l| l.strip_prefix("CNI protocol versions supported: ")).unwrap_or("");

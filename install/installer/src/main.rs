@@ -198,7 +198,10 @@ fn install(options: &Options) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let options = match cli::options_or_exit(Options::parse(std::env::args().skip(1)), USAGE) {
+    let options = match cli::options_or_exit(
+        Options::parse(std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned())),
+        USAGE,
+    ) {
         Ok(options) => options,
         Err(code) => return code,
     };

@@ -26,7 +26,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 fn main() -> ExitCode {
-    let parsed = Options::parse(std::env::args().skip(1), std::env::var("NODE_NAME").ok());
+    let parsed = Options::parse(
+        std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()),
+        std::env::var("NODE_NAME").ok(),
+    );
     let options = match cni_installer::cli::options_or_exit(parsed, USAGE) {
         Ok(options) => options,
         Err(code) => return code,

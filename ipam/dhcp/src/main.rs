@@ -1,3 +1,3 @@
 fn main() {
-    dhcp::main_with_args(&std::env::args().collect::<Vec<_>>())
+    dhcp::main_with_args(&std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>())
 }

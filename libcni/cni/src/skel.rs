@@ -144,7 +144,7 @@ pub fn run<P: Plugin + ?Sized>(plugin: &P) -> ! {
     let env = process_env();
     let argv0 = std::env::args_os().next().unwrap_or_default();
     let name = std::path::Path::new(&argv0).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
     if let Some(text) = about_for_a_person(&name, plugin, &args, &env) {
         eprint!("{text}");
         std::process::exit(0);

@@ -59,7 +59,7 @@ fn main() {
     let argv0 = std::env::args_os().next().unwrap_or_default();
     let name = Path::new(&argv0).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     // `dhcp daemon ...`: the long-running lease holder, not a CNI call.
-    let args: Vec<String> = std::env::args().collect();
+    let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
     if name == "dhcp" && args.get(1).map(String::as_str) == Some("daemon") {
         std::process::exit(dhcp::daemon::main(&args[2..]));
     }
