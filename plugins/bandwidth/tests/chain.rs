@@ -42,12 +42,27 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// The addresses reserved in the seed conflist's dataDir.
+fn reservations() -> Vec<String> {
+    std::fs::read_dir(Path::new(RUN_DIR).join("ipam/cni-rs-bandwidth"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|f| f.parse::<std::net::IpAddr>().is_ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[test]
 fn seed_chain_conflist_maps_a_port_and_limits_both_directions() {
     let _leftovers = Leftovers {
         bridge_was_there: run("ip", &["link", "show", BRIDGE]).status.success(),
         run_dir_was_there: Path::new(RUN_DIR).exists(),
     };
+    // The conflist's dataDir is fixed: a run killed before its cleanup leaves its reservation, which
+    // is not this run's to judge.
+    let reservations_before = reservations();
     let list = NetworkConfigList::from_bytes(&std::fs::read(conflist()).unwrap()).unwrap();
     let cache = TempDir::new("bw-chain-cache");
     let cni = CniConfig::with_cache_dir(vec![bin_dir()], cache.path().to_path_buf());
@@ -100,8 +115,7 @@ fn seed_chain_conflist_maps_a_port_and_limits_both_directions() {
         refused.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused),
         "hostPort {up_port} still mapped after DEL"
     );
-    let reservations: Vec<_> = std::fs::read_dir(Path::new(RUN_DIR).join("ipam/cni-rs-bandwidth"))
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    assert!(reservations.iter().all(|f| !f.starts_with("10.")), "reservations left: {reservations:?}");
+    let reservations_after = reservations();
+    let left: Vec<&String> = reservations_after.iter().filter(|r| !reservations_before.contains(r)).collect();
+    assert!(left.is_empty(), "reservations left: {left:?}");
 }
