@@ -12,8 +12,9 @@ mod metrics;
 mod net;
 mod options;
 mod trust;
+mod wgkey;
 
-use etcd::{Held, NodeRecord, Peers};
+use etcd::{Held, NodeRecord, Peers, Published};
 use ipnetwork::IpNetwork;
 use net::{Route, Underlay, Vtep};
 use options::{Backend, Datastore, Options, USAGE};
@@ -79,6 +80,18 @@ struct Local {
 }
 
 async fn agent(options: Arc<Options>) -> Result<(), String> {
+    if options.backend == Backend::Wireguard {
+        let (keys, made) = wgkey::load_or_create(&options.state_dir)?;
+        let path = wgkey::key_path(&options.state_dir);
+        let how = if made { "made" } else { "kept" };
+        eprintln!("WireGuard key {how} in {}: public key {}", path.display(), keys.public_base64());
+        return Err(format!(
+            "--backend wireguard: this agent does not program a WireGuard device (UDP port {}) yet; its key is \
+             ready in {}; use --backend host-gw or vxlan",
+            options.wireguard_port,
+            path.display()
+        ));
+    }
     let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("open a netlink socket: {e}"))?;
     tokio::spawn(connection);
     let options =
@@ -105,10 +118,10 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
     }
     enable_forwarding(&options);
 
-    let vtep_mac = local.vxlan.map(|(_, mac)| net::format_mac(&mac));
+    let published = Published { vtep_mac: local.vxlan.map(|(_, mac)| net::format_mac(&mac)), ..Published::default() };
     let (held_rx, peers_rx) = match options.datastore {
-        Datastore::Etcd => start_etcd(&options, vtep_mac).await?,
-        Datastore::Kubernetes => start_kubernetes(&options, vtep_mac).await?,
+        Datastore::Etcd => start_etcd(&options, published).await?,
+        Datastore::Kubernetes => start_kubernetes(&options, published).await?,
     };
     if let Some(src) = &options.src {
         install_plugins(src, &options.bin_dir)?;
@@ -129,7 +142,7 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
 type Channels = (watch::Receiver<Arc<Held>>, watch::Receiver<Arc<Peers>>);
 
 /// Leases a block in etcd and keeps it; watches the other nodes' blocks.
-async fn start_etcd(options: &Arc<Options>, vtep_mac: Option<String>) -> Result<Channels, String> {
+async fn start_etcd(options: &Arc<Options>, published: Published) -> Result<Channels, String> {
     let mut client = loop {
         match etcd::connect(options).await {
             Ok(client) => break client,
@@ -145,21 +158,21 @@ async fn start_etcd(options: &Arc<Options>, vtep_mac: Option<String>) -> Result<
         .map_err(|e| format!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
         .id();
     let previous = conf::previous_cidrs(&options.conf_dir, &options.conf_name);
-    let held = etcd::acquire(&mut client, options, lease, vtep_mac.clone(), Some(&previous)).await?;
+    let held = etcd::acquire(&mut client, options, lease, &published, Some(&previous)).await?;
     log_held(&held);
     let (held_tx, held_rx) = watch::channel(Arc::new(held));
-    tokio::spawn(hold(client.clone(), options.clone(), vtep_mac, held_tx));
+    tokio::spawn(hold(client.clone(), options.clone(), published, held_tx));
     let (peers_tx, peers_rx) = watch::channel(Arc::new(Peers::default()));
     tokio::spawn(etcd::watch_peers(client, options.clone(), peers_tx));
     Ok((held_rx, peers_rx))
 }
 
 /// Watches the Nodes; returns once this node has pod CIDRs.
-async fn start_kubernetes(options: &Arc<Options>, vtep_mac: Option<String>) -> Result<Channels, String> {
+async fn start_kubernetes(options: &Arc<Options>, published: Published) -> Result<Channels, String> {
     let client = k8s::client(options).await?;
     let (own_tx, mut own_rx) = watch::channel(None);
     let (peers_tx, peers_rx) = watch::channel(Arc::new(Peers::default()));
-    tokio::spawn(k8s::watch_nodes(client, options.clone(), vtep_mac, own_tx, peers_tx));
+    tokio::spawn(k8s::watch_nodes(client, options.clone(), published, own_tx, peers_tx));
     let first = loop {
         if let Some(held) = own_rx.borrow_and_update().clone() {
             break held;
@@ -266,7 +279,7 @@ fn plan(options: &Options, local: &Local, own: &Held, me: &trust::Me, peers: &Pe
             };
             let host_gw = match options.backend {
                 Backend::HostGw | Backend::Auto => on_link,
-                Backend::Vxlan => None,
+                Backend::Vxlan | Backend::Wireguard => None,
             };
             if let Some(gw) = host_gw {
                 plan.routes.push(Route { dst: *cidr, gw, oif: None, onlink: false });
@@ -338,6 +351,7 @@ async fn reconcile_loop(
         addresses: options.node_ips.iter().copied().collect(),
         subnets: [local.v4, local.v6].iter().flatten().map(|u| u.subnet).collect(),
         vtep_mac: local.vxlan.map(|(_, mac)| mac),
+        wireguard_key: None,
     };
     let mut nft_applied = String::new();
     // The routes and VXLAN entries the last sync left in the kernel. A datastore change then
@@ -523,7 +537,7 @@ fn log_held(held: &Held) {
 async fn hold(
     mut client: etcd_client::Client,
     options: Arc<Options>,
-    vtep_mac: Option<String>,
+    published: Published,
     out: watch::Sender<Arc<Held>>,
 ) {
     loop {
@@ -537,7 +551,7 @@ async fn hold(
                     .await
                     .map_err(|e| format!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
                     .id();
-                etcd::acquire(&mut client, &options, lease, vtep_mac.clone(), Some(&current.record.pod_cidrs)).await
+                etcd::acquire(&mut client, &options, lease, &published, Some(&current.record.pod_cidrs)).await
             };
             match attempt.await {
                 Ok(held) => {

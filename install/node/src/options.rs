@@ -17,8 +17,10 @@ usage: cni-rs-node [options]
   --node-ip LIST          this node's address per family, as the other nodes reach it
                           (default: the address of the interface of that family's default route)
   --lease-ttl SECONDS     TTL of the node's lease on its block (default 60)
-  --backend MODE          host-gw, vxlan or auto             (default auto)
+  --backend MODE          host-gw, vxlan, wireguard or auto  (default auto)
   --vxlan-dev NAME        the VXLAN device                   (default cni-rs.1)
+  --wireguard-port PORT   WireGuard's UDP port               (default 51820)
+  --state-dir DIR         where the WireGuard private key is kept (default /var/lib/cni-rs)
   --metrics-addr ADDR     /healthz and /metrics              (default 127.0.0.1:9901)
   --src DIR               plugin binaries to install         (default /opt/cni-rs/bin)
   --no-plugins            install no plugins, only write the conflist
@@ -37,6 +39,7 @@ pub enum Datastore {
 pub enum Backend {
     HostGw,
     Vxlan,
+    Wireguard,
     Auto,
 }
 
@@ -53,6 +56,8 @@ pub struct Options {
     pub lease_ttl: i64,
     pub backend: Backend,
     pub vxlan_dev: String,
+    pub wireguard_port: u16,
+    pub state_dir: PathBuf,
     pub metrics_addr: SocketAddr,
     pub src: Option<PathBuf>,
     pub bin_dir: PathBuf,
@@ -63,6 +68,19 @@ pub struct Options {
 
 fn list(value: &str) -> impl Iterator<Item = &str> {
     value.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+fn interface_name(flag: &str, value: String) -> Result<String, String> {
+    if value.is_empty()
+        || value.len() > 15
+        || value == "."
+        || value == ".."
+        || value.contains('/')
+        || value.contains(char::is_whitespace)
+    {
+        return Err(format!("{flag} {value:?} is not a valid interface name (1-15 characters, no '/' or spaces)"));
+    }
+    Ok(value)
 }
 
 /// A network with no host bits set.
@@ -90,6 +108,8 @@ impl Options {
         let mut lease_ttl = 60;
         let mut backend = Backend::Auto;
         let mut vxlan_dev = "cni-rs.1".to_string();
+        let mut wireguard_port = 51820;
+        let mut state_dir = PathBuf::from("/var/lib/cni-rs");
         let mut metrics_addr: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 9901));
         let mut src = Some(PathBuf::from("/opt/cni-rs/bin"));
         let mut bin_dir = PathBuf::from("/host/opt/cni/bin");
@@ -145,19 +165,24 @@ impl Options {
                     backend = match value.as_str() {
                         "host-gw" => Backend::HostGw,
                         "vxlan" => Backend::Vxlan,
+                        "wireguard" => Backend::Wireguard,
                         "auto" => Backend::Auto,
-                        _ => return Err(format!("--backend {value:?}: use host-gw, vxlan or auto")),
+                        _ => return Err(format!("--backend {value:?}: use host-gw, vxlan, wireguard or auto")),
                     }
                 }
-                "--vxlan-dev" => {
-                    if value.is_empty()
-                        || value.len() > 15
-                        || value.contains('/')
-                        || value.contains(char::is_whitespace)
-                    {
-                        return Err(format!("--vxlan-dev {value:?} is not a valid interface name (1-15 characters)"));
+                "--vxlan-dev" => vxlan_dev = interface_name("--vxlan-dev", value)?,
+                "--wireguard-port" => {
+                    wireguard_port = value
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|p| *p != 0)
+                        .ok_or_else(|| format!("--wireguard-port {value:?}: give a UDP port from 1 to 65535"))?
+                }
+                "--state-dir" => {
+                    if !value.starts_with('/') {
+                        return Err(format!("--state-dir {value:?} must be an absolute path"));
                     }
-                    vxlan_dev = value
+                    state_dir = value.into()
                 }
                 "--metrics-addr" => {
                     metrics_addr =
@@ -225,6 +250,8 @@ impl Options {
             lease_ttl,
             backend,
             vxlan_dev,
+            wireguard_port,
+            state_dir,
             metrics_addr,
             src,
             bin_dir,
@@ -267,6 +294,8 @@ mod tests {
         assert_eq!(o.lease_ttl, 60);
         assert_eq!(o.backend, Backend::Auto);
         assert_eq!(o.metrics_addr.to_string(), "127.0.0.1:9901");
+        assert_eq!(o.wireguard_port, 51820);
+        assert_eq!(o.state_dir, PathBuf::from("/var/lib/cni-rs"));
         let mut args = BASE.to_vec();
         args.extend(["--node-cidr-size=26,80", "--backend", "vxlan", "--no-plugins", "--prefix", "/x/"]);
         let o = parse(&args).unwrap().unwrap();
@@ -275,6 +304,12 @@ mod tests {
         assert_eq!(o.backend, Backend::Vxlan);
         assert!(o.src.is_none());
         assert_eq!(o.prefix, "/x");
+        let mut args = BASE.to_vec();
+        args.extend(["--backend=wireguard", "--wireguard-port", "51999", "--state-dir", "/run/x"]);
+        let o = parse(&args).unwrap().unwrap();
+        assert_eq!(o.backend, Backend::Wireguard);
+        assert_eq!(o.wireguard_port, 51999);
+        assert_eq!(o.state_dir, PathBuf::from("/run/x"));
     }
 
     #[test]
@@ -287,6 +322,11 @@ mod tests {
             (&["--lease-ttl", "1"][..], "from 5"),
             (&["--datastore", "consul"][..], "use kubernetes or etcd"),
             (&["--node-ip", "10.0.0.1,10.0.0.2"][..], "one IPv4 and one IPv6"),
+            (&["--wireguard-port", "0"][..], "from 1 to 65535"),
+            (&["--wireguard-port", "70000"][..], "from 1 to 65535"),
+            (&["--vxlan-dev", "a/b"][..], "not a valid interface name"),
+            (&["--vxlan-dev", ".."][..], "not a valid interface name"),
+            (&["--state-dir", "var/lib"][..], "absolute path"),
         ] {
             let mut args = BASE.to_vec();
             args.extend_from_slice(extra);
