@@ -19,7 +19,10 @@ usage: cni-rs-node [options]
   --lease-ttl SECONDS     TTL of the node's lease on its block (default 60)
   --backend MODE          host-gw, vxlan, wireguard or auto  (default auto)
   --vxlan-dev NAME        the VXLAN device                   (default cni-rs.1)
+  --wireguard-dev NAME    the WireGuard device               (default cni-rs.wg)
   --wireguard-port PORT   WireGuard's UDP port               (default 51820)
+  --wireguard-keepalive SECONDS
+                          persistent keepalive to each peer  (default 0: off)
   --state-dir DIR         where the WireGuard private key is kept (default /var/lib/cni-rs)
   --metrics-addr ADDR     /healthz and /metrics              (default 127.0.0.1:9901)
   --src DIR               plugin binaries to install         (default /opt/cni-rs/bin)
@@ -56,7 +59,10 @@ pub struct Options {
     pub lease_ttl: i64,
     pub backend: Backend,
     pub vxlan_dev: String,
+    pub wireguard_dev: String,
     pub wireguard_port: u16,
+    /// Seconds; 0 is off.
+    pub wireguard_keepalive: u16,
     pub state_dir: PathBuf,
     pub metrics_addr: SocketAddr,
     pub src: Option<PathBuf>,
@@ -108,7 +114,9 @@ impl Options {
         let mut lease_ttl = 60;
         let mut backend = Backend::Auto;
         let mut vxlan_dev = "cni-rs.1".to_string();
+        let mut wireguard_dev = "cni-rs.wg".to_string();
         let mut wireguard_port = 51820;
+        let mut wireguard_keepalive = 0;
         let mut state_dir = PathBuf::from("/var/lib/cni-rs");
         let mut metrics_addr: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 9901));
         let mut src = Some(PathBuf::from("/opt/cni-rs/bin"));
@@ -171,6 +179,12 @@ impl Options {
                     }
                 }
                 "--vxlan-dev" => vxlan_dev = interface_name("--vxlan-dev", value)?,
+                "--wireguard-dev" => wireguard_dev = interface_name("--wireguard-dev", value)?,
+                "--wireguard-keepalive" => {
+                    wireguard_keepalive = value.parse::<u16>().map_err(|_| {
+                        format!("--wireguard-keepalive {value:?}: give whole seconds from 0 (off) to 65535")
+                    })?
+                }
                 "--wireguard-port" => {
                     wireguard_port = value
                         .parse::<u16>()
@@ -236,6 +250,9 @@ impl Options {
             }
             cluster.push((net, size));
         }
+        if backend == Backend::Wireguard && wireguard_dev == vxlan_dev {
+            return Err(format!("--wireguard-dev {wireguard_dev:?} is also --vxlan-dev; give them different names"));
+        }
         if node_ips.len() > 2 || (node_ips.len() == 2 && node_ips[0].is_ipv4() == node_ips[1].is_ipv4()) {
             return Err("--node-ip: give one address, or one IPv4 and one IPv6".into());
         }
@@ -250,7 +267,9 @@ impl Options {
             lease_ttl,
             backend,
             vxlan_dev,
+            wireguard_dev,
             wireguard_port,
+            wireguard_keepalive,
             state_dir,
             metrics_addr,
             src,
@@ -295,6 +314,7 @@ mod tests {
         assert_eq!(o.backend, Backend::Auto);
         assert_eq!(o.metrics_addr.to_string(), "127.0.0.1:9901");
         assert_eq!(o.wireguard_port, 51820);
+        assert_eq!((o.wireguard_dev.as_str(), o.wireguard_keepalive), ("cni-rs.wg", 0));
         assert_eq!(o.state_dir, PathBuf::from("/var/lib/cni-rs"));
         let mut args = BASE.to_vec();
         args.extend(["--node-cidr-size=26,80", "--backend", "vxlan", "--no-plugins", "--prefix", "/x/"]);
@@ -305,10 +325,19 @@ mod tests {
         assert!(o.src.is_none());
         assert_eq!(o.prefix, "/x");
         let mut args = BASE.to_vec();
-        args.extend(["--backend=wireguard", "--wireguard-port", "51999", "--state-dir", "/run/x"]);
+        args.extend([
+            "--backend=wireguard",
+            "--wireguard-port",
+            "51999",
+            "--wireguard-dev",
+            "wg0",
+            "--wireguard-keepalive=25",
+            "--state-dir",
+            "/run/x",
+        ]);
         let o = parse(&args).unwrap().unwrap();
         assert_eq!(o.backend, Backend::Wireguard);
-        assert_eq!(o.wireguard_port, 51999);
+        assert_eq!((o.wireguard_dev.as_str(), o.wireguard_port, o.wireguard_keepalive), ("wg0", 51999, 25));
         assert_eq!(o.state_dir, PathBuf::from("/run/x"));
     }
 
@@ -326,6 +355,9 @@ mod tests {
             (&["--wireguard-port", "70000"][..], "from 1 to 65535"),
             (&["--vxlan-dev", "a/b"][..], "not a valid interface name"),
             (&["--vxlan-dev", ".."][..], "not a valid interface name"),
+            (&["--wireguard-keepalive", "-1"][..], "from 0 (off)"),
+            (&["--wireguard-dev", "a/b"][..], "not a valid interface name"),
+            (&["--backend", "wireguard", "--wireguard-dev", "x", "--vxlan-dev", "x"][..], "different names"),
             (&["--state-dir", "var/lib"][..], "absolute path"),
         ] {
             let mut args = BASE.to_vec();

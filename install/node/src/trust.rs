@@ -325,11 +325,13 @@ pub fn check_wireguard_key(text: &str, port: Option<u16>) -> Result<[u8; 32], (R
     }
 }
 
-/// A record the agent may route to: its usable VTEP MAC (`None` when it has none or it was refused).
+/// A record the agent may route to: its usable VTEP MAC and WireGuard key and port (`None` when it
+/// has none or it was refused).
 #[derive(Debug, Clone)]
 pub struct Peer<'a> {
     pub record: &'a NodeRecord,
     pub mac: Option<[u8; 6]>,
+    pub wireguard: Option<([u8; 32], u16)>,
 }
 
 /// The peers the agent routes to, and what it refused of the others.
@@ -393,6 +395,7 @@ pub fn screen<'a>(
                 Err(e) => reject(key, &record.node, e),
             }
         }
+        let mut wireguard = None;
         if let Some(text) = &record.wireguard_key {
             match check_wireguard_key(text, record.wireguard_port) {
                 Ok(parsed) => {
@@ -414,12 +417,13 @@ pub fn screen<'a>(
                     } else {
                         wireguard_keys.insert(parsed, format!("node {} ({key})", record.node));
                         keyed_nodes.insert(record.node.as_str(), format!("the older record {key}"));
+                        wireguard = record.wireguard_port.map(|port| (parsed, port));
                     }
                 }
                 Err(e) => reject(key, &record.node, e),
             }
         }
-        peers.push(Peer { record, mac });
+        peers.push(Peer { record, mac, wireguard });
     }
     findings.extend(conflicts);
     (peers, findings)
@@ -661,6 +665,10 @@ mod tests {
 
         let (peers, findings) = screen(&o, ("/cni-rs/subnets/10.244.0.0-24", &mine), &me, &claims);
         assert_eq!(peers.len(), 12, "a refused key does not refuse the pod CIDRs: {findings:#?}");
+        let keyed: Vec<(&str, [u8; 32], u16)> =
+            peers.iter().filter_map(|p| p.wireguard.map(|(k, port)| (p.record.node.as_str(), k, port))).collect();
+        let decoded = |seed| crate::wgkey::decode(&key(seed)).unwrap();
+        assert_eq!(keyed, [("older", decoded(1), 51820), ("other", decoded(12), 4500)], "{findings:#?}");
         let reasons: BTreeSet<(String, Option<Reason>)> =
             findings.iter().map(|f| (f.key.rsplit('/').next().unwrap().to_string(), f.reason)).collect();
         let want: BTreeSet<(String, Option<Reason>)> = [
