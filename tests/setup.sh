@@ -19,7 +19,7 @@ else
     pkgs=(iproute2 iptables nftables conntrack socat curl busybox-static podman runc containerd
           containernetworking-plugins python3-pip file qemu-system-x86 xz-utils
           etcd-server etcd-client protobuf-compiler libprotobuf-dev strace openssl python3
-          dnsmasq-base systemd ethtool)
+          dnsmasq-base systemd ethtool tcpdump wireguard-tools)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

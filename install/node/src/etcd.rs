@@ -34,6 +34,40 @@ pub struct NodeRecord {
     /// address of its IPv4 pod CIDR.
     #[serde(default, rename = "vtepMAC", skip_serializing_if = "Option::is_none")]
     pub vtep_mac: Option<String>,
+    /// The node's WireGuard public key (base64) and UDP port, when it runs the WireGuard backend;
+    /// its endpoint is its node address of the underlay's family with that port.
+    #[serde(default, rename = "wireguardPublicKey", skip_serializing_if = "Option::is_none")]
+    pub wireguard_key: Option<String>,
+    #[serde(default, rename = "wireguardPort", skip_serializing_if = "Option::is_none")]
+    pub wireguard_port: Option<u16>,
+}
+
+/// What this node tells the others beside its pod CIDRs and addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Published {
+    pub vtep_mac: Option<String>,
+    pub wireguard_key: Option<String>,
+    pub wireguard_port: Option<u16>,
+}
+
+impl Published {
+    pub fn record(&self, options: &Options, pod_cidrs: Vec<IpNetwork>) -> NodeRecord {
+        NodeRecord {
+            node: options.node_name.clone(),
+            node_ips: options.node_ips.clone(),
+            pod_cidrs,
+            vtep_mac: self.vtep_mac.clone(),
+            wireguard_key: self.wireguard_key.clone(),
+            wireguard_port: self.wireguard_port,
+        }
+    }
+
+    /// Whether `record` already says all of this.
+    pub fn is_in(&self, record: &NodeRecord) -> bool {
+        record.vtep_mac == self.vtep_mac
+            && record.wireguard_key == self.wireguard_key
+            && record.wireguard_port == self.wireguard_port
+    }
 }
 
 /// The other nodes' records, by key, as last read from the datastore (not yet screened: see
@@ -109,17 +143,12 @@ pub async fn acquire(
     client: &mut Client,
     options: &Options,
     lease: i64,
-    vtep_mac: Option<String>,
+    published: &Published,
     preferred: Option<&[IpNetwork]>,
 ) -> Result<Held, String> {
     let prefix = subnets_prefix(options);
     let count = block_count(options);
-    let record_for = |cidrs: Vec<IpNetwork>| NodeRecord {
-        node: options.node_name.clone(),
-        node_ips: options.node_ips.clone(),
-        pod_cidrs: cidrs,
-        vtep_mac: vtep_mac.clone(),
-    };
+    let record_for = |cidrs: Vec<IpNetwork>| published.record(options, cidrs);
     let put = |key: &str, record: &NodeRecord| -> Result<TxnOp, String> {
         let value = serde_json::to_vec(record).map_err(|e| format!("encode node record: {e}"))?;
         Ok(TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))))
@@ -305,6 +334,26 @@ fn publish(out: &watch::Sender<Arc<Peers>>, peers: &Peers) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn record_carries_the_wireguard_key_and_port_only_when_published() {
+        let o = options("10.244.0.0/16", "24");
+        let cidrs = vec!["10.244.3.0/24".parse().unwrap()];
+        let plain = Published::default().record(&o, cidrs.clone());
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("wireguard"), "{text}");
+        let published = Published {
+            vtep_mac: None,
+            wireguard_key: Some("AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=".into()),
+            wireguard_port: Some(51820),
+        };
+        let record = published.record(&o, cidrs);
+        let value = serde_json::to_value(&record).unwrap();
+        assert_eq!(value["wireguardPublicKey"], "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=");
+        assert_eq!(value["wireguardPort"], 51820);
+        assert_eq!(serde_json::from_value::<NodeRecord>(value).unwrap(), record);
+        assert!(published.is_in(&record) && !published.is_in(&plain));
+    }
 
     fn options(cluster: &str, sizes: &str) -> Options {
         let args = [

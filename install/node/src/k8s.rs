@@ -3,7 +3,7 @@
 //! watcher keeps the resourceVersion, resumes a broken watch from it, and lists again when the API
 //! server answers 410 Gone; this node's VTEP MAC is published in an annotation on its own Node.
 
-use crate::etcd::{Held, NodeRecord, Peers};
+use crate::etcd::{Held, NodeRecord, Peers, Published};
 use crate::options::Options;
 use crate::trust::Claim;
 use futures::StreamExt;
@@ -19,6 +19,9 @@ use tokio::sync::watch;
 
 /// The annotation holding a node's VTEP MAC (VXLAN backends).
 pub const VTEP_MAC_ANNOTATION: &str = "cni-rs.io/vtep-mac";
+/// The annotations holding a node's WireGuard public key (base64) and UDP port.
+pub const WIREGUARD_KEY_ANNOTATION: &str = "cni-rs.io/wireguard-public-key";
+pub const WIREGUARD_PORT_ANNOTATION: &str = "cni-rs.io/wireguard-port";
 
 pub async fn client(options: &Options) -> Result<Client, String> {
     let config = match &options.kubeconfig {
@@ -39,7 +42,8 @@ pub async fn client(options: &Options) -> Result<Client, String> {
 /// A Node as the agent needs it, aged by its creationTimestamp (the older Node keeps pod CIDRs
 /// two Nodes claim); `None` without a name. Pod CIDRs come from `spec` only: the API server lets
 /// only the controller manager set them (once), whereas any holder of `patch nodes` can write an
-/// annotation. The only annotation read is the VTEP MAC, which is screened like everything else.
+/// annotation. The only annotations read are the VTEP MAC and the WireGuard key and port, which are
+/// screened like everything else.
 pub fn record(node: &Node) -> Option<Claim> {
     let name = node.metadata.name.clone()?;
     let spec = node.spec.as_ref();
@@ -53,9 +57,14 @@ pub fn record(node: &Node) -> Option<Claim> {
         .and_then(|s| s.addresses.as_ref())
         .map(|list| list.iter().filter(|a| a.type_ == "InternalIP").filter_map(|a| a.address.parse().ok()).collect())
         .unwrap_or_default();
-    let vtep_mac = node.metadata.annotations.as_ref().and_then(|a| a.get(VTEP_MAC_ANNOTATION)).cloned();
+    let annotation = |key: &str| node.metadata.annotations.as_ref().and_then(|a| a.get(key)).cloned();
+    let vtep_mac = annotation(VTEP_MAC_ANNOTATION);
+    let wireguard_key = annotation(WIREGUARD_KEY_ANNOTATION);
+    // An unparsable port leaves the key without an endpoint; the screen then refuses the key.
+    let wireguard_port = annotation(WIREGUARD_PORT_ANNOTATION).map(|p| p.parse::<u16>().unwrap_or(0));
     let age = node.metadata.creation_timestamp.as_ref().map_or(i64::MAX, |t| t.0.as_second());
-    Some(Claim { record: NodeRecord { node: name, node_ips, pod_cidrs, vtep_mac }, age })
+    let record = NodeRecord { node: name, node_ips, pod_cidrs, vtep_mac, wireguard_key, wireguard_port };
+    Some(Claim { record, age })
 }
 
 /// Lists and watches Nodes forever: this node's record goes to `own` once it has pod CIDRs, the
@@ -63,7 +72,7 @@ pub fn record(node: &Node) -> Option<Claim> {
 pub async fn watch_nodes(
     client: Client,
     options: Arc<Options>,
-    vtep_mac: Option<String>,
+    published: Published,
     own: watch::Sender<Option<Arc<Held>>>,
     peers: watch::Sender<Arc<Peers>>,
 ) {
@@ -104,8 +113,8 @@ pub async fn watch_nodes(
             continue;
         }
         if let Some(me) = nodes.get(&options.node_name).map(|c| &c.record) {
-            if !annotated && vtep_mac.is_some() && me.vtep_mac != vtep_mac {
-                annotated = annotate(&api, &options.node_name, vtep_mac.as_deref()).await;
+            if !annotated && published != Published::default() && !published.is_in(me) {
+                annotated = annotate(&api, &options.node_name, &published).await;
             }
             if me.pod_cidrs.is_empty() {
                 eprintln!(
@@ -113,12 +122,7 @@ pub async fn watch_nodes(
                     options.node_name
                 );
             } else {
-                let record = NodeRecord {
-                    node: options.node_name.clone(),
-                    node_ips: options.node_ips.clone(),
-                    pod_cidrs: me.pod_cidrs.clone(),
-                    vtep_mac: vtep_mac.clone(),
-                };
+                let record = published.record(&options, me.pod_cidrs.clone());
                 let held = Held { key: format!("Node/{}", options.node_name), lease: 0, record };
                 own.send_if_modified(|current| {
                     if current.as_ref().is_some_and(|c| c.record == held.record) {
@@ -154,19 +158,54 @@ fn watcher(
     watcher::watcher(api, config)
 }
 
-/// Records this node's VTEP MAC on its Node (merge patch); `true` when done.
-async fn annotate(api: &Api<Node>, name: &str, mac: Option<&str>) -> bool {
-    let patch = serde_json::json!({ "metadata": { "annotations": { VTEP_MAC_ANNOTATION: mac } } });
+/// Records what this node publishes (VTEP MAC, WireGuard key and port) on its Node (merge patch;
+/// a value it does not have removes the annotation); `true` when done.
+async fn annotate(api: &Api<Node>, name: &str, published: &Published) -> bool {
+    let patch = serde_json::json!({ "metadata": { "annotations": {
+        VTEP_MAC_ANNOTATION: published.vtep_mac,
+        WIREGUARD_KEY_ANNOTATION: published.wireguard_key,
+        WIREGUARD_PORT_ANNOTATION: published.wireguard_port.map(|p| p.to_string()),
+    } } });
     match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
         Ok(_) => {
-            eprintln!("annotated node {name}: {VTEP_MAC_ANNOTATION}={}", mac.unwrap_or(""));
+            eprintln!("annotated node {name}: {}", patch["metadata"]["annotations"]);
             true
         }
         Err(e) => {
             eprintln!(
-                "warning: kubernetes: annotate node {name} with its VTEP MAC: {e} (VXLAN peers cannot reach this node)"
+                "warning: kubernetes: annotate node {name} with its VTEP MAC and WireGuard key: {e} \
+                 (VXLAN and WireGuard peers cannot reach this node)"
             );
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_wireguard_key_and_port_from_annotations() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "n2", "annotations": {
+                VTEP_MAC_ANNOTATION: "02:00:00:00:00:12",
+                WIREGUARD_KEY_ANNOTATION: "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=",
+                WIREGUARD_PORT_ANNOTATION: "51821",
+            } },
+            "spec": { "podCIDRs": ["10.244.2.0/24"] },
+        }))
+        .unwrap();
+        let r = record(&node).unwrap().record;
+        assert_eq!(r.wireguard_key.as_deref(), Some("AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="));
+        assert_eq!(r.wireguard_port, Some(51821));
+        assert_eq!(r.vtep_mac.as_deref(), Some("02:00:00:00:00:12"));
+        // A port that is not one is kept as 0, so the screen refuses the key rather than guess.
+        let mut node = node;
+        node.metadata.annotations.as_mut().unwrap().insert(WIREGUARD_PORT_ANNOTATION.into(), "x".into());
+        assert_eq!(record(&node).unwrap().record.wireguard_port, Some(0));
+        node.metadata.annotations = None;
+        let r = record(&node).unwrap().record;
+        assert_eq!((r.wireguard_key, r.wireguard_port), (None, None));
     }
 }

@@ -12,8 +12,10 @@ mod metrics;
 mod net;
 mod options;
 mod trust;
+mod wgkey;
+mod wireguard;
 
-use etcd::{Held, NodeRecord, Peers};
+use etcd::{Held, NodeRecord, Peers, Published};
 use ipnetwork::IpNetwork;
 use net::{Route, Underlay, Vtep};
 use options::{Backend, Datastore, Options, USAGE};
@@ -79,6 +81,17 @@ struct Local {
     v6: Option<Underlay>,
     /// Index and MAC of the VXLAN device (backends vxlan and auto with an IPv4 node address).
     vxlan: Option<(u32, [u8; 6])>,
+    wireguard: Option<Wireguard>,
+}
+
+/// The WireGuard device (backend wireguard).
+struct Wireguard {
+    index: u32,
+    genl: genetlink::GenetlinkHandle,
+    public: [u8; 32],
+    /// The underlay family: peers' endpoints are their node addresses of this family.
+    v4: bool,
+    overhead: u32,
 }
 
 async fn agent(options: Arc<Options>) -> Result<(), String> {
@@ -87,7 +100,7 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
     let options =
         if options.node_ips.is_empty() { Arc::new(default_node_ips(&handle, &options).await?) } else { options };
 
-    let mut local = Local { handle, v4: None, v6: None, vxlan: None };
+    let mut local = Local { handle, v4: None, v6: None, vxlan: None, wireguard: None };
     for ip in &options.node_ips {
         let underlay = net::link_of_address(&local.handle, *ip).await?.ok_or_else(|| {
             format!("--node-ip {ip} is not an address of any interface in this network namespace; give this node's own address")
@@ -98,7 +111,9 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
             local.v6 = Some(underlay);
         }
     }
-    if options.backend != Backend::HostGw {
+    if options.backend == Backend::Wireguard {
+        local.wireguard = Some(start_wireguard(&options, &local).await?);
+    } else if options.backend != Backend::HostGw {
         if let (Some(IpAddr::V4(ip)), Some(under)) = (options.node_ip(true), local.v4) {
             let mtu = under.mtu.saturating_sub(net::VXLAN_OVERHEAD);
             local.vxlan = Some(net::ensure_vxlan(&local.handle, &options.vxlan_dev, ip, under.index, mtu).await?);
@@ -108,10 +123,14 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
     }
     enable_forwarding(&options);
 
-    let vtep_mac = local.vxlan.map(|(_, mac)| net::format_mac(&mac));
+    let published = Published {
+        vtep_mac: local.vxlan.map(|(_, mac)| net::format_mac(&mac)),
+        wireguard_key: local.wireguard.as_ref().map(|wg| wgkey::encode(&wg.public)),
+        wireguard_port: local.wireguard.as_ref().map(|_| options.wireguard_port),
+    };
     let (held_rx, peers_rx) = match options.datastore {
-        Datastore::Etcd => start_etcd(&options, vtep_mac).await?,
-        Datastore::Kubernetes => start_kubernetes(&options, vtep_mac).await?,
+        Datastore::Etcd => start_etcd(&options, published).await?,
+        Datastore::Kubernetes => start_kubernetes(&options, published).await?,
     };
     if let Some(src) = &options.src {
         install_plugins(src, &options.bin_dir)?;
@@ -129,10 +148,31 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
     reconcile_loop(options, local, held_rx, peers_rx, addresses, stats).await
 }
 
+/// The key pair (made once, kept in --state-dir), the device over the IPv4 underlay when this
+/// node has an IPv4 address (else IPv6), its private key and port. Peers already on a device
+/// kept from an earlier run stay until the first sync has read the datastore.
+async fn start_wireguard(options: &Options, local: &Local) -> Result<Wireguard, String> {
+    let (keys, made) = wgkey::load_or_create(&options.state_dir)?;
+    let path = wgkey::key_path(&options.state_dir);
+    let how = if made { "made" } else { "kept" };
+    eprintln!("WireGuard key {how} in {}: public key {}", path.display(), keys.public_base64());
+    let (under, v4, overhead) = match (local.v4, local.v6) {
+        (Some(under), _) => (under, true, wireguard::OVERHEAD_V4),
+        (None, Some(under)) => (under, false, wireguard::OVERHEAD_V6),
+        (None, None) => return Err("--backend wireguard needs a --node-ip".into()),
+    };
+    let mtu = under.mtu.saturating_sub(overhead);
+    let index = wireguard::ensure_device(&local.handle, &options.wireguard_dev, mtu).await?;
+    let mut genl = wireguard::connect()?;
+    wireguard::configure(&mut genl, index, &options.wireguard_dev, keys.private.to_bytes(), options.wireguard_port)
+        .await?;
+    Ok(Wireguard { index, genl, public: keys.public, v4, overhead })
+}
+
 type Channels = (watch::Receiver<Arc<Held>>, watch::Receiver<Arc<Peers>>);
 
 /// Leases a block in etcd and keeps it; watches the other nodes' blocks.
-async fn start_etcd(options: &Arc<Options>, vtep_mac: Option<String>) -> Result<Channels, String> {
+async fn start_etcd(options: &Arc<Options>, published: Published) -> Result<Channels, String> {
     let mut client = loop {
         match etcd::connect(options).await {
             Ok(client) => break client,
@@ -148,21 +188,21 @@ async fn start_etcd(options: &Arc<Options>, vtep_mac: Option<String>) -> Result<
         .map_err(|e| format!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
         .id();
     let previous = conf::previous_cidrs(&options.conf_dir, &options.conf_name);
-    let held = etcd::acquire(&mut client, options, lease, vtep_mac.clone(), Some(&previous)).await?;
+    let held = etcd::acquire(&mut client, options, lease, &published, Some(&previous)).await?;
     log_held(&held);
     let (held_tx, held_rx) = watch::channel(Arc::new(held));
-    tokio::spawn(hold(client.clone(), options.clone(), vtep_mac, held_tx));
+    tokio::spawn(hold(client.clone(), options.clone(), published, held_tx));
     let (peers_tx, peers_rx) = watch::channel(Arc::new(Peers::default()));
     tokio::spawn(etcd::watch_peers(client, options.clone(), peers_tx));
     Ok((held_rx, peers_rx))
 }
 
 /// Watches the Nodes; returns once this node has pod CIDRs.
-async fn start_kubernetes(options: &Arc<Options>, vtep_mac: Option<String>) -> Result<Channels, String> {
+async fn start_kubernetes(options: &Arc<Options>, published: Published) -> Result<Channels, String> {
     let client = k8s::client(options).await?;
     let (own_tx, mut own_rx) = watch::channel(None);
     let (peers_tx, peers_rx) = watch::channel(Arc::new(Peers::default()));
-    tokio::spawn(k8s::watch_nodes(client, options.clone(), vtep_mac, own_tx, peers_tx));
+    tokio::spawn(k8s::watch_nodes(client, options.clone(), published, own_tx, peers_tx));
     let first = loop {
         if let Some(held) = own_rx.borrow_and_update().clone() {
             break held;
@@ -238,6 +278,7 @@ struct Plan {
     routes: Vec<Route>,
     vteps: Vec<Vtep>,
     vxlan_peers: BTreeSet<String>,
+    wireguard_peers: Vec<wireguard::Peer>,
     believed: usize,
     findings: Vec<trust::Finding>,
     /// Peers believed but not reachable with this node's backend and addresses.
@@ -252,11 +293,33 @@ fn plan(options: &Options, local: &Local, own: &Held, me: &trust::Me, peers: &Pe
         routes: Vec::new(),
         vteps: Vec::new(),
         vxlan_peers: BTreeSet::new(),
+        wireguard_peers: Vec::new(),
         believed: believed.len(),
         findings,
         unroutable: Vec::new(),
     };
-    for trust::Peer { record: peer, mac, .. } in believed {
+    for trust::Peer { record: peer, mac, wireguard: wg_key } in believed {
+        if let Some(wg) = &local.wireguard {
+            let endpoint = wg_key.and_then(|(key, port)| {
+                wireguard::endpoint(&peer.node_ips, wg.v4, port).map(|endpoint| (key, endpoint))
+            });
+            let Some((key, endpoint)) = endpoint else {
+                plan.unroutable.push(format!(
+                    "no route to {} of node {}: it records no usable WireGuard key, or no node address of this \
+                     node's underlay family",
+                    peer.pod_cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+                    peer.node
+                ));
+                continue;
+            };
+            let mut allowed = peer.pod_cidrs.clone();
+            allowed.sort();
+            for cidr in &allowed {
+                plan.routes.push(Route { dst: *cidr, gw: None, oif: Some(wg.index), onlink: false });
+            }
+            plan.wireguard_peers.push(wireguard::Peer { key, node: peer.node.clone(), endpoint, allowed });
+            continue;
+        }
         for cidr in &peer.pod_cidrs {
             let v4 = cidr.is_ipv4();
             let under = if v4 { local.v4 } else { local.v6 };
@@ -269,10 +332,10 @@ fn plan(options: &Options, local: &Local, own: &Held, me: &trust::Me, peers: &Pe
             };
             let host_gw = match options.backend {
                 Backend::HostGw | Backend::Auto => on_link,
-                Backend::Vxlan => None,
+                Backend::Vxlan | Backend::Wireguard => None,
             };
             if let Some(gw) = host_gw {
-                plan.routes.push(Route { dst: *cidr, gw, oif: None, onlink: false });
+                plan.routes.push(Route { dst: *cidr, gw: Some(gw), oif: None, onlink: false });
                 continue;
             }
             if options.backend == Backend::HostGw {
@@ -302,13 +365,14 @@ fn plan(options: &Options, local: &Local, own: &Held, me: &trust::Me, peers: &Pe
                 continue;
             };
             let vtep = cidr.network();
-            plan.routes.push(Route { dst: *cidr, gw: vtep, oif: Some(index), onlink: true });
+            plan.routes.push(Route { dst: *cidr, gw: Some(vtep), oif: Some(index), onlink: true });
             plan.vteps.push(Vtep { vtep, mac, dst: peer_v4 });
             plan.vxlan_peers.insert(peer.node.clone());
         }
     }
     plan.routes.sort();
     plan.vteps.sort();
+    plan.wireguard_peers.sort();
     plan
 }
 
@@ -320,7 +384,7 @@ fn describe(record: &NodeRecord) -> String {
 
 async fn reconcile_loop(
     options: Arc<Options>,
-    local: Local,
+    mut local: Local,
     mut held: watch::Receiver<Arc<Held>>,
     mut peers: watch::Receiver<Arc<Peers>>,
     mut addresses: watch::Receiver<u64>,
@@ -341,13 +405,14 @@ async fn reconcile_loop(
         addresses: options.node_ips.iter().copied().collect(),
         subnets: [local.v4, local.v6].iter().flatten().map(|u| u.subnet).collect(),
         vtep_mac: local.vxlan.map(|(_, mac)| mac),
+        wireguard_key: local.wireguard.as_ref().map(|wg| wg.public),
     };
     let mut nft_applied = String::new();
     // The routes and VXLAN entries the last sync left in the kernel. A datastore change then
     // applies only the difference: a node joining or leaving costs a few messages, not a
     // listing of every route. The full reconcile (which lists what is there and repairs it)
     // runs at the first sync, every RESYNC and after any netlink error.
-    let mut programmed: Option<(Vec<Route>, Vec<Vtep>)> = None;
+    let mut programmed: Option<(Vec<Route>, Vec<Vtep>, Vec<wireguard::Peer>)> = None;
     let mut last_full: Option<std::time::Instant> = None;
     loop {
         let snapshot = peers.borrow_and_update().clone();
@@ -426,10 +491,27 @@ async fn reconcile_loop(
             if previous.is_none() {
                 last_full = Some(started);
             }
-            // The VXLAN entries go first: a route to a VTEP is only used once its neighbour and
-            // FDB entries are there.
+            // Peers and VXLAN entries go first: a route is only used once they are there.
+            let peer_changes = match &mut local.wireguard {
+                Some(wg) => {
+                    let before = previous.as_ref().map(|(_, _, peers)| peers.as_slice());
+                    let name = &options.wireguard_dev;
+                    let keepalive = options.wireguard_keepalive;
+                    wireguard::sync_peers(&mut wg.genl, wg.index, name, &plan.wireguard_peers, before, keepalive).await
+                }
+                None => net::Changes::default(),
+            };
+            if peer_changes.added + peer_changes.removed + peer_changes.errors > 0 {
+                eprintln!(
+                    "WireGuard peers synced: {} wanted, {} set, {} removed, {} errors",
+                    plan.wireguard_peers.len(),
+                    peer_changes.added,
+                    peer_changes.removed,
+                    peer_changes.errors
+                );
+            }
             let (how, vtep_changes, changes) = match &previous {
-                Some((routes, vteps)) => (
+                Some((routes, vteps, _)) => (
                     "delta",
                     match local.vxlan {
                         Some((index, _)) => net::apply_vtep_delta(&local.handle, index, vteps, &plan.vteps).await,
@@ -456,12 +538,17 @@ async fn reconcile_loop(
                     changes.errors
                 );
             }
-            errors += changes.errors + vtep_changes.errors;
-            programmed = (changes.errors + vtep_changes.errors == 0).then(|| (plan.routes.clone(), plan.vteps.clone()));
+            let failed = changes.errors + vtep_changes.errors + peer_changes.errors;
+            errors += failed;
+            programmed = (failed == 0).then(|| (plan.routes.clone(), plan.vteps.clone(), plan.wireguard_peers.clone()));
 
             let base = local.v4.or(local.v6).map(|u| u.mtu).unwrap_or(1500);
             let vxlan_mtu = options.backend == Backend::Vxlan || !plan.vxlan_peers.is_empty();
-            let mtu = if vxlan_mtu { base.saturating_sub(net::VXLAN_OVERHEAD) } else { base };
+            let mtu = match &local.wireguard {
+                Some(wg) => base.saturating_sub(wg.overhead),
+                None if vxlan_mtu => base.saturating_sub(net::VXLAN_OVERHEAD),
+                None => base,
+            };
             match conf::render(&template, &own.record.pod_cidrs, mtu)
                 .and_then(|text| conf::write(&options.conf_dir, &options.conf_name, &text))
             {
@@ -499,6 +586,12 @@ async fn reconcile_loop(
             }
             s.routes_programmed = plan.routes.len();
             s.vxlan_peers = plan.vxlan_peers.len();
+            s.wireguard = local.wireguard.as_ref().map(|wg| metrics::WireguardSource {
+                genl: wg.genl.clone(),
+                index: wg.index,
+                name: options.wireguard_dev.clone(),
+                nodes: plan.wireguard_peers.iter().map(|p| (p.key, p.node.clone())).collect(),
+            });
             s.reconciles += 1;
             s.reconcile_errors += errors as u64;
             if errors == 0 && snapshot.synced {
@@ -526,7 +619,7 @@ fn log_held(held: &Held) {
 async fn hold(
     mut client: etcd_client::Client,
     options: Arc<Options>,
-    vtep_mac: Option<String>,
+    published: Published,
     out: watch::Sender<Arc<Held>>,
 ) {
     loop {
@@ -540,7 +633,7 @@ async fn hold(
                     .await
                     .map_err(|e| format!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
                     .id();
-                etcd::acquire(&mut client, &options, lease, vtep_mac.clone(), Some(&current.record.pod_cidrs)).await
+                etcd::acquire(&mut client, &options, lease, &published, Some(&current.record.pod_cidrs)).await
             };
             match attempt.await {
                 Ok(held) => {

@@ -22,6 +22,51 @@ pub struct Stats {
     pub record_conflicts: u64,
     /// Records (or their VTEP MACs) refused, by reason.
     pub records_rejected: BTreeMap<Reason, u64>,
+    /// The WireGuard device, read at each scrape (handshakes and bytes change between syncs).
+    pub wireguard: Option<WireguardSource>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WireguardSource {
+    pub genl: genetlink::GenetlinkHandle,
+    pub index: u32,
+    pub name: String,
+    /// Public key to node name, for the peers the agent set.
+    pub nodes: BTreeMap<[u8; 32], String>,
+}
+
+/// Per peer of the device: seconds since its last handshake (+Inf before the first) and bytes
+/// received and sent; the peer is labelled with its node's name and public key.
+fn render_wireguard(
+    peers: &BTreeMap<[u8; 32], crate::wireguard::PeerState>,
+    nodes: &BTreeMap<[u8; 32], String>,
+    now: f64,
+) -> String {
+    let mut out = format!(
+        "# HELP cni_rs_node_wireguard_peers Peers on the WireGuard device.\n\
+         # TYPE cni_rs_node_wireguard_peers gauge\ncni_rs_node_wireguard_peers {}\n",
+        peers.len()
+    );
+    let families = [
+        ("cni_rs_node_wireguard_last_handshake_age_seconds", "gauge", "Seconds since the peer's last handshake."),
+        ("cni_rs_node_wireguard_received_bytes_total", "counter", "Bytes received from the peer."),
+        ("cni_rs_node_wireguard_sent_bytes_total", "counter", "Bytes sent to the peer."),
+    ];
+    for (i, (name, kind, help)) in families.iter().enumerate() {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (key, state) in peers {
+            let node = nodes.get(key).map_or("", String::as_str);
+            let value = match i {
+                0 if state.last_handshake == 0 => "+Inf".to_string(),
+                0 => format!("{:.0}", (now - state.last_handshake as f64).max(0.0)),
+                1 => state.rx_bytes.to_string(),
+                _ => state.tx_bytes.to_string(),
+            };
+            let key = crate::wgkey::encode(key);
+            out.push_str(&format!("{name}{{node=\"{node}\",public_key=\"{key}\"}} {value}\n"));
+        }
+    }
+    out
 }
 
 pub type Shared = Arc<Mutex<Stats>>;
@@ -111,7 +156,16 @@ async fn answer(mut stream: TcpStream, stats: Shared, max_age: Duration) -> std:
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
     let snapshot = stats.lock().map(|s| s.clone()).unwrap_or_default();
     let (status, kind, body) = match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", render(&snapshot)),
+        ("GET", "/metrics") => {
+            let mut body = render(&snapshot);
+            if let Some(mut wg) = snapshot.wireguard {
+                match crate::wireguard::dump(&mut wg.genl, wg.index, &wg.name).await {
+                    Ok((_, _, peers)) => body.push_str(&render_wireguard(&peers, &wg.nodes, now())),
+                    Err(e) => eprintln!("warning: metrics: {e}"),
+                }
+            }
+            ("200 OK", "text/plain; version=0.0.4", body)
+        }
         ("GET", "/healthz") if healthy(&snapshot, max_age) => ("200 OK", "text/plain", "ok\n".to_string()),
         ("GET", "/healthz") => (
             "503 Service Unavailable",
@@ -151,6 +205,20 @@ mod tests {
         assert!(text.contains("cni_rs_node_record_conflicts_total 0\n"));
         assert!(text.contains("cni_rs_node_records_rejected_total{reason=\"key_mismatch\"} 0\n"), "{text}");
         assert!(!healthy(&stats, Duration::from_secs(60)));
+        let a = crate::wireguard::PeerState { last_handshake: 90, rx_bytes: 7, tx_bytes: 9, ..Default::default() };
+        let peers = BTreeMap::from([([1; 32], a), ([2; 32], crate::wireguard::PeerState::default())]);
+        let text = render_wireguard(&peers, &BTreeMap::from([([1; 32], "n2".to_string())]), 100.0);
+        let k1 = crate::wgkey::encode(&[1; 32]);
+        let k2 = crate::wgkey::encode(&[2; 32]);
+        assert!(text.contains("cni_rs_node_wireguard_peers 2\n"), "{text}");
+        for line in [
+            format!("cni_rs_node_wireguard_last_handshake_age_seconds{{node=\"n2\",public_key=\"{k1}\"}} 10\n"),
+            format!("cni_rs_node_wireguard_last_handshake_age_seconds{{node=\"\",public_key=\"{k2}\"}} +Inf\n"),
+            format!("cni_rs_node_wireguard_received_bytes_total{{node=\"n2\",public_key=\"{k1}\"}} 7\n"),
+            format!("cni_rs_node_wireguard_sent_bytes_total{{node=\"n2\",public_key=\"{k1}\"}} 9\n"),
+        ] {
+            assert!(text.contains(&line), "{line} in {text}");
+        }
         assert!(healthy(&Stats { last_sync: Some(now()), ..stats }, Duration::from_secs(60)));
     }
 }

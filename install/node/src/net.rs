@@ -38,18 +38,22 @@ pub fn errno(err: &rtnetlink::Error) -> Option<i32> {
     }
 }
 
-/// A route the agent wants: `dst via gw`, on `oif` (any when `None`), `onlink` for VXLAN.
+/// A route the agent wants: `dst via gw` (or straight out of `oif` without one: WireGuard), on
+/// `oif` (any when `None`), `onlink` for VXLAN.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Route {
     pub dst: IpNetwork,
-    pub gw: IpAddr,
+    pub gw: Option<IpAddr>,
     pub oif: Option<u32>,
     pub onlink: bool,
 }
 
 impl fmt::Display for Route {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} via {}", self.dst, self.gw)?;
+        write!(f, "{}", self.dst)?;
+        if let Some(gw) = self.gw {
+            write!(f, " via {gw}")?;
+        }
         if let Some(oif) = self.oif {
             write!(f, " dev index {oif}")?;
         }
@@ -324,7 +328,7 @@ fn route_of(msg: &RouteMessage) -> Option<Route> {
     }
     Some(Route {
         dst: IpNetwork::new(dst?, msg.header.destination_prefix_length).ok()?,
-        gw: gw?,
+        gw,
         oif,
         onlink: msg.header.flags.contains(RouteFlags::Onlink),
     })
@@ -363,9 +367,11 @@ fn satisfies(have: &Route, want: &Route) -> bool {
 fn route_message(route: &Route) -> Result<RouteMessage, String> {
     let mut builder = RouteMessageBuilder::<IpAddr>::new()
         .destination_prefix(route.dst.network(), route.dst.prefix())
-        .and_then(|b| b.gateway(route.gw))
-        .map_err(|e| format!("route {route}: {e}"))?
-        .protocol(RouteProtocol::from(RTPROT_CNI_RS));
+        .map_err(|e| format!("route {route}: {e}"))?;
+    if let Some(gw) = route.gw {
+        builder = builder.gateway(gw).map_err(|e| format!("route {route}: {e}"))?;
+    }
+    let mut builder = builder.protocol(RouteProtocol::from(RTPROT_CNI_RS));
     if let Some(oif) = route.oif {
         builder = builder.output_interface(oif);
     }
@@ -686,7 +692,7 @@ mod tests {
     use super::*;
 
     fn route(dst: &str, gw: &str) -> Route {
-        Route { dst: dst.parse().unwrap(), gw: gw.parse().unwrap(), oif: None, onlink: false }
+        Route { dst: dst.parse().unwrap(), gw: Some(gw.parse().unwrap()), oif: None, onlink: false }
     }
 
     #[test]

@@ -17,8 +17,13 @@ usage: cni-rs-node [options]
   --node-ip LIST          this node's address per family, as the other nodes reach it
                           (default: the address of the interface of that family's default route)
   --lease-ttl SECONDS     TTL of the node's lease on its block (default 60)
-  --backend MODE          host-gw, vxlan or auto             (default auto)
+  --backend MODE          host-gw, vxlan, wireguard or auto  (default auto)
   --vxlan-dev NAME        the VXLAN device                   (default cni-rs.1)
+  --wireguard-dev NAME    the WireGuard device               (default cni-rs.wg)
+  --wireguard-port PORT   WireGuard's UDP port               (default 51820)
+  --wireguard-keepalive SECONDS
+                          persistent keepalive to each peer  (default 0: off)
+  --state-dir DIR         where the WireGuard private key is kept (default /var/lib/cni-rs)
   --metrics-addr ADDR     /healthz and /metrics              (default 127.0.0.1:9901)
   --src DIR               plugin binaries to install         (default /opt/cni-rs/bin)
   --no-plugins            install no plugins, only write the conflist
@@ -37,6 +42,7 @@ pub enum Datastore {
 pub enum Backend {
     HostGw,
     Vxlan,
+    Wireguard,
     Auto,
 }
 
@@ -53,6 +59,11 @@ pub struct Options {
     pub lease_ttl: i64,
     pub backend: Backend,
     pub vxlan_dev: String,
+    pub wireguard_dev: String,
+    pub wireguard_port: u16,
+    /// Seconds; 0 is off.
+    pub wireguard_keepalive: u16,
+    pub state_dir: PathBuf,
     pub metrics_addr: SocketAddr,
     pub src: Option<PathBuf>,
     pub bin_dir: PathBuf,
@@ -63,6 +74,19 @@ pub struct Options {
 
 fn list(value: &str) -> impl Iterator<Item = &str> {
     value.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+fn interface_name(flag: &str, value: String) -> Result<String, String> {
+    if value.is_empty()
+        || value.len() > 15
+        || value == "."
+        || value == ".."
+        || value.contains('/')
+        || value.contains(char::is_whitespace)
+    {
+        return Err(format!("{flag} {value:?} is not a valid interface name (1-15 characters, no '/' or spaces)"));
+    }
+    Ok(value)
 }
 
 /// A network with no host bits set.
@@ -90,6 +114,10 @@ impl Options {
         let mut lease_ttl = 60;
         let mut backend = Backend::Auto;
         let mut vxlan_dev = "cni-rs.1".to_string();
+        let mut wireguard_dev = "cni-rs.wg".to_string();
+        let mut wireguard_port = 51820;
+        let mut wireguard_keepalive = 0;
+        let mut state_dir = PathBuf::from("/var/lib/cni-rs");
         let mut metrics_addr: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 9901));
         let mut src = Some(PathBuf::from("/opt/cni-rs/bin"));
         let mut bin_dir = PathBuf::from("/host/opt/cni/bin");
@@ -145,19 +173,30 @@ impl Options {
                     backend = match value.as_str() {
                         "host-gw" => Backend::HostGw,
                         "vxlan" => Backend::Vxlan,
+                        "wireguard" => Backend::Wireguard,
                         "auto" => Backend::Auto,
-                        _ => return Err(format!("--backend {value:?}: use host-gw, vxlan or auto")),
+                        _ => return Err(format!("--backend {value:?}: use host-gw, vxlan, wireguard or auto")),
                     }
                 }
-                "--vxlan-dev" => {
-                    if value.is_empty()
-                        || value.len() > 15
-                        || value.contains('/')
-                        || value.contains(char::is_whitespace)
-                    {
-                        return Err(format!("--vxlan-dev {value:?} is not a valid interface name (1-15 characters)"));
+                "--vxlan-dev" => vxlan_dev = interface_name("--vxlan-dev", value)?,
+                "--wireguard-dev" => wireguard_dev = interface_name("--wireguard-dev", value)?,
+                "--wireguard-keepalive" => {
+                    wireguard_keepalive = value.parse::<u16>().map_err(|_| {
+                        format!("--wireguard-keepalive {value:?}: give whole seconds from 0 (off) to 65535")
+                    })?
+                }
+                "--wireguard-port" => {
+                    wireguard_port = value
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|p| *p != 0)
+                        .ok_or_else(|| format!("--wireguard-port {value:?}: give a UDP port from 1 to 65535"))?
+                }
+                "--state-dir" => {
+                    if !value.starts_with('/') {
+                        return Err(format!("--state-dir {value:?} must be an absolute path"));
                     }
-                    vxlan_dev = value
+                    state_dir = value.into()
                 }
                 "--metrics-addr" => {
                     metrics_addr =
@@ -211,6 +250,9 @@ impl Options {
             }
             cluster.push((net, size));
         }
+        if backend == Backend::Wireguard && wireguard_dev == vxlan_dev {
+            return Err(format!("--wireguard-dev {wireguard_dev:?} is also --vxlan-dev; give them different names"));
+        }
         if node_ips.len() > 2 || (node_ips.len() == 2 && node_ips[0].is_ipv4() == node_ips[1].is_ipv4()) {
             return Err("--node-ip: give one address, or one IPv4 and one IPv6".into());
         }
@@ -225,6 +267,10 @@ impl Options {
             lease_ttl,
             backend,
             vxlan_dev,
+            wireguard_dev,
+            wireguard_port,
+            wireguard_keepalive,
+            state_dir,
             metrics_addr,
             src,
             bin_dir,
@@ -267,6 +313,9 @@ mod tests {
         assert_eq!(o.lease_ttl, 60);
         assert_eq!(o.backend, Backend::Auto);
         assert_eq!(o.metrics_addr.to_string(), "127.0.0.1:9901");
+        assert_eq!(o.wireguard_port, 51820);
+        assert_eq!((o.wireguard_dev.as_str(), o.wireguard_keepalive), ("cni-rs.wg", 0));
+        assert_eq!(o.state_dir, PathBuf::from("/var/lib/cni-rs"));
         let mut args = BASE.to_vec();
         args.extend(["--node-cidr-size=26,80", "--backend", "vxlan", "--no-plugins", "--prefix", "/x/"]);
         let o = parse(&args).unwrap().unwrap();
@@ -275,6 +324,21 @@ mod tests {
         assert_eq!(o.backend, Backend::Vxlan);
         assert!(o.src.is_none());
         assert_eq!(o.prefix, "/x");
+        let mut args = BASE.to_vec();
+        args.extend([
+            "--backend=wireguard",
+            "--wireguard-port",
+            "51999",
+            "--wireguard-dev",
+            "wg0",
+            "--wireguard-keepalive=25",
+            "--state-dir",
+            "/run/x",
+        ]);
+        let o = parse(&args).unwrap().unwrap();
+        assert_eq!(o.backend, Backend::Wireguard);
+        assert_eq!((o.wireguard_dev.as_str(), o.wireguard_port, o.wireguard_keepalive), ("wg0", 51999, 25));
+        assert_eq!(o.state_dir, PathBuf::from("/run/x"));
     }
 
     #[test]
@@ -287,6 +351,14 @@ mod tests {
             (&["--lease-ttl", "1"][..], "from 5"),
             (&["--datastore", "consul"][..], "use kubernetes or etcd"),
             (&["--node-ip", "10.0.0.1,10.0.0.2"][..], "one IPv4 and one IPv6"),
+            (&["--wireguard-port", "0"][..], "from 1 to 65535"),
+            (&["--wireguard-port", "70000"][..], "from 1 to 65535"),
+            (&["--vxlan-dev", "a/b"][..], "not a valid interface name"),
+            (&["--vxlan-dev", ".."][..], "not a valid interface name"),
+            (&["--wireguard-keepalive", "-1"][..], "from 0 (off)"),
+            (&["--wireguard-dev", "a/b"][..], "not a valid interface name"),
+            (&["--backend", "wireguard", "--wireguard-dev", "x", "--vxlan-dev", "x"][..], "different names"),
+            (&["--state-dir", "var/lib"][..], "absolute path"),
         ] {
             let mut args = BASE.to_vec();
             args.extend_from_slice(extra);

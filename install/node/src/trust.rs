@@ -8,13 +8,18 @@
 //! - it claims nothing an older record (or this node) holds: overlapping claims go to the older
 //!   holder (etcd `create_revision`, a Node's `creationTimestamp`, then the key);
 //! - its node addresses are unicast addresses of another host (see [`check_node_ip`]);
-//! - for VXLAN, its VTEP MAC is a unicast MAC no older node (nor this one) uses.
+//! - for VXLAN, its VTEP MAC is a unicast MAC no older node (nor this one) uses;
+//! - for WireGuard, its public key is a valid Curve25519 key with a port, that no older record
+//!   (nor this node) uses, and the first its node name carries: one key per node, one node per
+//!   key. The key is bound to the record's own block key because it is part of the record's value,
+//!   which is believed only at the key its pod CIDRs give.
 //!
 //! Everything here is pure; the reconcile loop logs each finding once and counts it in /metrics.
 
 use crate::etcd::{block_key, blocks, NodeRecord};
 use crate::net::{format_mac, parse_mac};
 use crate::options::{Datastore, Options};
+use crate::wgkey;
 use ipnetwork::IpNetwork;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -42,16 +47,22 @@ pub enum Reason {
     BadVtepMac,
     /// A VTEP MAC an older node (or this one) already uses.
     DuplicateVtepMac,
+    /// A WireGuard public key that is not a usable Curve25519 key, or has no port.
+    BadWireguardKey,
+    /// A WireGuard public key an older record (or this node) already uses, or a second key for one node.
+    DuplicateWireguardKey,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 8] = [
         Reason::KeyMismatch,
         Reason::NotABlock,
         Reason::BadNodeIp,
         Reason::OwnAddress,
         Reason::BadVtepMac,
         Reason::DuplicateVtepMac,
+        Reason::BadWireguardKey,
+        Reason::DuplicateWireguardKey,
     ];
 
     pub fn label(self) -> &'static str {
@@ -62,6 +73,8 @@ impl Reason {
             Reason::OwnAddress => "own_address",
             Reason::BadVtepMac => "bad_vtep_mac",
             Reason::DuplicateVtepMac => "duplicate_vtep_mac",
+            Reason::BadWireguardKey => "bad_wireguard_key",
+            Reason::DuplicateWireguardKey => "duplicate_wireguard_key",
         }
     }
 }
@@ -223,6 +236,7 @@ pub struct Me {
     /// are not hosts.
     pub subnets: Vec<IpNetwork>,
     pub vtep_mac: Option<[u8; 6]>,
+    pub wireguard_key: Option<[u8; 32]>,
 }
 
 /// A node address must be a unicast address of another host. Link-local addresses are refused
@@ -294,11 +308,30 @@ pub fn check_mac(text: &str) -> Result<[u8; 6], (Reason, String)> {
     Ok(mac)
 }
 
-/// A record the agent may route to: its usable VTEP MAC (`None` when it has none or it was refused).
+/// A WireGuard public key must decode to 32 bytes and be a point of large order: with a
+/// low-order point (the all-zero key among them) every shared secret is one of a few known values,
+/// so the kernel could never complete a handshake, and a key nobody holds the secret of would sit
+/// in the device as a peer. A port must come with it (0 is not one).
+pub fn check_wireguard_key(text: &str, port: Option<u16>) -> Result<[u8; 32], (Reason, String)> {
+    let key = wgkey::decode(text)
+        .ok_or((Reason::BadWireguardKey, format!("WireGuard key {text:?} is not base64 of 32 bytes")))?;
+    let probe = x25519_dalek::StaticSecret::from([0x5a; 32]);
+    if !probe.diffie_hellman(&x25519_dalek::PublicKey::from(key)).was_contributory() {
+        return Err((Reason::BadWireguardKey, format!("WireGuard key {text} is a low-order point, not a public key")));
+    }
+    match port {
+        Some(port) if port != 0 => Ok(key),
+        _ => Err((Reason::BadWireguardKey, format!("WireGuard key {text} comes with no UDP port (1-65535)"))),
+    }
+}
+
+/// A record the agent may route to: its usable VTEP MAC and WireGuard key and port (`None` when it
+/// has none or it was refused).
 #[derive(Debug, Clone)]
 pub struct Peer<'a> {
     pub record: &'a NodeRecord,
     pub mac: Option<[u8; 6]>,
+    pub wireguard: Option<([u8; 32], u16)>,
 }
 
 /// The peers the agent routes to, and what it refused of the others.
@@ -335,6 +368,13 @@ pub fn screen<'a>(
     if let Some(mac) = me.vtep_mac {
         macs.insert(mac, format!("this node {}", own.1.node));
     }
+    // Keys too go to the older holder; a node name keeps the key of its oldest record.
+    let mut wireguard_keys: BTreeMap<[u8; 32], String> = BTreeMap::new();
+    if let Some(mine) = me.wireguard_key {
+        wireguard_keys.insert(mine, format!("this node {}", own.1.node));
+    }
+    let mut keyed_nodes: BTreeMap<&str, String> = BTreeMap::new();
+    keyed_nodes.insert(own.1.node.as_str(), format!("this node's record ({})", own.0));
     let mut peers = Vec::new();
     for (key, claim) in kept {
         let record = &claim.record;
@@ -355,7 +395,35 @@ pub fn screen<'a>(
                 Err(e) => reject(key, &record.node, e),
             }
         }
-        peers.push(Peer { record, mac });
+        let mut wireguard = None;
+        if let Some(text) = &record.wireguard_key {
+            match check_wireguard_key(text, record.wireguard_port) {
+                Ok(parsed) => {
+                    if let Some(holder) = wireguard_keys.get(&parsed) {
+                        reject(
+                            key,
+                            &record.node,
+                            (Reason::DuplicateWireguardKey, format!("WireGuard key {text} is used by {holder}")),
+                        );
+                    } else if let Some(holder) = keyed_nodes.get(record.node.as_str()) {
+                        reject(
+                            key,
+                            &record.node,
+                            (
+                                Reason::DuplicateWireguardKey,
+                                format!("node {} already has a WireGuard key in {holder}", record.node),
+                            ),
+                        );
+                    } else {
+                        wireguard_keys.insert(parsed, format!("node {} ({key})", record.node));
+                        keyed_nodes.insert(record.node.as_str(), format!("the older record {key}"));
+                        wireguard = record.wireguard_port.map(|port| (parsed, port));
+                    }
+                }
+                Err(e) => reject(key, &record.node, e),
+            }
+        }
+        peers.push(Peer { record, mac, wireguard });
     }
     findings.extend(conflicts);
     (peers, findings)
@@ -389,6 +457,8 @@ mod tests {
             node_ips: ips.iter().map(|s| s.parse().unwrap()).collect(),
             pod_cidrs: cidrs.iter().map(|s| s.parse().unwrap()).collect(),
             vtep_mac: mac.map(String::from),
+            wireguard_key: None,
+            wireguard_port: None,
         }
     }
 
@@ -467,6 +537,7 @@ mod tests {
             addresses: ["10.95.0.11", "192.168.50.1", "fd00:95::11"].iter().map(|s| s.parse().unwrap()).collect(),
             subnets: vec!["10.95.0.0/24".parse().unwrap(), "fd00:95::/64".parse().unwrap()],
             vtep_mac: None,
+            wireguard_key: None,
         };
         for ok in ["10.95.0.12", "10.96.0.13", "fd00:95::12", "2001:db8::1"] {
             assert_eq!(check_node_ip(ok.parse().unwrap(), &me), Ok(()), "{ok}");
@@ -511,6 +582,7 @@ mod tests {
             addresses: ["10.95.0.11".parse().unwrap()].into(),
             subnets: vec!["10.95.0.0/24".parse().unwrap()],
             vtep_mac: Some([2, 0, 0, 0, 0, 0x11]),
+            wireguard_key: None,
         };
         let mine = record("n1", &["10.95.0.11"], &["10.244.0.0/24", "fd00:10:244::/64"], None);
         let block = |i: u8| [format!("10.244.{i}.0/24"), format!("fd00:10:244:{i:x}::/64")];
@@ -554,5 +626,67 @@ mod tests {
         .map(|(k, r)| (k.to_string(), r))
         .collect();
         assert_eq!(reasons, want, "{findings:#?}");
+    }
+
+    #[test]
+    fn wireguard_keys_must_be_usable_and_go_to_their_older_holder_one_per_node() {
+        let o = options("etcd");
+        let key = |seed: u8| crate::wgkey::KeyPair::from_private([seed; 32]).public_base64();
+        assert_eq!(check_wireguard_key(&key(1), Some(51820)).map(|_| ()), Ok(()));
+        let me = Me {
+            addresses: ["10.95.0.11".parse().unwrap()].into(),
+            subnets: vec!["10.95.0.0/24".parse().unwrap()],
+            vtep_mac: None,
+            wireguard_key: crate::wgkey::decode(&key(100)),
+        };
+        let mine = record("n1", &["10.95.0.11"], &["10.244.0.0/24", "fd00:10:244::/64"], None);
+        let mut claims = BTreeMap::new();
+        let mut put = |i: u8, node: &str, wg: Option<(String, Option<u16>)>, age: i64| {
+            let b = [format!("10.244.{i}.0/24"), format!("fd00:10:244:{i:x}::/64")];
+            let mut r = record(node, &[&format!("10.95.0.{}", 20 + i)], &[b[0].as_str(), b[1].as_str()], None);
+            (r.wireguard_key, r.wireguard_port) = wg.map_or((None, None), |(k, p)| (Some(k), p));
+            claims.insert(format!("/cni-rs/subnets/10.244.{i}.0-24"), Claim { record: r, age });
+        };
+        let zero = crate::wgkey::encode(&[0; 32]);
+        let mut order4 = [0u8; 32];
+        order4[0] = 1;
+        put(1, "older", Some((key(1), Some(51820))), 5);
+        put(2, "copycat", Some((key(1), Some(51820))), 9);
+        put(3, "mine-key", Some((key(100), Some(51820))), 9);
+        put(4, "zero", Some((zero, Some(51820))), 9);
+        put(5, "order4", Some((crate::wgkey::encode(&order4), Some(51820))), 9);
+        put(6, "noport", Some((key(6), None)), 9);
+        put(7, "port0", Some((key(7), Some(0))), 9);
+        put(8, "short", Some(("AAAA".into(), Some(51820))), 9);
+        put(9, "older", Some((key(9), Some(51821))), 8);
+        put(10, "n1", Some((key(10), Some(51820))), 9);
+        put(11, "keyless", None, 9);
+        put(12, "other", Some((key(12), Some(4500))), 9);
+
+        let (peers, findings) = screen(&o, ("/cni-rs/subnets/10.244.0.0-24", &mine), &me, &claims);
+        assert_eq!(peers.len(), 12, "a refused key does not refuse the pod CIDRs: {findings:#?}");
+        let keyed: Vec<(&str, [u8; 32], u16)> =
+            peers.iter().filter_map(|p| p.wireguard.map(|(k, port)| (p.record.node.as_str(), k, port))).collect();
+        let decoded = |seed| crate::wgkey::decode(&key(seed)).unwrap();
+        assert_eq!(keyed, [("older", decoded(1), 51820), ("other", decoded(12), 4500)], "{findings:#?}");
+        let reasons: BTreeSet<(String, Option<Reason>)> =
+            findings.iter().map(|f| (f.key.rsplit('/').next().unwrap().to_string(), f.reason)).collect();
+        let want: BTreeSet<(String, Option<Reason>)> = [
+            ("10.244.2.0-24", Reason::DuplicateWireguardKey),
+            ("10.244.3.0-24", Reason::DuplicateWireguardKey),
+            ("10.244.4.0-24", Reason::BadWireguardKey),
+            ("10.244.5.0-24", Reason::BadWireguardKey),
+            ("10.244.6.0-24", Reason::BadWireguardKey),
+            ("10.244.7.0-24", Reason::BadWireguardKey),
+            ("10.244.8.0-24", Reason::BadWireguardKey),
+            ("10.244.9.0-24", Reason::DuplicateWireguardKey),
+            ("10.244.10.0-24", Reason::DuplicateWireguardKey),
+        ]
+        .into_iter()
+        .map(|(k, r)| (k.to_string(), Some(r)))
+        .collect();
+        assert_eq!(reasons, want, "{findings:#?}");
+        let second = findings.iter().find(|f| f.key.ends_with("10.244.9.0-24")).unwrap();
+        assert!(second.message.contains("node older already has a WireGuard key"), "{second:?}");
     }
 }
