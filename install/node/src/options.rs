@@ -18,6 +18,10 @@ usage: cni-rs-node [options]
                           (default: the address of the interface of that family's default route)
   --lease-ttl SECONDS     TTL of the node's lease on its block (default 60)
   --backend MODE          host-gw, vxlan, wireguard or auto  (default auto)
+                          host-gw: routes via the other nodes' addresses (one subnet, pods' MTU
+                          the underlay's); vxlan: IPv4 VXLAN carrying both families (MTU - 50);
+                          wireguard: encrypted, one peer per node over UDP (MTU - 60 on an IPv4
+                          underlay, - 80 on IPv6); auto: host-gw to nodes on this subnet, else vxlan
   --vxlan-dev NAME        the VXLAN device                   (default cni-rs.1)
   --wireguard-dev NAME    the WireGuard device               (default cni-rs.wg)
   --wireguard-port PORT   WireGuard's UDP port               (default 51820)
