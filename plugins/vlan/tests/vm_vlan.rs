@@ -65,7 +65,7 @@ check "result addresses are on interface 0" is "$(grep -c '"interface": *0' "$R"
 ip netns add dup
 net dupnet 1.1.0 eth0 10 "$(ipam '[{"subnet":"10.11.0.0/24"}]')"
 refuse "second vlan 10 on eth0 fails" cni ADD vlan /tmp/dupnet.json dup dup eth0
-check "second vlan 10: the error says the id is taken" has <(cni ADD vlan /tmp/dupnet.json dup dup eth0) 'create vlan link tmp[0-9a-f]{8}: File exists'
+check "second vlan 10: the error says the id is taken" has <(cni ADD vlan /tmp/dupnet.json dup dup eth0) 'create vlan link tmp[0-9a-f]{8} \(8021q: VLAN device already exists\): File exists'
 
 check "second vlan 10: no link in the pod" is "$(links_of dup)" 0
 check "second vlan 10: no temporary link on the host" is "$(ip -o link show | grep -c ' tmp')" 0
