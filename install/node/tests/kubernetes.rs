@@ -226,7 +226,7 @@ fn kubernetes_nodes_list_watch_gone_and_annotation() {
     assert!(seen.lines().filter(|l| l.starts_with("LIST")).count() >= 2, "no re-list after 410: {seen}");
     assert!(!seen.contains("401"), "{seen}");
     let mac = run_in(&ns, &["cat", "/sys/class/net/cni-rs.1/address"]);
-    assert!(agent.proc.log().contains(&format!("cni-rs.io/vtep-mac={}", mac.trim())), "{}", log());
+    assert!(agent.proc.log().contains(&format!("\"cni-rs.io/vtep-mac\":\"{}\"", mac.trim())), "{}", log());
     drop(agent);
     drop(standin);
 }
