@@ -16,6 +16,7 @@
 
 mod exec;
 mod iptables;
+pub mod netpol;
 pub(crate) mod nfnl;
 mod nftables;
 

@@ -35,6 +35,7 @@ const NLA_F_NESTED: u16 = 0x8000;
 
 // enum nf_tables_msg_types
 const NFT_MSG_NEWTABLE: u16 = 0;
+const NFT_MSG_DELTABLE: u16 = 2;
 const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_GETCHAIN: u16 = 4;
 const NFT_MSG_DELCHAIN: u16 = 5;

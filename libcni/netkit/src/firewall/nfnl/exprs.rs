@@ -57,6 +57,22 @@ pub(crate) enum CtKey {
 pub(crate) enum CmpOp {
     Eq,
     Neq,
+    /// `>=` / `<=`: the kernel compares the register's bytes with memcmp, so big-endian data
+    /// (ports, addresses) compares as numbers.
+    Gte,
+    Lte,
+}
+
+impl CmpOp {
+    /// NFT_CMP_EQ, _NEQ, _LTE, _GTE.
+    fn code(self) -> u32 {
+        match self {
+            CmpOp::Eq => 0,
+            CmpOp::Neq => 1,
+            CmpOp::Lte => 3,
+            CmpOp::Gte => 5,
+        }
+    }
 }
 
 /// One kernel expression, as nf_tables takes it.
@@ -131,7 +147,7 @@ impl Expr {
             }
             Expr::Cmp { sreg, op, data } => {
                 a.u32(1, sreg.0); // NFTA_CMP_SREG
-                a.u32(2, if *op == CmpOp::Eq { 0 } else { 1 }); // NFTA_CMP_OP
+                a.u32(2, op.code()); // NFTA_CMP_OP
                 a.nested(3, |a| a.bytes(NFTA_DATA_VALUE, data)); // NFTA_CMP_DATA
             }
             Expr::Bitwise { sreg, dreg, mask, xor } => {
@@ -280,7 +296,7 @@ impl Rule {
         Rule { family, exprs: Vec::new(), l3: None }
     }
 
-    pub(super) fn cmp(&mut self, field: Field, op: CmpOp, data: Vec<u8>) {
+    pub(crate) fn cmp(&mut self, field: Field, op: CmpOp, data: Vec<u8>) {
         self.exprs.push(field.load_len(data.len() as u32, Reg::R1));
         self.exprs.push(Expr::Cmp { sreg: Reg::R1, op, data });
     }
@@ -322,7 +338,7 @@ impl Rule {
     }
     /// A prefix match as nft compiles it: a whole-byte prefix loads and compares only those
     /// bytes, any other length masks the whole address first.
-    pub(super) fn addr_prefix(mut self, src: bool, net: IpNetwork, op: CmpOp) -> Rule {
+    pub(crate) fn addr_prefix(mut self, src: bool, net: IpNetwork, op: CmpOp) -> Rule {
         let field = Field::addr(src, net.is_ipv6());
         self.need_l3(field);
         let addr = ip_bytes(net.network());

@@ -47,6 +47,13 @@ impl Batch {
         });
     }
 
+    /// `delete table <family> <name>` (ENOENT if absent; an `add table` first makes it none).
+    pub(crate) fn delete_table(&mut self, family: Family, name: &str) {
+        self.push(NFT_MSG_DELTABLE, 0, family, format!("delete table {} {name}", family.name()), |a| {
+            a.str(NFTA_TABLE_NAME, name);
+        });
+    }
+
     /// `add chain <family> <table> <name> { [type .. hook .. priority ..; policy ..;] [comment ".."] }`
     /// (no error if it exists with the same hook). A comment longer than nft allows is cut.
     pub(crate) fn add_chain(

@@ -61,7 +61,7 @@ pub(crate) fn table_exists(family: Family, table: &str) -> bool {
 }
 
 /// Deletes the tables when dropped, test failure or not.
-pub(crate) struct Cleanup(Vec<(Family, String)>);
+pub(crate) struct Cleanup(pub(crate) Vec<(Family, String)>);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
