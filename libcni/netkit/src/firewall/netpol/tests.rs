@@ -1,5 +1,6 @@
 //! The NetworkPolicy table lists exactly like the nft text of the module's drawing, and element
 //! updates change only the sets.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use super::*;
 use crate::firewall::nfnl::tests::{in_netns, listing, nft, require_root_and_nft, suffix, Cleanup};
 
