@@ -10,7 +10,9 @@ mod etcd;
 mod k8s;
 mod metrics;
 mod net;
+mod netpol;
 mod options;
+mod policy;
 mod trust;
 mod wgkey;
 mod wireguard;
@@ -137,6 +139,13 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
     }
 
     let stats = metrics::Shared::default();
+    if enforces_policy(&options) {
+        let client = k8s::client(&options).await?;
+        tokio::spawn(netpol::run(client, options.clone(), held_rx.clone(), stats.clone()));
+    } else {
+        // Policies off, or a datastore without them: no table, nothing filtered.
+        netpol::remove();
+    }
     let listener = tokio::net::TcpListener::bind(options.metrics_addr)
         .await
         .map_err(|e| format!("listen on --metrics-addr {}: {e}", options.metrics_addr))?;
@@ -257,10 +266,19 @@ fn install_plugins(src: &std::path::Path, bin_dir: &std::path::Path) -> Result<(
 }
 
 /// Pods on other nodes are reached through this node's routing.
+fn enforces_policy(options: &Options) -> bool {
+    options.network_policy && options.datastore == Datastore::Kubernetes
+}
+
 fn enable_forwarding(options: &Options) {
     let mut keys = vec!["/proc/sys/net/ipv4/ip_forward"];
     if options.cluster.iter().any(|(net, _)| net.is_ipv6()) {
         keys.push("/proc/sys/net/ipv6/conf/all/forwarding");
+    }
+    // NetworkPolicy sees same-node pod traffic, which the bridge switches, through br_netfilter.
+    if enforces_policy(options) {
+        keys.push("/proc/sys/net/bridge/bridge-nf-call-iptables");
+        keys.push("/proc/sys/net/bridge/bridge-nf-call-ip6tables");
     }
     for key in keys {
         if std::fs::read_to_string(key).map(|v| v.trim() == "1").unwrap_or(false) {

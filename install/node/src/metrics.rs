@@ -24,6 +24,82 @@ pub struct Stats {
     pub records_rejected: BTreeMap<Reason, u64>,
     /// The WireGuard device, read at each scrape (handshakes and bytes change between syncs).
     pub wireguard: Option<WireguardSource>,
+    /// NetworkPolicy enforcement, when on.
+    pub policy: Option<PolicyStats>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct PolicyStats {
+    /// NetworkPolicies the agent enforces.
+    pub policies: usize,
+    /// Unix time of the last successful apply.
+    pub last_sync: Option<f64>,
+    pub apply_errors: u64,
+    /// Seconds from a watch event to the kernel having applied it.
+    pub apply_seconds: Histogram,
+}
+
+/// A Prometheus histogram with fixed buckets (seconds).
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Histogram {
+        const BOUNDS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+        Histogram { bounds: BOUNDS, counts: vec![0; BOUNDS.len()], sum: 0.0, count: 0 }
+    }
+}
+
+impl Histogram {
+    pub fn observe(&mut self, v: f64) {
+        for (bound, count) in self.bounds.iter().zip(self.counts.iter_mut()) {
+            if v <= *bound {
+                *count += 1;
+            }
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+
+    fn render(&self, name: &str, help: &str) -> String {
+        let mut out = format!("# HELP {name} {help}\n# TYPE {name} histogram\n");
+        for (bound, count) in self.bounds.iter().zip(&self.counts) {
+            out.push_str(&format!("{name}_bucket{{le=\"{bound}\"}} {count}\n"));
+        }
+        out.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} {}\n", self.count));
+        out.push_str(&format!("{name}_sum {:.6}\n{name}_count {}\n", self.sum, self.count));
+        out
+    }
+}
+
+fn render_policy(p: &PolicyStats) -> String {
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"));
+    };
+    metric("cni_rs_node_network_policies", "gauge", "NetworkPolicies enforced.", p.policies.to_string());
+    metric(
+        "cni_rs_node_policy_last_sync_seconds",
+        "gauge",
+        "Unix time of the last successful NetworkPolicy apply (0: none yet).",
+        format!("{:.3}", p.last_sync.unwrap_or(0.0)),
+    );
+    metric(
+        "cni_rs_node_policy_apply_errors_total",
+        "counter",
+        "NetworkPolicy changes the kernel refused (nothing of them applied; retried).",
+        p.apply_errors.to_string(),
+    );
+    out.push_str(&p.apply_seconds.render(
+        "cni_rs_node_policy_apply_seconds",
+        "Seconds from a namespace, pod or policy watch event to the kernel enforcing it.",
+    ));
+    out
 }
 
 #[derive(Debug, Clone)]
@@ -125,6 +201,9 @@ fn render(stats: &Stats) -> String {
         let count = stats.records_rejected.get(&reason).copied().unwrap_or(0);
         out.push_str(&format!("{name}{{reason=\"{}\"}} {count}\n", reason.label()));
     }
+    if let Some(p) = &stats.policy {
+        out.push_str(&render_policy(p));
+    }
     out
 }
 
@@ -220,5 +299,27 @@ mod tests {
             assert!(text.contains(&line), "{line} in {text}");
         }
         assert!(healthy(&Stats { last_sync: Some(now()), ..stats }, Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn renders_the_policy_histogram() {
+        let mut p = PolicyStats { policies: 3, last_sync: Some(7.0), ..PolicyStats::default() };
+        p.apply_seconds.observe(0.004);
+        p.apply_seconds.observe(0.3);
+        let text = render(&Stats { policy: Some(p), ..Stats::default() });
+        for line in [
+            "cni_rs_node_network_policies 3\n",
+            "cni_rs_node_policy_last_sync_seconds 7.000\n",
+            "cni_rs_node_policy_apply_errors_total 0\n",
+            "# TYPE cni_rs_node_policy_apply_seconds histogram\n",
+            "cni_rs_node_policy_apply_seconds_bucket{le=\"0.0025\"} 0\n",
+            "cni_rs_node_policy_apply_seconds_bucket{le=\"0.005\"} 1\n",
+            "cni_rs_node_policy_apply_seconds_bucket{le=\"0.5\"} 2\n",
+            "cni_rs_node_policy_apply_seconds_bucket{le=\"+Inf\"} 2\n",
+            "cni_rs_node_policy_apply_seconds_count 2\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert!(!render(&Stats::default()).contains("policy"), "no policy metrics when it is off");
     }
 }

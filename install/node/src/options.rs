@@ -28,6 +28,8 @@ usage: cni-rs-node [options]
   --wireguard-keepalive SECONDS
                           persistent keepalive to each peer  (default 0: off)
   --state-dir DIR         where the WireGuard private key is kept (default /var/lib/cni-rs)
+  --network-policy BOOL   kubernetes: enforce NetworkPolicies (default true); false removes the
+                          agent's policy table and filters nothing
   --metrics-addr ADDR     /healthz and /metrics              (default 127.0.0.1:9901)
   --src DIR               plugin binaries to install         (default /opt/cni-rs/bin)
   --no-plugins            install no plugins, only write the conflist
@@ -74,6 +76,8 @@ pub struct Options {
     pub conf_dir: PathBuf,
     pub template: Option<PathBuf>,
     pub conf_name: String,
+    /// Enforce NetworkPolicies (Kubernetes datastore only).
+    pub network_policy: bool,
 }
 
 fn list(value: &str) -> impl Iterator<Item = &str> {
@@ -128,6 +132,7 @@ impl Options {
         let mut conf_dir = PathBuf::from("/host/etc/cni/net.d");
         let mut template = None;
         let mut conf_name = "10-cni-rs.conflist".to_string();
+        let mut network_policy = true;
 
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
@@ -206,6 +211,13 @@ impl Options {
                     metrics_addr =
                         value.parse().map_err(|e| format!("--metrics-addr {value:?}: {e} (use ADDRESS:PORT)"))?
                 }
+                "--network-policy" => {
+                    network_policy = match value.as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(format!("--network-policy {value:?}: use true or false")),
+                    }
+                }
                 "--src" => src = Some(value.into()),
                 "--bin-dir" => bin_dir = value.into(),
                 "--conf-dir" => conf_dir = value.into(),
@@ -281,6 +293,7 @@ impl Options {
             conf_dir,
             template,
             conf_name,
+            network_policy,
         }))
     }
 
@@ -320,6 +333,7 @@ mod tests {
         assert_eq!(o.wireguard_port, 51820);
         assert_eq!((o.wireguard_dev.as_str(), o.wireguard_keepalive), ("cni-rs.wg", 0));
         assert_eq!(o.state_dir, PathBuf::from("/var/lib/cni-rs"));
+        assert!(o.network_policy);
         let mut args = BASE.to_vec();
         args.extend(["--node-cidr-size=26,80", "--backend", "vxlan", "--no-plugins", "--prefix", "/x/"]);
         let o = parse(&args).unwrap().unwrap();
@@ -338,11 +352,13 @@ mod tests {
             "--wireguard-keepalive=25",
             "--state-dir",
             "/run/x",
+            "--network-policy=false",
         ]);
         let o = parse(&args).unwrap().unwrap();
         assert_eq!(o.backend, Backend::Wireguard);
         assert_eq!((o.wireguard_dev.as_str(), o.wireguard_port, o.wireguard_keepalive), ("wg0", 51999, 25));
         assert_eq!(o.state_dir, PathBuf::from("/run/x"));
+        assert!(!o.network_policy);
     }
 
     #[test]
@@ -363,6 +379,7 @@ mod tests {
             (&["--wireguard-dev", "a/b"][..], "not a valid interface name"),
             (&["--backend", "wireguard", "--wireguard-dev", "x", "--vxlan-dev", "x"][..], "different names"),
             (&["--state-dir", "var/lib"][..], "absolute path"),
+            (&["--network-policy", "yes"][..], "use true or false"),
         ] {
             let mut args = BASE.to_vec();
             args.extend_from_slice(extra);

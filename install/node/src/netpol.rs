@@ -1,0 +1,280 @@
+//! NetworkPolicy enforcement: Namespaces, Pods and NetworkPolicies read by list + watch, compiled
+//! ([`crate::policy`]) and kept in the node's `inet cni-rs-netpol` table.
+//!
+//! - Nothing is changed before all three lists are complete: a restarted agent leaves the table
+//!   the last one made in place (it keeps enforcing what was true then) and swaps it for the new
+//!   one in one transaction, so no connection the policies deny passes meanwhile.
+//! - A change that leaves the rules as they are (a pod added, deleted or relabelled, a namespace
+//!   relabelled) is applied as set elements; a policy change swaps the whole table, atomically.
+//!   Either way the kernel applies all of it or none; a failure is logged, counted in
+//!   `cni_rs_node_policy_apply_errors_total`, and retried with a whole-table swap.
+//! - The table is swapped again every [`RESYNC`] from what the agent knows, which repairs
+//!   anything changed by hand.
+//! - A pod that starts before the agent has seen its Pod object with its address is not yet in
+//!   any set: it is unprotected, and not anyone's allowed peer, until the watch event arrives
+//!   (typically milliseconds after the kubelet reports the address). Kubernetes allows exactly this
+//!   (a pod may start before the network plugin has handled the policies that select it).
+
+use crate::etcd::Held;
+use crate::metrics;
+use crate::options::Options;
+use crate::policy::{self, Cluster};
+use futures::StreamExt;
+use ipnetwork::IpNetwork;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource};
+use netkit::firewall::netpol::{self, Elements, Ruleset};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{watch, Notify};
+
+/// The table (`nft list table inet cni-rs-netpol`).
+pub const TABLE: &str = "cni-rs-netpol";
+/// How often the whole table is swapped from what the agent knows.
+const RESYNC: Duration = Duration::from_secs(30);
+/// Events arriving within this much of each other are applied together.
+const COALESCE: Duration = Duration::from_millis(5);
+/// After a failed apply.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Namespaces, Pods, NetworkPolicies.
+const KINDS: usize = 3;
+
+#[derive(Default)]
+struct Known {
+    cluster: Cluster,
+    /// Which of the three lists is complete.
+    synced: [bool; KINDS],
+    /// When the oldest change not yet applied arrived.
+    pending_since: Option<Instant>,
+}
+
+type Shared = Arc<(Mutex<Known>, Notify)>;
+
+/// Removes the table (`--network-policy=false`, or a datastore without policies).
+pub fn remove() {
+    match netpol::remove(TABLE) {
+        Ok(()) => {}
+        Err(e) => eprintln!("warning: {e}"),
+    }
+}
+
+/// Follows the cluster and keeps the table; runs forever.
+pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receiver<Arc<Held>>, stats: metrics::Shared) {
+    let shared: Shared = Arc::new((Mutex::new(Known::default()), Notify::new()));
+    tokio::spawn(follow::<Namespace>(Api::all(client.clone()), 0, shared.clone(), Cluster::apply_namespace, |c, o| {
+        c.delete_namespace(o)
+    }));
+    tokio::spawn(follow::<Pod>(Api::all(client.clone()), 1, shared.clone(), Cluster::apply_pod, Cluster::delete_pod));
+    tokio::spawn(follow::<NetworkPolicy>(Api::all(client), 2, shared.clone(), Cluster::apply_policy, |c, o| {
+        c.delete_policy(o)
+    }));
+    let cluster_range: Vec<IpNetwork> = options.cluster.iter().map(|(net, _)| *net).collect();
+    let mut applied: Option<(Ruleset, Elements)> = None;
+    let mut next_full = Instant::now() + RESYNC;
+    let mut retry_at: Option<Instant> = None;
+    let mut logged_waiting = false;
+    loop {
+        let wake = retry_at.unwrap_or(next_full).min(next_full);
+        tokio::select! {
+            _ = shared.1.notified() => tokio::time::sleep(COALESCE).await,
+            r = held.changed() => {
+                if r.is_err() {
+                    return;
+                }
+            }
+            _ = tokio::time::sleep_until(wake.into()) => {}
+        }
+        let pod_cidrs = held.borrow_and_update().record.pod_cidrs.clone();
+        let (cluster, pending_since, count) = {
+            let Ok(mut known) = shared.0.lock() else { return };
+            if known.synced.iter().any(|s| !s) {
+                if !logged_waiting {
+                    eprintln!("NetworkPolicy: waiting for the first lists of namespaces, pods and policies");
+                    logged_waiting = true;
+                }
+                continue;
+            }
+            let since = known.pending_since.take();
+            let count = known.cluster.policies.len();
+            (known.cluster.clone(), since, count)
+        };
+        let node = policy::Node { name: &options.node_name, pod_cidrs: &pod_cidrs, cluster: &cluster_range };
+        let (rules, elements) = policy::compile(&cluster, &node);
+        let full = Instant::now() >= next_full || retry_at.is_some();
+        let plan = match &applied {
+            Some((r, e)) if *r == rules && !full => Plan::Elements(diff(e, &elements)),
+            Some(_) | None => Plan::Replace,
+        };
+        if matches!(&plan, Plan::Elements((del, add)) if del.is_empty() && add.is_empty()) {
+            continue;
+        }
+        let started = Instant::now();
+        let (r2, e2) = (rules.clone(), elements.clone());
+        let what = match &plan {
+            Plan::Replace => format!("table swapped ({} rules)", rules.ingress.len() + rules.egress.len()),
+            Plan::Elements((del, add)) => format!("{} elements added, {} deleted", size(add), size(del)),
+        };
+        let result = tokio::task::spawn_blocking(move || match plan {
+            Plan::Replace => netpol::replace(TABLE, &r2, &e2),
+            Plan::Elements((del, add)) => netpol::update(TABLE, &del, &add),
+        })
+        .await;
+        let result = match result {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("apply task: {e}")),
+        };
+        let latency = pending_since.map_or(started.elapsed(), |t| t.elapsed());
+        match result {
+            Ok(()) => {
+                if full || applied.is_none() {
+                    next_full = Instant::now() + RESYNC;
+                }
+                if applied.is_none() || retry_at.is_some() {
+                    eprintln!("NetworkPolicy: enforcing {count} policies in table inet {TABLE} ({what})");
+                }
+                applied = Some((rules, elements));
+                retry_at = None;
+                if let Ok(mut s) = stats.lock() {
+                    let p = s.policy.get_or_insert_with(Default::default);
+                    p.policies = count;
+                    p.last_sync = Some(metrics::now());
+                    if pending_since.is_some() {
+                        p.apply_seconds.observe(latency.as_secs_f64());
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("error: NetworkPolicy: {e} (nothing of this change applied; retrying with the whole table)");
+                applied = None;
+                retry_at = Some(Instant::now() + RETRY);
+                if let Ok(mut s) = stats.lock() {
+                    s.policy.get_or_insert_with(Default::default).apply_errors += 1;
+                }
+                // The change is still to be applied: keep its age for the latency.
+                if let Ok(mut known) = shared.0.lock() {
+                    known.pending_since = known.pending_since.min(pending_since).or(pending_since);
+                }
+            }
+        }
+    }
+}
+
+enum Plan {
+    Replace,
+    Elements((Elements, Elements)),
+}
+
+/// (to delete, to add) to go from `old` to `new`.
+fn diff(old: &Elements, new: &Elements) -> (Elements, Elements) {
+    let mut del = Elements::new();
+    let mut add = Elements::new();
+    for (set, elems) in new {
+        let before = old.get(set);
+        let added: std::collections::BTreeSet<_> =
+            elems.iter().filter(|e| !before.is_some_and(|b| b.contains(e))).copied().collect();
+        if !added.is_empty() {
+            add.insert(set.clone(), added);
+        }
+        if let Some(before) = before {
+            let gone: std::collections::BTreeSet<_> = before.difference(elems).copied().collect();
+            if !gone.is_empty() {
+                del.insert(set.clone(), gone);
+            }
+        }
+    }
+    (del, add)
+}
+
+fn size(e: &Elements) -> usize {
+    e.values().map(|s| s.len()).sum()
+}
+
+/// Lists and watches one kind forever, keeping `shared` up to date and waking the applier.
+async fn follow<K>(api: Api<K>, kind: usize, shared: Shared, apply: fn(&mut Cluster, &K), delete: fn(&mut Cluster, &K))
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    let what = ["namespaces", "pods", "networkpolicies"][kind];
+    let mut stream = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut listing: Option<Vec<K>> = None;
+    let mut last_error = String::new();
+    while let Some(event) = stream.next().await {
+        let changed = match event {
+            Ok(Event::Init) => {
+                listing = Some(Vec::new());
+                false
+            }
+            Ok(Event::InitApply(o)) => {
+                listing.get_or_insert_with(Vec::new).push(o);
+                false
+            }
+            Ok(Event::InitDone) => {
+                let objects = listing.take().unwrap_or_default();
+                let Ok(mut known) = shared.0.lock() else { return };
+                match kind {
+                    0 => known.cluster.namespaces.clear(),
+                    1 => known.cluster.pods.clear(),
+                    _ => known.cluster.policies.clear(),
+                }
+                for o in &objects {
+                    apply(&mut known.cluster, o);
+                }
+                known.synced[kind] = true;
+                known.pending_since.get_or_insert_with(Instant::now);
+                last_error.clear();
+                true
+            }
+            Ok(Event::Apply(o)) | Ok(Event::Delete(o)) if listing.is_some() => {
+                // Not expected between Init and InitDone; keep the object for the listing.
+                listing.get_or_insert_with(Vec::new).push(o);
+                false
+            }
+            Ok(Event::Apply(o)) => update(&shared, |c| apply(c, &o)),
+            Ok(Event::Delete(o)) => update(&shared, |c| delete(c, &o)),
+            Err(e) => {
+                let text = e.to_string();
+                if text != last_error {
+                    eprintln!("warning: kubernetes: watch {what}: {text}; retrying");
+                    last_error = text;
+                }
+                false
+            }
+        };
+        if changed {
+            shared.1.notify_one();
+        }
+    }
+}
+
+fn update(shared: &Shared, f: impl FnOnce(&mut Cluster)) -> bool {
+    let Ok(mut known) = shared.0.lock() else { return false };
+    f(&mut known.cluster);
+    known.pending_since.get_or_insert_with(Instant::now);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netkit::firewall::netpol::Element;
+
+    #[test]
+    fn diff_names_only_what_changed() {
+        let a = |s: &str| Element::Addr(s.parse().unwrap());
+        let old: Elements = [("s".to_string(), [a("10.0.0.1"), a("10.0.0.2")].into())].into();
+        let new: Elements =
+            [("s".to_string(), [a("10.0.0.2"), a("10.0.0.3")].into()), ("t".to_string(), [a("10.0.0.9")].into())]
+                .into();
+        let (del, add) = diff(&old, &new);
+        assert_eq!(del, [("s".to_string(), [a("10.0.0.1")].into())].into());
+        assert_eq!(add, [("s".to_string(), [a("10.0.0.3")].into()), ("t".to_string(), [a("10.0.0.9")].into())].into());
+        assert_eq!(diff(&new, &new), (Elements::new(), Elements::new()));
+    }
+}
