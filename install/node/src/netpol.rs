@@ -18,7 +18,7 @@
 use crate::etcd::Held;
 use crate::metrics;
 use crate::options::Options;
-use crate::policy::{self, Cluster};
+use crate::policy::{self, Cluster, Compiled, PodInfo};
 use futures::StreamExt;
 use ipnetwork::IpNetwork;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -50,8 +50,18 @@ struct Known {
     cluster: Cluster,
     /// Which of the three lists is complete.
     synced: [bool; KINDS],
+    /// What changed since the last apply.
+    changes: Changes,
     /// When the oldest change not yet applied arrived.
     pending_since: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Changes {
+    /// A namespace or policy changed, or a list was read: compile everything.
+    all: bool,
+    /// Pods that changed, each (before, after): only their elements move.
+    pods: Vec<(Option<PodInfo>, Option<PodInfo>)>,
 }
 
 type Shared = Arc<(Mutex<Known>, Notify)>;
@@ -67,20 +77,41 @@ pub fn remove() {
 /// Follows the cluster and keeps the table; runs forever.
 pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receiver<Arc<Held>>, stats: metrics::Shared) {
     let shared: Shared = Arc::new((Mutex::new(Known::default()), Notify::new()));
-    tokio::spawn(follow::<Namespace>(Api::all(client.clone()), 0, shared.clone(), Cluster::apply_namespace, |c, o| {
-        c.delete_namespace(o)
+    tokio::spawn(follow::<Namespace>(Api::all(client.clone()), 0, shared.clone(), |k, o, gone| {
+        if gone {
+            k.cluster.delete_namespace(o)
+        } else {
+            k.cluster.apply_namespace(o)
+        }
+        k.changes.all = true;
     }));
-    tokio::spawn(follow::<Pod>(Api::all(client.clone()), 1, shared.clone(), Cluster::apply_pod, Cluster::delete_pod));
-    tokio::spawn(follow::<NetworkPolicy>(Api::all(client), 2, shared.clone(), Cluster::apply_policy, |c, o| {
-        c.delete_policy(o)
+    tokio::spawn(follow::<Pod>(Api::all(client.clone()), 1, shared.clone(), |k, o, gone| {
+        let key = policy::pod_key(o);
+        let before = k.cluster.pods.get(&key).cloned();
+        if gone {
+            k.cluster.delete_pod(o)
+        } else {
+            k.cluster.apply_pod(o)
+        }
+        let after = k.cluster.pods.get(&key).cloned();
+        if before != after {
+            k.changes.pods.push((before, after));
+        }
+    }));
+    tokio::spawn(follow::<NetworkPolicy>(Api::all(client), 2, shared.clone(), |k, o, gone| {
+        if gone {
+            k.cluster.delete_policy(o)
+        } else {
+            k.cluster.apply_policy(o)
+        }
+        k.changes.all = true;
     }));
     let cluster_range: Vec<IpNetwork> = options.cluster.iter().map(|(net, _)| *net).collect();
-    let mut applied: Option<(Ruleset, Elements)> = None;
-    let mut next_full = Instant::now() + RESYNC;
-    let mut retry_at: Option<Instant> = None;
+    // What the table holds (when the last apply succeeded), and when to swap it whole again.
+    let mut compiled: Option<Compiled> = None;
+    let mut next_full = Instant::now();
     let mut logged_waiting = false;
     loop {
-        let wake = retry_at.unwrap_or(next_full).min(next_full);
         tokio::select! {
             _ = shared.1.notified() => tokio::time::sleep(COALESCE).await,
             r = held.changed() => {
@@ -88,10 +119,11 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
                     return;
                 }
             }
-            _ = tokio::time::sleep_until(wake.into()) => {}
+            _ = tokio::time::sleep_until(next_full.into()) => {}
         }
         let pod_cidrs = held.borrow_and_update().record.pod_cidrs.clone();
-        let (cluster, pending_since, count) = {
+        let node = policy::Node { name: &options.node_name, pod_cidrs: &pod_cidrs, cluster: &cluster_range };
+        let (plan, pending_since, count) = {
             let Ok(mut known) = shared.0.lock() else { return };
             if known.synced.iter().any(|s| !s) {
                 if !logged_waiting {
@@ -100,28 +132,52 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
                 }
                 continue;
             }
+            let changes = std::mem::take(&mut known.changes);
             let since = known.pending_since.take();
             let count = known.cluster.policies.len();
-            (known.cluster.clone(), since, count)
-        };
-        let node = policy::Node { name: &options.node_name, pod_cidrs: &pod_cidrs, cluster: &cluster_range };
-        let (rules, elements) = policy::compile(&cluster, &node);
-        let full = Instant::now() >= next_full || retry_at.is_some();
-        let plan = match &applied {
-            Some((r, e)) if *r == rules && !full => Plan::Elements(diff(e, &elements)),
-            Some(_) | None => Plan::Replace,
+            let swap = Instant::now() >= next_full;
+            let plan = match compiled.as_mut() {
+                Some(c) if !swap && !changes.all => {
+                    let (mut before, mut after) = (Elements::new(), Elements::new());
+                    for (old, new) in &changes.pods {
+                        let (b, a) = c.pod_changed(&known.cluster, &node, old.as_ref(), new.as_ref());
+                        for (set, elems) in b {
+                            before.entry(set).or_insert(elems);
+                        }
+                        after.extend(a);
+                    }
+                    Plan::Elements(diff(&before, &after))
+                }
+                Some(c) if !swap => {
+                    let new = policy::compile(&known.cluster, &node);
+                    let plan = if new.rules == c.rules {
+                        Plan::Elements(diff(&c.elements(), &new.elements()))
+                    } else {
+                        Plan::Replace(new.rules.clone(), new.elements())
+                    };
+                    *c = new;
+                    plan
+                }
+                _ => {
+                    let new = policy::compile(&known.cluster, &node);
+                    let plan = Plan::Replace(new.rules.clone(), new.elements());
+                    compiled = Some(new);
+                    plan
+                }
+            };
+            (plan, since, count)
         };
         if matches!(&plan, Plan::Elements((del, add)) if del.is_empty() && add.is_empty()) {
             continue;
         }
         let started = Instant::now();
-        let (r2, e2) = (rules.clone(), elements.clone());
         let what = match &plan {
-            Plan::Replace => format!("table swapped ({} rules)", rules.ingress.len() + rules.egress.len()),
+            Plan::Replace(rules, _) => format!("table swapped, {} rules", rules.ingress.len() + rules.egress.len()),
             Plan::Elements((del, add)) => format!("{} elements added, {} deleted", size(add), size(del)),
         };
+        let swapped = matches!(plan, Plan::Replace(..));
         let result = tokio::task::spawn_blocking(move || match plan {
-            Plan::Replace => netpol::replace(TABLE, &r2, &e2),
+            Plan::Replace(rules, elements) => netpol::replace(TABLE, &rules, &elements),
             Plan::Elements((del, add)) => netpol::update(TABLE, &del, &add),
         })
         .await;
@@ -132,14 +188,13 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
         let latency = pending_since.map_or(started.elapsed(), |t| t.elapsed());
         match result {
             Ok(()) => {
-                if full || applied.is_none() {
+                if swapped {
+                    if next_full <= Instant::now() && logged_waiting {
+                        eprintln!("NetworkPolicy: enforcing {count} policies in table inet {TABLE} ({what})");
+                        logged_waiting = false;
+                    }
                     next_full = Instant::now() + RESYNC;
                 }
-                if applied.is_none() || retry_at.is_some() {
-                    eprintln!("NetworkPolicy: enforcing {count} policies in table inet {TABLE} ({what})");
-                }
-                applied = Some((rules, elements));
-                retry_at = None;
                 if let Ok(mut s) = stats.lock() {
                     let p = s.policy.get_or_insert_with(Default::default);
                     p.policies = count;
@@ -151,12 +206,12 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
             }
             Err(e) => {
                 eprintln!("error: NetworkPolicy: {e} (nothing of this change applied; retrying with the whole table)");
-                applied = None;
-                retry_at = Some(Instant::now() + RETRY);
+                // The next round compiles everything and swaps the table.
+                compiled = None;
+                next_full = Instant::now() + RETRY;
                 if let Ok(mut s) = stats.lock() {
                     s.policy.get_or_insert_with(Default::default).apply_errors += 1;
                 }
-                // The change is still to be applied: keep its age for the latency.
                 if let Ok(mut known) = shared.0.lock() {
                     known.pending_since = known.pending_since.min(pending_since).or(pending_since);
                 }
@@ -166,7 +221,7 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
 }
 
 enum Plan {
-    Replace,
+    Replace(Ruleset, Elements),
     Elements((Elements, Elements)),
 }
 
@@ -196,7 +251,7 @@ fn size(e: &Elements) -> usize {
 }
 
 /// Lists and watches one kind forever, keeping `shared` up to date and waking the applier.
-async fn follow<K>(api: Api<K>, kind: usize, shared: Shared, apply: fn(&mut Cluster, &K), delete: fn(&mut Cluster, &K))
+async fn follow<K>(api: Api<K>, kind: usize, shared: Shared, change: fn(&mut Known, &K, bool))
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     K::DynamicType: Default,
@@ -224,8 +279,9 @@ where
                     _ => known.cluster.policies.clear(),
                 }
                 for o in &objects {
-                    apply(&mut known.cluster, o);
+                    change(&mut known, o, false);
                 }
+                known.changes = Changes { all: true, pods: Vec::new() };
                 known.synced[kind] = true;
                 known.pending_since.get_or_insert_with(Instant::now);
                 last_error.clear();
@@ -236,8 +292,8 @@ where
                 listing.get_or_insert_with(Vec::new).push(o);
                 false
             }
-            Ok(Event::Apply(o)) => update(&shared, |c| apply(c, &o)),
-            Ok(Event::Delete(o)) => update(&shared, |c| delete(c, &o)),
+            Ok(Event::Apply(o)) => update(&shared, |k| change(k, &o, false)),
+            Ok(Event::Delete(o)) => update(&shared, |k| change(k, &o, true)),
             Err(e) => {
                 let text = e.to_string();
                 if text != last_error {
@@ -253,9 +309,9 @@ where
     }
 }
 
-fn update(shared: &Shared, f: impl FnOnce(&mut Cluster)) -> bool {
+fn update(shared: &Shared, f: impl FnOnce(&mut Known)) -> bool {
     let Ok(mut known) = shared.0.lock() else { return false };
-    f(&mut known.cluster);
+    f(&mut known);
     known.pending_since.get_or_insert_with(Instant::now);
     true
 }

@@ -147,6 +147,11 @@ impl Cluster {
     }
 }
 
+/// A pod's (namespace, name).
+pub fn pod_key(pod: &Pod) -> (String, String) {
+    key(&pod.metadata.namespace, &pod.metadata.name)
+}
+
 fn key(ns: &Option<String>, name: &Option<String>) -> (String, String) {
     (ns.clone().unwrap_or_default(), name.clone().unwrap_or_default())
 }
@@ -178,25 +183,159 @@ pub struct Node<'a> {
     pub cluster: &'a [IpNetwork],
 }
 
-/// The ruleset and set elements for `cluster` as seen from `node`.
-pub fn compile(cluster: &Cluster, node: &Node) -> (Ruleset, Elements) {
-    let mut c = Compiler { cluster, node, rules: empty_ruleset(), elements: Elements::new() };
-    for name in c.rules.sets.keys() {
-        c.elements.insert(name.clone(), BTreeSet::new());
+impl Node<'_> {
+    fn is_local(&self, pod: &PodInfo) -> bool {
+        pod.node.as_deref() == Some(self.name)
+    }
+
+    /// The addresses of `pod` of one family that can be believed.
+    fn addresses<'p>(&self, pod: &'p PodInfo, v6: bool) -> impl Iterator<Item = IpAddr> + 'p {
+        let ranges: Vec<IpNetwork> = if self.is_local(pod) { self.pod_cidrs } else { self.cluster }.to_vec();
+        pod.ips.iter().copied().filter(move |ip| ip.is_ipv6() == v6 && ranges.iter().any(|r| r.contains(*ip)))
+    }
+}
+
+/// Which pods put their addresses in a set.
+#[derive(Debug, Clone, PartialEq)]
+enum Membership {
+    /// This node's pods of a namespace that a selector picks (the pods a policy protects).
+    Selected { namespace: String, selector: LabelSelector },
+    /// Pods a peer picks: by pod selector in one namespace, or in the namespaces a namespace
+    /// selector picks.
+    Peer { namespace: Option<String>, pods: LabelSelector, namespaces: Option<LabelSelector> },
+    /// Pods (this node's only, when `local`) with a container port of this name and protocol.
+    Named { local: bool, proto: u8, name: String },
+    /// This node's pods some policy of that type selects.
+    Isolated { egress: bool },
+}
+
+/// A policy as the isolation sets need it: (namespace, pod selector, ingress, egress).
+type Isolating = (String, LabelSelector, bool, bool);
+
+/// The compiled state: rules, and set elements counted by the pods that put them there (two
+/// pods may have the same address for a moment: the address leaves the set with the last one).
+#[derive(Debug, Clone, Default)]
+pub struct Compiled {
+    pub rules: Ruleset,
+    members: BTreeMap<String, (Membership, bool)>,
+    isolating: Vec<Isolating>,
+    counts: BTreeMap<String, BTreeMap<Element, u32>>,
+}
+
+impl Compiled {
+    /// Every set's elements.
+    pub fn elements(&self) -> Elements {
+        self.rules
+            .sets
+            .keys()
+            .map(|set| (set.clone(), self.counts.get(set).map(|c| c.keys().copied().collect()).unwrap_or_default()))
+            .collect()
+    }
+
+    /// Takes a pod's change (`old` to `new`; `None` is absent) into the elements, and returns
+    /// the elements of the sets it touched, before and after. Costs one check per set and
+    /// policy, however many pods there are.
+    pub fn pod_changed(
+        &mut self,
+        cluster: &Cluster,
+        node: &Node,
+        old: Option<&PodInfo>,
+        new: Option<&PodInfo>,
+    ) -> (Elements, Elements) {
+        let gone = old.map(|p| self.contributions(cluster, node, p)).unwrap_or_default();
+        let came = new.map(|p| self.contributions(cluster, node, p)).unwrap_or_default();
+        let touched: BTreeSet<&String> = gone.iter().chain(&came).map(|(set, _)| set).collect();
+        let snapshot = |c: &Compiled| -> Elements {
+            touched
+                .iter()
+                .map(|set| {
+                    let elems = c.counts.get(*set).map(|m| m.keys().copied().collect()).unwrap_or_default();
+                    ((*set).clone(), elems)
+                })
+                .collect()
+        };
+        let before = snapshot(self);
+        for (set, e) in &gone {
+            if let Some(m) = self.counts.get_mut(set) {
+                if let Some(n) = m.get_mut(e) {
+                    *n -= 1;
+                    if *n == 0 {
+                        m.remove(e);
+                    }
+                }
+            }
+        }
+        for (set, e) in &came {
+            *self.counts.entry(set.clone()).or_default().entry(*e).or_insert(0) += 1;
+        }
+        let after = snapshot(self);
+        (before, after)
+    }
+
+    /// (set, element) for every element `pod` puts in a set.
+    fn contributions(&self, cluster: &Cluster, node: &Node, pod: &PodInfo) -> Vec<(String, Element)> {
+        let local = node.is_local(pod);
+        let mut out = Vec::new();
+        let labels = &pod.labels;
+        for (set, (m, v6)) in &self.members {
+            let v6 = *v6;
+            let addrs = || node.addresses(pod, v6).map(Element::Addr);
+            match m {
+                Membership::Selected { namespace, selector } => {
+                    if local && pod.namespace == *namespace && selects(selector, labels) {
+                        out.extend(addrs().map(|e| (set.clone(), e)));
+                    }
+                }
+                Membership::Peer { namespace, pods, namespaces } => {
+                    let in_namespace = match (namespace, namespaces) {
+                        (_, Some(sel)) => cluster.namespaces.get(&pod.namespace).is_some_and(|l| selects(sel, l)),
+                        (Some(ns), None) => pod.namespace == *ns,
+                        (None, None) => false,
+                    };
+                    if in_namespace && selects(pods, labels) {
+                        out.extend(addrs().map(|e| (set.clone(), e)));
+                    }
+                }
+                Membership::Named { local: only_local, proto, name } => {
+                    if local || !only_local {
+                        for (_, _, port) in pod.named_ports.iter().filter(|(n, p, _)| n == name && p == proto) {
+                            out.extend(
+                                node.addresses(pod, v6).map(|a| (set.clone(), Element::AddrPort(a, *proto, *port))),
+                            );
+                        }
+                    }
+                }
+                Membership::Isolated { egress } => {
+                    let isolated = local
+                        && self.isolating.iter().any(|(ns, sel, i, e)| {
+                            *ns == pod.namespace && (if *egress { *e } else { *i }) && selects(sel, labels)
+                        });
+                    if isolated {
+                        out.extend(addrs().map(|e| (set.clone(), e)));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The rules for `cluster`'s policies and every pod's elements, as seen from `node`.
+pub fn compile(cluster: &Cluster, node: &Node) -> Compiled {
+    let mut c = Compiled { rules: empty_ruleset(), ..Compiled::default() };
+    for (i, v6) in [(0, false), (1, true)] {
+        c.members.insert(INGRESS_ISOLATED[i].to_string(), (Membership::Isolated { egress: false }, v6));
+        c.members.insert(EGRESS_ISOLATED[i].to_string(), (Membership::Isolated { egress: true }, v6));
     }
     for ((ns, name), spec) in &cluster.policies {
         c.policy(ns, name, spec);
     }
     c.rules.ingress.dedup();
     c.rules.egress.dedup();
-    (c.rules, c.elements)
-}
-
-struct Compiler<'a> {
-    cluster: &'a Cluster,
-    node: &'a Node<'a>,
-    rules: Ruleset,
-    elements: Elements,
+    for pod in cluster.pods.values() {
+        c.pod_changed(cluster, node, None, Some(pod));
+    }
+    c
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -205,31 +344,22 @@ enum Direction {
     Egress,
 }
 
-impl Compiler<'_> {
-    /// The addresses of `pod` of one family that can be believed.
-    fn addresses<'p>(&self, pod: &'p PodInfo, v6: bool) -> impl Iterator<Item = IpAddr> + 'p {
-        let local = pod.node.as_deref() == Some(self.node.name);
-        let ranges: &[IpNetwork] = if local { self.node.pod_cidrs } else { self.node.cluster };
-        let ranges = ranges.to_vec();
-        pod.ips.iter().copied().filter(move |ip| ip.is_ipv6() == v6 && ranges.iter().any(|r| r.contains(*ip)))
-    }
-
-    fn is_local(&self, pod: &PodInfo) -> bool {
-        pod.node.as_deref() == Some(self.node.name)
-    }
-
-    /// Declares set `name` of `kind` holding `elems` (a set with that name holds the same thing
-    /// wherever it is used: its name is a hash of what chose its elements).
-    fn set(&mut self, name: String, kind: SetKind, elems: impl IntoIterator<Item = Element>) -> String {
-        if self.rules.sets.insert(name.clone(), kind).is_none() {
-            self.elements.insert(name.clone(), elems.into_iter().collect());
-        }
+impl Compiled {
+    /// Declares the set for `membership` in one family (named by a hash of what picks its
+    /// members, so every rule needing the same pods shares it) and returns its name.
+    fn set(&mut self, prefix: &str, v6: bool, membership: Membership) -> String {
+        let kind = match membership {
+            Membership::Named { .. } => SetKind::AddrPort { v6 },
+            _ => SetKind::Addr { v6 },
+        };
+        let name = set_name(prefix, v6, &format!("{membership:?}"));
+        self.rules.sets.insert(name.clone(), kind);
+        self.members.insert(name.clone(), (membership, v6));
         name
     }
 
     fn policy(&mut self, ns: &str, name: &str, spec: &NetworkPolicySpec) {
-        let all = LabelSelector::default();
-        let selector = spec.pod_selector.as_ref().unwrap_or(&all);
+        let selector = spec.pod_selector.clone().unwrap_or_default();
         // The API server fills policyTypes; an object without them gets the API's default.
         let types: Vec<Direction> = match &spec.policy_types {
             Some(types) => types
@@ -243,48 +373,29 @@ impl Compiler<'_> {
             None if spec.egress.as_ref().is_some_and(|e| !e.is_empty()) => vec![Direction::Ingress, Direction::Egress],
             None => vec![Direction::Ingress],
         };
-        let selected: Vec<&PodInfo> = self
-            .cluster
-            .pods
-            .values()
-            .filter(|p| p.namespace == ns && self.is_local(p) && selects(selector, &p.labels))
-            .collect();
+        let ingress = types.contains(&Direction::Ingress);
+        let egress = types.contains(&Direction::Egress);
+        self.isolating.push((ns.to_string(), selector.clone(), ingress, egress));
         for v6 in [false, true] {
-            let family = usize::from(v6);
-            let ips: Vec<IpAddr> = selected.iter().flat_map(|p| self.addresses(p, v6)).collect();
-            let sel = self.set(
-                set_name("s", v6, &format!("local|{ns}|{}", canonical(selector))),
-                SetKind::Addr { v6 },
-                ips.iter().map(|ip| Element::Addr(*ip)),
-            );
+            let selected = Membership::Selected { namespace: ns.to_string(), selector: selector.clone() };
+            let sel = self.set("s", v6, selected);
             for direction in &types {
-                let iso = match direction {
-                    Direction::Ingress => INGRESS_ISOLATED[family],
-                    Direction::Egress => EGRESS_ISOLATED[family],
-                };
-                if let Some(set) = self.elements.get_mut(iso) {
-                    set.extend(ips.iter().map(|ip| Element::Addr(*ip)));
-                }
                 for (i, (peers, ports)) in rules_of(*direction, spec).into_iter().enumerate() {
-                    let comment = format!(
-                        "{ns}/{name} {} {i}",
-                        if *direction == Direction::Ingress { "ingress" } else { "egress" }
-                    );
-                    self.rule(ns, *direction, v6, &sel, peers, ports, &comment);
+                    let word = if *direction == Direction::Ingress { "ingress" } else { "egress" };
+                    let comment = format!("{ns}/{name} {word} {i}");
+                    self.rule(ns, *direction, v6, &sel, (peers, ports), &comment);
                 }
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn rule(
         &mut self,
         ns: &str,
         direction: Direction,
         v6: bool,
         sel: &str,
-        peers: &[NetworkPolicyPeer],
-        ports: &[NetworkPolicyPort],
+        (peers, ports): (&[NetworkPolicyPeer], &[NetworkPolicyPort]),
         comment: &str,
     ) {
         let peers: Vec<Peer> = if peers.is_empty() {
@@ -331,27 +442,12 @@ impl Compiler<'_> {
         if peer.pod_selector.is_none() && peer.namespace_selector.is_none() {
             return None;
         }
-        let all = LabelSelector::default();
-        let pods = peer.pod_selector.as_ref().unwrap_or(&all);
-        let key = format!(
-            "peer|{}|{}|{}",
-            if peer.namespace_selector.is_some() { "" } else { ns },
-            canonical(pods),
-            peer.namespace_selector.as_ref().map(canonical).unwrap_or_default()
-        );
-        let cluster = self.cluster;
-        let in_namespace = |pod: &PodInfo| match &peer.namespace_selector {
-            None => pod.namespace == ns,
-            Some(sel) => cluster.namespaces.get(&pod.namespace).is_some_and(|labels| selects(sel, labels)),
+        let membership = Membership::Peer {
+            namespace: peer.namespace_selector.is_none().then(|| ns.to_string()),
+            pods: peer.pod_selector.clone().unwrap_or_default(),
+            namespaces: peer.namespace_selector.clone(),
         };
-        let ips: Vec<Element> = cluster
-            .pods
-            .values()
-            .filter(|p| in_namespace(p) && selects(pods, &p.labels))
-            .flat_map(|p| self.addresses(p, v6))
-            .map(Element::Addr)
-            .collect();
-        Some(Peer::Set(self.set(set_name("s", v6, &key), SetKind::Addr { v6 }, ips)))
+        Some(Peer::Set(self.set("s", v6, membership)))
     }
 
     /// A port in one family; `None` for what the API would refuse.
@@ -370,23 +466,7 @@ impl Compiler<'_> {
             Some(IntOrString::String(name)) => {
                 // Ingress: the destination is one of this node's pods; egress: any pod.
                 let local = direction == Direction::Ingress;
-                let key = format!("named|{}|{proto}|{name}", if local { "local" } else { "all" });
-                let elems: Vec<Element> = self
-                    .cluster
-                    .pods
-                    .values()
-                    .filter(|p| !local || self.is_local(p))
-                    .flat_map(|p| {
-                        let ports: Vec<u16> =
-                            p.named_ports.iter().filter(|(n, pr, _)| n == name && *pr == proto).map(|t| t.2).collect();
-                        self.addresses(p, v6)
-                            .flat_map(move |ip| {
-                                ports.clone().into_iter().map(move |port| Element::AddrPort(ip, proto, port))
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                    .collect();
-                Some(Ports::Named(self.set(set_name("n", v6, &key), SetKind::AddrPort { v6 }, elems)))
+                Some(Ports::Named(self.set("n", v6, Membership::Named { local, proto, name: name.clone() })))
             }
         }
     }
@@ -408,11 +488,6 @@ fn rules_of(direction: Direction, spec: &NetworkPolicySpec) -> Vec<(&[NetworkPol
             .map(|r| (r.to.as_deref().unwrap_or_default(), r.ports.as_deref().unwrap_or_default()))
             .collect(),
     }
-}
-
-/// A selector as text that is the same for the same selector.
-fn canonical(s: &LabelSelector) -> String {
-    serde_json::to_string(s).unwrap_or_default()
 }
 
 /// `<prefix><4|6>-<16 hex digits of FNV-1a of key>`: stable across restarts, so a restarted agent

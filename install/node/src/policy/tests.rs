@@ -40,7 +40,9 @@ const CLUSTER: [&str; 2] = ["10.244.0.0/16", "fd00:10:244::/56"];
 fn compiled(c: &Cluster) -> (Ruleset, Elements) {
     let pod_cidrs: Vec<IpNetwork> = POD_CIDRS.iter().map(|s| s.parse().unwrap()).collect();
     let cluster: Vec<IpNetwork> = CLUSTER.iter().map(|s| s.parse().unwrap()).collect();
-    compile(c, &Node { name: NODE, pod_cidrs: &pod_cidrs, cluster: &cluster })
+    let compiled = compile(c, &Node { name: NODE, pod_cidrs: &pod_cidrs, cluster: &cluster });
+    let elements = compiled.elements();
+    (compiled.rules, elements)
 }
 
 fn addrs(e: &Elements, set: &str) -> Vec<String> {
@@ -221,4 +223,50 @@ fn pods_change_elements_never_rules() {
     assert_eq!(addrs(&e2, "in-iso4"), ["10.244.0.12"]);
     // The same policy compiled again names the same sets: a restarted agent finds its table.
     assert_eq!(compiled(&c).0, after);
+}
+
+#[test]
+fn a_pod_change_moves_the_elements_a_whole_compile_would() {
+    let pod_cidrs: Vec<IpNetwork> = POD_CIDRS.iter().map(|s| s.parse().unwrap()).collect();
+    let range: Vec<IpNetwork> = CLUSTER.iter().map(|s| s.parse().unwrap()).collect();
+    let node = Node { name: NODE, pod_cidrs: &pod_cidrs, cluster: &range };
+    let mut c = cluster();
+    c.apply_policy(&policy(
+        "x",
+        "p",
+        json!({ "podSelector": { "matchLabels": { "pod": "a" } }, "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{ "from": [{ "namespaceSelector": { "matchLabels": { "ns": "y" } } }], "ports": [{ "port": "http" }] }],
+                "egress": [{ "to": [{ "podSelector": { "matchExpressions": [{ "key": "tier", "operator": "Exists" }] } }], "ports": [{ "port": "dns", "protocol": "UDP" }] }] }),
+    ));
+    let mut compiled = compile(&c, &node);
+    let steps = [
+        (pod("x", "c", "n0", &["10.244.0.12"], json!({ "pod": "a", "tier": "db" })), false),
+        (pod("y", "d", "n1", &["10.244.1.13"], json!({})), false),
+        (pod("x", "c", "n0", &["10.244.0.12"], json!({ "pod": "b" })), false),
+        // Another pod with the same address (a reused address, for a moment): deleting one
+        // keeps the address for the other.
+        (pod("x", "e", "n0", &["10.244.0.5"], json!({ "pod": "a" })), false),
+        (pod("x", "a", "n0", &["10.244.0.5"], json!({ "pod": "a" })), true),
+        (pod("y", "d", "n1", &["10.244.1.13"], json!({})), true),
+    ];
+    for (p, gone) in steps {
+        let key = pod_key(&p);
+        let before = c.pods.get(&key).cloned();
+        if gone {
+            c.delete_pod(&p);
+        } else {
+            c.apply_pod(&p);
+        }
+        let after = c.pods.get(&key).cloned();
+        let (b, a) = compiled.pod_changed(&c, &node, before.as_ref(), after.as_ref());
+        let whole = compile(&c, &node);
+        assert_eq!(compiled.elements(), whole.elements(), "after {key:?}");
+        assert_eq!(compiled.rules, whole.rules);
+        // What it reports as touched is exactly what moved.
+        for (set, elems) in &a {
+            assert_eq!(elems, &whole.elements()[set]);
+            assert!(b.contains_key(set));
+        }
+    }
+    assert_eq!(addrs(&compiled.elements(), "in-iso4"), ["10.244.0.5"], "x/e keeps the address x/a had");
 }
