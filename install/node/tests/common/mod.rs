@@ -29,6 +29,7 @@ const INSTALL: &[(&str, &str)] = &[
     ("openssl", "apt-get install openssl"),
     ("python3", "apt-get install python3"),
     ("strace", "apt-get install strace"),
+    ("nft", "apt-get install nftables"),
     ("kubernetes-validate", "pip install kubernetes-validate"),
 ];
 
