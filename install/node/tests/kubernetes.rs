@@ -7,132 +7,14 @@
 
 mod common;
 
-use base64::Engine;
 use common::*;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
 
-const TOKEN: &str = "standin-token-0123456789";
-
-/// A Node as `kubectl get node -o json` shows one on a kubeadm cluster.
-fn node(name: &str, v4: &str, v6: &str, cidr4: &str, cidr6: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "uid": format!("5b0e3c1a-0000-4000-8000-{:012}", name.len()),
-            "creationTimestamp": "2026-11-01T10:00:00Z",
-            "labels": {
-                "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"
-            },
-            "annotations": {
-                "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///var/run/containerd/containerd.sock",
-                "node.alpha.kubernetes.io/ttl": "0",
-                "volumes.kubernetes.io/controller-managed-attach-detach": "true"
-            },
-            "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1",
-                               "time": "2026-11-01T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]
-        },
-        "spec": {
-            "podCIDR": cidr4,
-            "podCIDRs": [cidr4, cidr6],
-            "taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
-        },
-        "status": {
-            "addresses": [
-                {"type": "InternalIP", "address": v4},
-                {"type": "InternalIP", "address": v6},
-                {"type": "Hostname", "address": name}
-            ],
-            "allocatable": {"cpu": "2", "ephemeral-storage": "28Gi", "memory": "3913Mi", "pods": "110"},
-            "capacity": {"cpu": "2", "ephemeral-storage": "30Gi", "memory": "4013Mi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
-                            "message": "container runtime network not ready: NetworkReady=false",
-                            "lastHeartbeatTime": "2026-11-01T10:05:00Z", "lastTransitionTime": "2026-11-01T10:00:00Z"}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {"architecture": "amd64", "bootID": "b", "containerRuntimeVersion": "containerd://1.6.20",
-                         "kernelVersion": "6.1.0-27-amd64", "kubeProxyVersion": "v1.31.2", "kubeletVersion": "v1.31.2",
-                         "machineID": "m", "operatingSystem": "linux", "osImage": "Debian GNU/Linux 12 (bookworm)",
-                         "systemUUID": "s"}
-        }
-    })
-}
-
-fn certs(dir: &Path) -> String {
-    let p = |name: &str| dir.join(name).to_str().unwrap().to_string();
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    let mut ca = vec!["openssl", "req", "-x509"];
-    let (ca_key, ca_crt) = (p("ca.key"), p("ca.crt"));
-    ca.extend(ec);
-    ca.extend(["-keyout", &ca_key, "-out", &ca_crt, "-days", "1", "-subj", "/CN=standin-ca"]);
-    run(&ca);
-    let (key, csr, crt, ext) = (p("srv.key"), p("srv.csr"), p("srv.crt"), p("ext.cnf"));
-    let mut req = vec!["openssl", "req"];
-    req.extend(ec);
-    req.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=standin"]);
-    run(&req);
-    std::fs::write(
-        &ext,
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    run(&[
-        "openssl",
-        "x509",
-        "-req",
-        "-in",
-        &csr,
-        "-CA",
-        &ca_crt,
-        "-CAkey",
-        &ca_key,
-        "-CAcreateserial",
-        "-out",
-        &crt,
-        "-days",
-        "1",
-        "-extfile",
-        &ext,
-    ]);
-    base64::engine::general_purpose::STANDARD.encode(std::fs::read(&ca_crt).unwrap())
-}
-
-fn control(ns: &str, path: &str, body: &str) {
-    run_in(ns, &["curl", "-sSf", "-X", "POST", "--data-binary", body, &format!("http://127.0.0.1:6444{path}")]);
-}
-
-/// Starts the stand-in in namespace `ns` serving `nodes`; returns it and a kubeconfig for it.
-fn standin(ns: &str, dir: &Path, nodes: &Value) -> (Proc, std::path::PathBuf) {
-    let ca = certs(dir);
-    std::fs::write(dir.join("nodes.json"), nodes.to_string()).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k8s_standin.py");
-    let args: Vec<String> = [
-        "python3",
-        script.to_str().unwrap(),
-        dir.join("srv.crt").to_str().unwrap(),
-        dir.join("srv.key").to_str().unwrap(),
-        TOKEN,
-        "6443",
-        "6444",
-        dir.join("nodes.json").to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let standin = Proc::spawn(ns, &args, dir.join("standin.log"));
-    wait_for("the stand-in", Duration::from_secs(10), || standin.log().contains("serving").then_some(()));
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: https://127.0.0.1:6443\n    certificate-authority-data: {ca}\nusers:\n- name: agent\n  user:\n    token: {TOKEN}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: agent\ncurrent-context: standin\n"
-        ),
-    )
-    .unwrap();
-    (standin, kubeconfig)
+/// Starts the stand-in in namespace `ns` on 127.0.0.1 serving `nodes`.
+fn standin(ns: &str, dir: &Path, nodes: &Value) -> Standin {
+    Standin::start(ns, dir, "127.0.0.1", nodes)
 }
 
 /// The agent of node n0 on the stand-in (`--backend auto`, no plugins installed), `extra` appended.
@@ -169,16 +51,17 @@ fn kubernetes_nodes_list_watch_gone_and_annotation() {
     run_in(&ns, &["ip", "addr", "add", "fd00:95::11/64", "dev", "eth0", "nodad"]);
 
     let nodes = json!([
-        node("n0", "10.95.0.11", "fd00:95::11", "10.244.0.0/24", "fd00:10:244::/64"),
-        node("n1", "10.95.0.12", "fd00:95::12", "10.244.1.0/24", "fd00:10:244:1::/64"),
+        k8s_node("n0", "10.95.0.11", "fd00:95::11", "10.244.0.0/24", "fd00:10:244::/64"),
+        k8s_node("n1", "10.95.0.12", "fd00:95::12", "10.244.1.0/24", "fd00:10:244:1::/64"),
     ]);
-    let (standin, kubeconfig) = standin(&ns, &dir.0, &nodes);
+    let standin = standin(&ns, &dir.0, &nodes);
+    let kubeconfig = standin.kubeconfig.clone();
 
     let conf = dir.0.join("net.d");
     let args = agent_args(&kubeconfig, &conf, "10.95.0.11,fd00:95::11", &[]);
     let agent = Agent::start(&ns, &dir.0, args);
     let routes = |family: &str| run_in(&ns, &["ip", family, "route", "show", "proto", "210"]);
-    let log = || format!("agent:\n{}\nstand-in:\n{}", agent.proc.log(), standin.log());
+    let log = || format!("agent:\n{}\nstand-in:\n{}", agent.proc.log(), standin.proc.log());
 
     // The list: this node's CIDRs in the conflist, a host-gw route to n1 per family.
     wait_for("n1's routes", Duration::from_secs(30), || {
@@ -190,9 +73,9 @@ fn kubernetes_nodes_list_watch_gone_and_annotation() {
     assert!(conflist.contains("10.244.0.0/24") && conflist.contains("fd00:10:244::/64"), "{conflist}");
 
     // ADDED: n2 on another subnet (VXLAN with auto) once its VTEP MAC is annotated.
-    let mut n2 = node("n2", "10.97.0.13", "fd00:97::13", "10.244.2.0/24", "fd00:10:244:2::/64");
+    let mut n2 = k8s_node("n2", "10.97.0.13", "fd00:97::13", "10.244.2.0/24", "fd00:10:244:2::/64");
     n2["metadata"]["annotations"]["cni-rs.io/vtep-mac"] = json!("02:00:00:00:00:13");
-    control(&ns, "/add", &n2.to_string());
+    standin.control("/add", &n2.to_string());
     wait_for("n2's VXLAN route", Duration::from_secs(10), || {
         routes("-4").contains("10.244.2.0/24 via 10.244.2.0 dev cni-rs.1 onlink").then_some(())
     });
@@ -200,30 +83,29 @@ fn kubernetes_nodes_list_watch_gone_and_annotation() {
     assert!(fdb.contains("02:00:00:00:00:13 dst 10.97.0.13"), "{fdb}");
 
     // MODIFIED: n1 moves to another address.
-    control(
-        &ns,
+    standin.control(
         "/modify",
-        &node("n1", "10.95.0.22", "fd00:95::22", "10.244.1.0/24", "fd00:10:244:1::/64").to_string(),
+        &k8s_node("n1", "10.95.0.22", "fd00:95::22", "10.244.1.0/24", "fd00:10:244:1::/64").to_string(),
     );
     wait_for("n1's new route", Duration::from_secs(10), || {
         routes("-4").contains("10.244.1.0/24 via 10.95.0.22").then_some(())
     });
 
     // DELETED: n2's routes go.
-    control(&ns, "/delete?name=n2", "");
+    standin.control("/delete?name=n2", "");
     wait_for("n2's routes to go", Duration::from_secs(10), || (!routes("-4").contains("10.244.2.0/24")).then_some(()));
 
     // 410 Gone: n3 appears without a watch event; only the re-list the 410 forces shows it.
-    let n3 = node("n3", "10.95.0.14", "fd00:95::14", "10.244.3.0/24", "fd00:10:244:3::/64");
-    control(&ns, "/gone", &json!([n3]).to_string());
+    let n3 = k8s_node("n3", "10.95.0.14", "fd00:95::14", "10.244.3.0/24", "fd00:10:244:3::/64");
+    standin.control("/gone", &json!([n3]).to_string());
     wait_for("n3's route after the re-list", Duration::from_secs(20), || {
         routes("-4").contains("10.244.3.0/24 via 10.95.0.14").then_some(())
     });
 
     // This node's VTEP MAC went into its annotation; every request carried the token.
-    let seen = run_in(&ns, &["curl", "-sSf", "http://127.0.0.1:6444/log"]);
+    let seen = standin.requests();
     assert!(seen.lines().any(|l| l == "PATCH n0"), "{seen}\n{}", log());
-    assert!(seen.lines().filter(|l| l.starts_with("LIST")).count() >= 2, "no re-list after 410: {seen}");
+    assert!(seen.lines().filter(|l| *l == "LIST nodes").count() >= 2, "no re-list after 410: {seen}");
     assert!(!seen.contains("401"), "{seen}");
     let mac = run_in(&ns, &["cat", "/sys/class/net/cni-rs.1/address"]);
     assert!(agent.proc.log().contains(&format!("\"cni-rs.io/vtep-mac\":\"{}\"", mac.trim())), "{}", log());
@@ -253,41 +135,42 @@ fn kubernetes_overlapping_pod_cidrs_go_to_the_older_node_and_annotations_claim_n
         n["metadata"]["annotations"]["cni-rs.io/vtep-mac"] = json!(mac);
         n
     };
-    let mut annotated = node("annotated", "10.95.0.15", "fd00:95::15", "unused", "unused");
+    let mut annotated = k8s_node("annotated", "10.95.0.15", "fd00:95::15", "unused", "unused");
     annotated["spec"] = json!({});
     annotated["metadata"]["annotations"]["cni-rs.io/pod-cidrs"] = json!("10.244.9.0/24,fd00:10:244:9::/64");
     let nodes = json!([
-        node("n0", "10.95.0.11", "fd00:95::11", "10.244.0.0/24", "fd00:10:244::/64"),
+        k8s_node("n0", "10.95.0.11", "fd00:95::11", "10.244.0.0/24", "fd00:10:244::/64"),
         // Sorted by name the newer Node comes first.
         aged(
-            node("aa-new", "10.95.0.13", "fd00:95::13", "10.244.1.0/24", "fd00:10:244:1::/64"),
+            k8s_node("aa-new", "10.95.0.13", "fd00:95::13", "10.244.1.0/24", "fd00:10:244:1::/64"),
             "2026-11-02T09:00:00Z"
         ),
         aged(
-            node("zz-old", "10.95.0.14", "fd00:95::14", "10.244.1.0/24", "fd00:10:244:1::/64"),
+            k8s_node("zz-old", "10.95.0.14", "fd00:95::14", "10.244.1.0/24", "fd00:10:244:1::/64"),
             "2026-11-01T09:00:00Z"
         ),
         annotated,
         with_mac(
             aged(
-                node("far-old", "10.97.0.20", "fd00:97::20", "10.244.2.0/24", "fd00:10:244:2::/64"),
+                k8s_node("far-old", "10.97.0.20", "fd00:97::20", "10.244.2.0/24", "fd00:10:244:2::/64"),
                 "2026-11-01T08:00:00Z"
             ),
             "02:00:00:00:00:20",
         ),
         with_mac(
             aged(
-                node("far-new", "10.97.0.21", "fd00:97::21", "10.244.3.0/24", "fd00:10:244:3::/64"),
+                k8s_node("far-new", "10.97.0.21", "fd00:97::21", "10.244.3.0/24", "fd00:10:244:3::/64"),
                 "2026-11-01T11:00:00Z"
             ),
             "02:00:00:00:00:20",
         ),
     ]);
-    let (standin, kubeconfig) = standin(&ns, &dir.0, &nodes);
+    let standin = standin(&ns, &dir.0, &nodes);
+    let kubeconfig = standin.kubeconfig.clone();
     let conf = dir.0.join("net.d");
     let args = agent_args(&kubeconfig, &conf, "10.95.0.11", &["--metrics-addr", "127.0.0.1:0"]);
     let agent = Agent::start(&ns, &dir.0, args);
-    let log = || format!("agent:\n{}\nstand-in:\n{}", agent.proc.log(), standin.log());
+    let log = || format!("agent:\n{}\nstand-in:\n{}", agent.proc.log(), standin.proc.log());
 
     // Once the agent runs, a Node older than every other one claims this node's own VTEP MAC.
     let own_mac = wait_for("the VXLAN device", Duration::from_secs(20), || {
@@ -296,12 +179,12 @@ fn kubernetes_overlapping_pod_cidrs_go_to_the_older_node_and_annotations_claim_n
     });
     let thief = with_mac(
         aged(
-            node("far-me", "10.97.0.22", "fd00:97::22", "10.244.4.0/24", "fd00:10:244:4::/64"),
+            k8s_node("far-me", "10.97.0.22", "fd00:97::22", "10.244.4.0/24", "fd00:10:244:4::/64"),
             "2020-01-01T00:00:00Z",
         ),
         &own_mac,
     );
-    control(&ns, "/add", &thief.to_string());
+    standin.control("/add", &thief.to_string());
 
     let want = ["10.244.1.0/24 via 10.95.0.14 dev eth0", "10.244.2.0/24 via 10.244.2.0 dev cni-rs.1 onlink"];
     wait_for("the older holders' routes, and only those", Duration::from_secs(20), || {

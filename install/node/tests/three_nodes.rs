@@ -21,45 +21,12 @@ use std::time::{Duration, Instant};
 
 const TTL: u32 = 5;
 
-fn plugin_dir() -> PathBuf {
-    let dir = Path::new(AGENT).parent().unwrap().to_path_buf();
-    for name in ["bridge", "host-local", "loopback", "cnitool"] {
-        assert!(dir.join(name).is_file(), "{} missing: run cargo build --workspace --bins", dir.join(name).display());
-    }
-    dir
-}
-
-/// A conflist template like the built-in one, with host-local's data kept in `data`.
-fn template(data: &Path) -> String {
-    let t: Value = serde_json::json!({
-        "cniVersion": "1.0.0",
-        "name": "cni-rs",
-        "plugins": [
-            {
-                "type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true,
-                "ipMasq": false, "hairpinMode": true, "mtu": "__MTU__",
-                "ipam": { "type": "host-local", "ranges": "__POD_CIDR_RANGES__",
-                          "routes": "__DEFAULT_ROUTES__", "dataDir": data.to_str().unwrap() }
-            },
-            { "type": "loopback" }
-        ]
-    });
-    t.to_string()
-}
-
-struct Node {
-    ns: Netns,
-    ip: &'static str,
-    ip6: &'static str,
-    dir: PathBuf,
-}
-
 struct Cluster {
     // Drop order: pods, agents, etcd, node namespaces, the segment, the temp dir.
     pods: Vec<Netns>,
     agents: Vec<Agent>,
     etcd: Etcd,
-    nodes: Vec<Node>,
+    nodes: Vec<ClusterNode>,
     seg: Segment,
     dir: TempDir,
     plugins: PathBuf,
@@ -69,28 +36,8 @@ fn cluster(backend: &str) -> Cluster {
     let t = tag();
     let plugins = plugin_dir();
     let dir = TempDir::new("three-nodes");
-    let seg = Segment::new(format!("cnseg{t}"), "10.95.0.1/24");
-    seg.add_bridge("br1", "10.96.0.1/24");
-    run(&["ip", "-n", &seg.ns.0, "addr", "add", "fd00:95::1/64", "dev", "br0", "nodad"]);
-    run(&["ip", "-n", &seg.ns.0, "addr", "add", "fd00:96::1/64", "dev", "br1", "nodad"]);
-    run(&["ip", "netns", "exec", &seg.ns.0, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+    let (seg, nodes) = three_node_network(&t, &dir.0);
     let etcd = Etcd::start(&seg.ns.0, "10.95.0.1");
-    let mut nodes = Vec::new();
-    let ips = [("10.95.0.11", "fd00:95::11"), ("10.95.0.12", "fd00:95::12"), ("10.96.0.13", "fd00:96::13")];
-    for (i, (ip, ip6)) in ips.into_iter().enumerate() {
-        let ns = Netns::new(format!("cnn{t}-{i}"));
-        let bridge = if i < 2 { "br0" } else { "br1" };
-        seg.attach_to(bridge, &ns, &format!("p{i}"), &format!("{ip}/24"));
-        let gw = if i < 2 { "10.95.0.1" } else { "10.96.0.1" };
-        run(&["ip", "-n", &ns.0, "route", "add", "default", "via", gw]);
-        run(&["ip", "-n", &ns.0, "addr", "add", &format!("{ip6}/64"), "dev", "eth0", "nodad"]);
-        let gw6 = if i < 2 { "fd00:95::1" } else { "fd00:96::1" };
-        run(&["ip", "-n", &ns.0, "-6", "route", "add", "default", "via", gw6]);
-        let ndir = dir.0.join(format!("n{i}"));
-        std::fs::create_dir_all(ndir.join("ipam")).unwrap();
-        std::fs::write(ndir.join("template"), template(&ndir.join("ipam"))).unwrap();
-        nodes.push(Node { ns, ip, ip6, dir: ndir });
-    }
     let mut c = Cluster { pods: Vec::new(), agents: Vec::new(), etcd, nodes, seg, dir, plugins };
     for i in 0..3 {
         let args = c.agent_args(i, backend);
@@ -162,26 +109,13 @@ impl Cluster {
     fn add_pod(&mut self, i: usize) -> Pod {
         let name = format!("{}-p{}", self.nodes[i].ns.0, self.pods.len());
         let pod = Netns::new(name.clone());
-        let n = &self.nodes[i];
-        let out = Command::new("ip")
-            .args(["netns", "exec", &n.ns.0, self.plugins.join("cnitool").to_str().unwrap()])
-            .args(["add", "cni-rs", &format!("/var/run/netns/{name}"), "--json"])
-            .env("NETCONFPATH", n.dir.join("net.d"))
-            .env("CNI_PATH", &self.plugins)
-            .env("CNI_CACHE_DIR", n.dir.join("cache"))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "cnitool add on n{i}: {text}{}", String::from_utf8_lossy(&out.stderr));
-        let result: Value = serde_json::from_str(&text).unwrap();
+        let result = cni_add(&self.nodes[i], &self.plugins, &name);
         let ip = |k: usize| result["ips"][k]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
         let (v4, v6) = (ip(0), ip(1));
         self.pods.push(pod);
         Pod { ns: name, v4, v6 }
     }
 }
-
-use std::process::Command;
 
 fn ping(from: &str, to: &str) -> bool {
     try_in(from, &["busybox", "ping", "-c", "1", "-W", "2", to]).0

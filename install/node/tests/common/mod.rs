@@ -29,6 +29,7 @@ const INSTALL: &[(&str, &str)] = &[
     ("openssl", "apt-get install openssl"),
     ("python3", "apt-get install python3"),
     ("strace", "apt-get install strace"),
+    ("nft", "apt-get install nftables"),
     ("kubernetes-validate", "pip install kubernetes-validate"),
 ];
 
@@ -323,4 +324,230 @@ pub fn agent_http(agent: &Agent, path: &str) -> (u16, String) {
 /// The value of one metric line (`name` with its labels, e.g. `x_total{reason="a"}`).
 pub fn metric(metrics: &str, name: &str) -> Option<f64> {
     metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The bearer token the Kubernetes API stand-in (tests/k8s_standin.py) accepts.
+pub const TOKEN: &str = "standin-token-0123456789";
+
+/// A Node as `kubectl get node -o json` shows one on a kubeadm cluster.
+pub fn k8s_node(name: &str, v4: &str, v6: &str, cidr4: &str, cidr6: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": format!("5b0e3c1a-0000-4000-8000-{:012}", name.len()),
+            "creationTimestamp": "2026-11-01T10:00:00Z",
+            "labels": {
+                "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"
+            },
+            "annotations": {
+                "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///var/run/containerd/containerd.sock",
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true"
+            },
+            "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1",
+                               "time": "2026-11-01T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]
+        },
+        "spec": {
+            "podCIDR": cidr4,
+            "podCIDRs": [cidr4, cidr6],
+            "taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+        },
+        "status": {
+            "addresses": [
+                {"type": "InternalIP", "address": v4},
+                {"type": "InternalIP", "address": v6},
+                {"type": "Hostname", "address": name}
+            ],
+            "allocatable": {"cpu": "2", "ephemeral-storage": "28Gi", "memory": "3913Mi", "pods": "110"},
+            "capacity": {"cpu": "2", "ephemeral-storage": "30Gi", "memory": "4013Mi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                            "message": "container runtime network not ready: NetworkReady=false",
+                            "lastHeartbeatTime": "2026-11-01T10:05:00Z", "lastTransitionTime": "2026-11-01T10:00:00Z"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"architecture": "amd64", "bootID": "b", "containerRuntimeVersion": "containerd://1.6.20",
+                         "kernelVersion": "6.1.0-27-amd64", "kubeProxyVersion": "v1.31.2", "kubeletVersion": "v1.31.2",
+                         "machineID": "m", "operatingSystem": "linux", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                         "systemUUID": "s"}
+        }
+    })
+}
+
+/// A CA and a server certificate for `ip` (made with openssl in `dir`); returns the CA in base64.
+fn standin_certs(dir: &Path, ip: &str) -> String {
+    use base64::Engine;
+    let p = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let mut ca = vec!["openssl", "req", "-x509"];
+    let (ca_key, ca_crt) = (p("ca.key"), p("ca.crt"));
+    ca.extend(ec);
+    ca.extend(["-keyout", &ca_key, "-out", &ca_crt, "-days", "1", "-subj", "/CN=standin-ca"]);
+    run(&ca);
+    let (key, csr, crt, ext) = (p("srv.key"), p("srv.csr"), p("srv.crt"), p("ext.cnf"));
+    let mut req = vec!["openssl", "req"];
+    req.extend(ec);
+    req.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=standin"]);
+    run(&req);
+    fs::write(
+        &ext,
+        format!("subjectAltName=IP:{ip}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n"),
+    )
+    .unwrap();
+    let args = ["-req", "-in", &csr, "-CA", &ca_crt, "-CAkey", &ca_key, "-CAcreateserial", "-out", &crt];
+    let mut x509 = vec!["openssl", "x509"];
+    x509.extend(args);
+    x509.extend(["-days", "1", "-extfile", &ext]);
+    run(&x509);
+    base64::engine::general_purpose::STANDARD.encode(fs::read(&ca_crt).unwrap())
+}
+
+/// The Kubernetes API stand-in (tests/k8s_standin.py) in namespace `ns`, serving HTTPS on
+/// `ip`:6443 and its control port on 127.0.0.1:6444 there, and a kubeconfig for it.
+pub struct Standin {
+    pub proc: Proc,
+    pub kubeconfig: PathBuf,
+    pub ns: String,
+}
+
+impl Standin {
+    /// Starts it with `objects` (a JSON list of API objects, each with its kind) already stored.
+    pub fn start(ns: &str, dir: &Path, ip: &str, objects: &serde_json::Value) -> Standin {
+        let ca = standin_certs(dir, ip);
+        fs::write(dir.join("objects.json"), objects.to_string()).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k8s_standin.py");
+        let api = format!("{ip}:6443");
+        let args: Vec<String> = [
+            "python3",
+            script.to_str().unwrap(),
+            dir.join("srv.crt").to_str().unwrap(),
+            dir.join("srv.key").to_str().unwrap(),
+            TOKEN,
+            &api,
+            "6444",
+            dir.join("objects.json").to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let proc = Proc::spawn(ns, &args, dir.join("standin.log"));
+        wait_for("the stand-in", Duration::from_secs(10), || proc.log().contains("serving").then_some(()));
+        let kubeconfig = dir.join("kubeconfig");
+        let server = if ip.contains(':') { format!("[{ip}]") } else { ip.to_string() };
+        fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: https://{server}:6443\n    certificate-authority-data: {ca}\nusers:\n- name: agent\n  user:\n    token: {TOKEN}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: agent\ncurrent-context: standin\n"
+            ),
+        )
+        .unwrap();
+        Standin { proc, kubeconfig, ns: ns.to_string() }
+    }
+
+    /// POSTs `body` to the control port's `path` (see tests/k8s_standin.py).
+    pub fn control(&self, path: &str, body: &str) {
+        let url = format!("http://127.0.0.1:6444{path}");
+        run_in(&self.ns, &["curl", "-sSf", "-X", "POST", "--data-binary", body, &url]);
+    }
+
+    /// Creates or replaces an object (ADDED or MODIFIED event).
+    pub fn apply(&self, obj: &serde_json::Value) {
+        self.control("/apply", &obj.to_string());
+    }
+
+    /// Deletes an object of `kind` (DELETED event); `namespace` is "" for cluster-scoped kinds.
+    pub fn delete(&self, kind: &str, namespace: &str, name: &str) {
+        self.control(&format!("/delete?kind={kind}&namespace={namespace}&name={name}"), "");
+    }
+
+    /// The requests the stand-in has seen, one a line (`LIST nodes`, `WATCH pods 12`, `PATCH n0`).
+    pub fn requests(&self) -> String {
+        run_in(&self.ns, &["curl", "-sSf", "http://127.0.0.1:6444/log"])
+    }
+}
+
+/// The directory holding the agent and the plugins cnitool runs (target/debug).
+pub fn plugin_dir() -> PathBuf {
+    let dir = Path::new(AGENT).parent().unwrap().to_path_buf();
+    for name in ["bridge", "host-local", "loopback", "cnitool"] {
+        assert!(dir.join(name).is_file(), "{} missing: run cargo build --workspace --bins", dir.join(name).display());
+    }
+    dir
+}
+
+/// A conflist template like the agent's built-in one, with host-local's data kept in `data`.
+pub fn pod_template(data: &Path) -> String {
+    let t = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "cni-rs",
+        "plugins": [
+            {
+                "type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true,
+                "ipMasq": false, "hairpinMode": true, "mtu": "__MTU__",
+                "ipam": { "type": "host-local", "ranges": "__POD_CIDR_RANGES__",
+                          "routes": "__DEFAULT_ROUTES__", "dataDir": data.to_str().unwrap() }
+            },
+            { "type": "loopback" }
+        ]
+    });
+    t.to_string()
+}
+
+/// A node of a test cluster: its namespace, its addresses on the segment, and its directory
+/// (the agent's conf dir `net.d`, its template, host-local's data, cnitool's cache).
+pub struct ClusterNode {
+    pub ns: Netns,
+    pub ip: &'static str,
+    pub ip6: &'static str,
+    pub dir: PathBuf,
+}
+
+/// Three nodes on one machine, the segment namespace routing between their two subnets:
+///
+/// ```text
+///   n0 10.95.0.11 ─┐                     ┌─ n2 10.96.0.13
+///   n1 10.95.0.12 ─┴─ br0 [router] br1 ──┘
+///                   10.95.0.1  10.96.0.1
+/// ```
+/// (and fd00:95::/64, fd00:96::/64 the same way). Each node's directory is under `dir`.
+pub fn three_node_network(t: &str, dir: &Path) -> (Segment, Vec<ClusterNode>) {
+    let seg = Segment::new(format!("cnseg{t}"), "10.95.0.1/24");
+    seg.add_bridge("br1", "10.96.0.1/24");
+    run(&["ip", "-n", &seg.ns.0, "addr", "add", "fd00:95::1/64", "dev", "br0", "nodad"]);
+    run(&["ip", "-n", &seg.ns.0, "addr", "add", "fd00:96::1/64", "dev", "br1", "nodad"]);
+    run(&["ip", "netns", "exec", &seg.ns.0, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+    let mut nodes = Vec::new();
+    let ips = [("10.95.0.11", "fd00:95::11"), ("10.95.0.12", "fd00:95::12"), ("10.96.0.13", "fd00:96::13")];
+    for (i, (ip, ip6)) in ips.into_iter().enumerate() {
+        let ns = Netns::new(format!("cnn{t}-{i}"));
+        let bridge = if i < 2 { "br0" } else { "br1" };
+        seg.attach_to(bridge, &ns, &format!("p{i}"), &format!("{ip}/24"));
+        let gw = if i < 2 { "10.95.0.1" } else { "10.96.0.1" };
+        run(&["ip", "-n", &ns.0, "route", "add", "default", "via", gw]);
+        run(&["ip", "-n", &ns.0, "addr", "add", &format!("{ip6}/64"), "dev", "eth0", "nodad"]);
+        let gw6 = if i < 2 { "fd00:95::1" } else { "fd00:96::1" };
+        run(&["ip", "-n", &ns.0, "-6", "route", "add", "default", "via", gw6]);
+        let ndir = dir.join(format!("n{i}"));
+        fs::create_dir_all(ndir.join("ipam")).unwrap();
+        fs::write(ndir.join("template"), pod_template(&ndir.join("ipam"))).unwrap();
+        nodes.push(ClusterNode { ns, ip, ip6, dir: ndir });
+    }
+    (seg, nodes)
+}
+
+/// Adds pod namespace `pod` on `node` with cnitool and the conflist the node's agent wrote;
+/// returns the CNI result.
+pub fn cni_add(node: &ClusterNode, plugins: &Path, pod: &str) -> serde_json::Value {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &node.ns.0, plugins.join("cnitool").to_str().unwrap()])
+        .args(["add", "cni-rs", &format!("/var/run/netns/{pod}"), "--json"])
+        .env("NETCONFPATH", node.dir.join("net.d"))
+        .env("CNI_PATH", plugins)
+        .env("CNI_CACHE_DIR", node.dir.join("cache"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "cnitool add {pod} on {}: {text}{}", node.ns.0, String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&text).unwrap()
 }
