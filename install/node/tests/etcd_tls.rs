@@ -2,7 +2,8 @@
 //! on https only, with a CA and certificates made by openssl: agents with a client certificate
 //! lease their blocks and route to each other; an agent without one, with the wrong CA, or with a
 //! certificate another CA signed is refused with a log line naming the flag to fix; a user and
-//! password (etcd auth) work over server-only TLS, and a missing or wrong password is named too.
+//! password (etcd auth) work over server-only TLS, also after the token expired, and a missing or
+//! wrong password is named too.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -22,12 +23,12 @@ struct Fixture {
 }
 
 /// etcd on https://10.95.0.1:2379 in the segment, `nodes` node namespaces at 10.95.0.(11+i).
-fn fixture(nodes: usize, client_cert_auth: bool) -> Fixture {
+fn fixture(nodes: usize, client_cert_auth: bool, etcd_args: &[&str]) -> Fixture {
     let t = tag();
     let dir = TempDir::new("etcd-tls");
     let pki = Pki::new("cluster-ca");
     let segment = Segment::new(format!("cnseg{t}"), "10.95.0.1/24");
-    let etcd = Etcd::start_tls(&segment.ns.0, "10.95.0.1", &pki, client_cert_auth);
+    let etcd = Etcd::start_tls(&segment.ns.0, "10.95.0.1", &pki, client_cert_auth, etcd_args);
     let mut list = Vec::new();
     for i in 0..nodes {
         let ns = Netns::new(format!("cnt{t}-{i}"));
@@ -91,7 +92,7 @@ impl Fixture {
 #[test]
 fn agents_with_client_certificates_lease_their_blocks_and_route_over_tls() {
     require(&["etcd", "etcdctl", "openssl"]);
-    let mut f = fixture(2, true);
+    let mut f = fixture(2, true, &[]);
     // etcd really demands a client certificate: etcdctl with the CA alone gets nothing.
     let (ok, text) = try_in(
         &f.etcd.ns,
@@ -130,7 +131,7 @@ fn agents_with_client_certificates_lease_their_blocks_and_route_over_tls() {
 #[test]
 fn refused_tls_connections_name_the_flag_to_fix() {
     require(&["etcd", "etcdctl", "openssl"]);
-    let mut f = fixture(3, true);
+    let mut f = fixture(3, true, &[]);
     let other = Pki::new("other-ca");
     let (cert, key) = f.pki.client("n-good");
     let (foreign_cert, foreign_key) = other.client("n-foreign");
@@ -171,7 +172,9 @@ fn refused_tls_connections_name_the_flag_to_fix() {
 #[test]
 fn a_user_and_password_file_over_server_only_tls() {
     require(&["etcd", "etcdctl", "openssl"]);
-    let mut f = fixture(1, false);
+    // Tokens live 1 s (etcd's default is 300 s): the agent's requests after a lost lease come
+    // long after its token expired.
+    let mut f = fixture(1, false, &["--auth-token-ttl", "1"]);
     let password = f.dir.0.join("password");
     std::fs::write(&password, "agent-secret\n").unwrap();
     let wrong = f.dir.0.join("wrong-password");
@@ -202,4 +205,19 @@ fn a_user_and_password_file_over_server_only_tls() {
     let (key, cidr) = wait_for("n0's block", Duration::from_secs(20), || f.block_of("n0"));
     assert_eq!((key.as_str(), cidr.as_str()), ("/cni-rs/subnets/10.244.0.0-24", "10.244.0.0/24"));
     assert!(f.agents[c].proc.running(), "{}", f.agents[c].proc.log());
+
+    // Revoking the lease makes the agent grant a new one and take its block again, seconds
+    // after its token expired: it authenticates again by itself.
+    std::thread::sleep(Duration::from_secs(3));
+    let leases = f.etcd.etcdctl(&["lease", "list"]);
+    let lease = leases.lines().nth(1).unwrap_or_else(|| panic!("no lease in {leases:?}")).trim().to_string();
+    f.etcd.etcdctl(&["lease", "revoke", &lease]);
+    f.log_line(c, &["taking a block again"]);
+    wait_for("n0's block again", Duration::from_secs(20), || {
+        let log = f.agents[c].proc.log();
+        (log.matches("holding 10.244.0.0/24").count() == 2).then_some(())
+    });
+    assert_eq!(f.block_of("n0").unwrap().0, "/cni-rs/subnets/10.244.0.0-24");
+    let log = f.agents[c].proc.log();
+    assert!(!log.contains("warning: etcd") && !log.contains("invalid auth token"), "{log}");
 }

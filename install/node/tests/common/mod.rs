@@ -193,7 +193,8 @@ impl Etcd {
     /// etcd serving clients over TLS only, with a server certificate from `pki` for `addr`;
     /// with `client_cert_auth`, only clients with a certificate `pki` signed get in. etcdctl
     /// then uses a client certificate with CN `root` (etcd's root user once auth is enabled).
-    pub fn start_tls(ns: &str, addr: &str, pki: &Pki, client_cert_auth: bool) -> Etcd {
+    /// `extra` goes to etcd as it is.
+    pub fn start_tls(ns: &str, addr: &str, pki: &Pki, client_cert_auth: bool, extra: &[&str]) -> Etcd {
         let (cert, key) = pki.server("etcd-server", addr);
         let mut args = vec!["--cert-file".to_string(), cert, "--key-file".into(), key];
         let mut ctl = vec!["--cacert".to_string(), pki.ca()];
@@ -202,7 +203,7 @@ impl Etcd {
             let (cert, key) = pki.client("root");
             ctl.extend(["--cert".to_string(), cert, "--key".into(), key]);
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).chain(extra.iter().copied()).collect();
         Etcd::launch(ns, &format!("https://{addr}:2379"), &args, ctl)
     }
 
