@@ -461,6 +461,37 @@ mod tests {
     }
 
     #[test]
+    fn connection_errors_name_the_flag_to_fix() {
+        let mut o = options("10.244.0.0/16", "24");
+        // The integration tests (etcd_tls) see the real errors; these are their texts.
+        let status = |message: &str| etcd_client::Error::Internal(message.to_string());
+        let plain = explain(&o, &status("tcp connect error: Connection refused (os error 111)"));
+        assert_eq!(plain, "internal error: tcp connect error: Connection refused (os error 111)");
+        let auth = explain(&o, &status("etcdserver: user name is empty"));
+        assert!(auth.ends_with("give --etcd-username and --etcd-password-file (or a client certificate whose CN is the user) for a user with readwrite on the prefix /cni-rs/subnets/)"), "{auth}");
+        o.etcd_tls = Some(crate::options::EtcdTls { ca_file: "/etc/ca.pem".into(), ca: Vec::new(), client: None });
+        for (message, hint) in [
+            ("invalid peer certificate: NotValidForName", "does not name the host of --etcd-endpoints"),
+            ("invalid peer certificate: UnknownIssuer", "not signed by --etcd-cafile /etc/ca.pem: give the CA"),
+            ("received fatal alert: CertificateRequired", "give --etcd-certfile and --etcd-keyfile"),
+            ("connection closed", "if it runs with --client-cert-auth, give --etcd-certfile and --etcd-keyfile"),
+        ] {
+            let text = explain(&o, &status(message));
+            assert!(text.starts_with(&format!("internal error: {message} (")) && text.contains(hint), "{text}");
+        }
+        o.etcd_tls = Some(crate::options::EtcdTls {
+            ca_file: "/etc/ca.pem".into(),
+            ca: Vec::new(),
+            client: Some((Vec::new(), Vec::new())),
+        });
+        let text = explain(&o, &status("received fatal alert: BadCertificate"));
+        assert!(
+            text.contains("etcd refused --etcd-certfile: it must be signed by the CA of etcd's --trusted-ca-file"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn blocks_pair_families_by_index() {
         let o = options("10.244.0.0/16,fd00:10:244::/56", "24,64");
         assert_eq!(block_count(&o), 256);
