@@ -12,7 +12,10 @@
 
 use crate::options::Options;
 use crate::trust::{self, Claim};
-use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, EventType, GetOptions, Identity, PutOptions, TlsOptions, Txn, TxnOp,
+    WatchOptions,
+};
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -122,14 +125,100 @@ pub fn block_key(options: &Options, block: &IpNetwork) -> String {
     format!("{}{}-{}", subnets_prefix(options), block.network(), block.prefix())
 }
 
+/// A client for `--etcd-endpoints` with the TLS and user of the options, checked by counting
+/// the keys under `<prefix>/subnets/` (the client connects lazily, and this is a read the agent
+/// needs anyway): a certificate etcd refuses, an untrusted server or a wrong password is an error
+/// here that says which flag to fix.
 pub async fn connect(options: &Options) -> Result<Client, String> {
-    let connect = etcd_client::ConnectOptions::new()
+    let mut connect = etcd_client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(5))
         .with_timeout(Duration::from_secs(10))
         .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
-    Client::connect(&options.etcd_endpoints, Some(connect))
-        .await
-        .map_err(|e| format!("connect to etcd {}: {e}", options.etcd_endpoints.join(",")))
+    if let Some(tls) = &options.etcd_tls {
+        let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(&tls.ca));
+        if let Some((cert, key)) = &tls.client {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        connect = connect.with_tls(config);
+    }
+    if let Some(user) = &options.etcd_user {
+        // etcd's tokens expire (--auth-token-ttl, 5 minutes by default); the agent runs for months.
+        connect = connect.with_user(user.name.as_str(), user.password.as_str()).with_auto_token_refresh(true);
+    }
+    let endpoints = options.etcd_endpoints.join(",");
+    let failed = |e: etcd_client::Error| format!("connect to etcd {endpoints}: {}", explain(options, &e));
+    let mut client = Client::connect(&options.etcd_endpoints, Some(connect)).await.map_err(failed)?;
+    let prefix = subnets_prefix(options);
+    client.get(prefix.as_str(), Some(GetOptions::new().with_prefix().with_count_only())).await.map_err(failed)?;
+    Ok(client)
+}
+
+/// `error` with the errors under it (a TLS alert is three levels below "transport error"), and
+/// what to do when it is one a flag fixes.
+fn explain(options: &Options, error: &etcd_client::Error) -> String {
+    let mut text = match error {
+        etcd_client::Error::GRpcStatus(status) => format!("etcd: {}", status.message()),
+        _ => error.to_string(),
+    };
+    let mut source: Option<&dyn std::error::Error> = match error {
+        etcd_client::Error::TransportError(e) => std::error::Error::source(e),
+        etcd_client::Error::GRpcStatus(status) => std::error::Error::source(status),
+        _ => None,
+    };
+    while let Some(e) = source {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            text = format!("{text}: {part}");
+        }
+        source = e.source();
+    }
+    let lower = text.to_ascii_lowercase();
+    let ca = || options.etcd_tls.as_ref().map_or("(none)".to_string(), |t| t.ca_file.display().to_string());
+    let with_client_cert = options.etcd_tls.as_ref().is_some_and(|t| t.client.is_some());
+    let refused = ["certificaterequired", "certificate required", "badcertificate", "bad certificate"]
+        .iter()
+        .any(|alert| lower.contains(alert));
+    let closed = lower.contains("broken pipe") || lower.contains("connection closed");
+    let hint = if refused && !with_client_cert {
+        Some("etcd asks for a client certificate (--client-cert-auth): give --etcd-certfile and --etcd-keyfile".into())
+    } else if closed && options.etcd_tls.is_some() {
+        // In TLS 1.3 the server checks the client certificate after the client has finished its
+        // handshake, so a refusal can also arrive as a closed connection under the first request.
+        Some(if with_client_cert {
+            "etcd closed the connection: if it runs with --client-cert-auth, --etcd-certfile must be signed by the \
+             CA of its --trusted-ca-file"
+        } else {
+            "etcd closed the connection: if it runs with --client-cert-auth, give --etcd-certfile and --etcd-keyfile"
+        }
+        .into())
+    } else if lower.contains("unknownissuer") || lower.contains("unknown issuer") {
+        Some(format!("etcd's server certificate is not signed by --etcd-cafile {}: give the CA that signed it", ca()))
+    } else if lower.contains("notvalidforname") || lower.contains("not valid for name") {
+        Some(
+            "etcd's server certificate does not name the host of --etcd-endpoints: use a name or address its \
+              subjectAltName lists"
+                .into(),
+        )
+    } else if refused || lower.contains("unknownca") || lower.contains("unknown ca") {
+        Some("etcd refused --etcd-certfile: it must be signed by the CA of etcd's --trusted-ca-file".into())
+    } else if lower.contains("invalid user id or password") || lower.contains("authentication failed") {
+        Some("etcd refused the user: check --etcd-username and the password in --etcd-password-file".into())
+    } else if lower.contains("user name is empty") || lower.contains("permission denied") {
+        let prefix = subnets_prefix(options);
+        Some(match &options.etcd_user {
+            Some(user) => format!("etcd user {} needs a role with readwrite on the prefix {prefix}", user.name),
+            None => format!(
+                "etcd's auth is on: give --etcd-username and --etcd-password-file (or a client certificate whose CN \
+                 is the user) for a user with readwrite on the prefix {prefix}"
+            ),
+        })
+    } else {
+        None
+    };
+    match hint {
+        Some(hint) => format!("{text} ({hint})"),
+        None => text,
+    }
 }
 
 fn etcd_err(what: impl std::fmt::Display) -> impl FnOnce(etcd_client::Error) -> String {
@@ -369,6 +458,37 @@ mod tests {
             "10.0.0.1",
         ];
         Options::parse(args.iter().map(|s| s.to_string()), None).unwrap().unwrap()
+    }
+
+    #[test]
+    fn connection_errors_name_the_flag_to_fix() {
+        let mut o = options("10.244.0.0/16", "24");
+        // The integration tests (etcd_tls) see the real errors; these are their texts.
+        let status = |message: &str| etcd_client::Error::Internal(message.to_string());
+        let plain = explain(&o, &status("tcp connect error: Connection refused (os error 111)"));
+        assert_eq!(plain, "internal error: tcp connect error: Connection refused (os error 111)");
+        let auth = explain(&o, &status("etcdserver: user name is empty"));
+        assert!(auth.ends_with("give --etcd-username and --etcd-password-file (or a client certificate whose CN is the user) for a user with readwrite on the prefix /cni-rs/subnets/)"), "{auth}");
+        o.etcd_tls = Some(crate::options::EtcdTls { ca_file: "/etc/ca.pem".into(), ca: Vec::new(), client: None });
+        for (message, hint) in [
+            ("invalid peer certificate: NotValidForName", "does not name the host of --etcd-endpoints"),
+            ("invalid peer certificate: UnknownIssuer", "not signed by --etcd-cafile /etc/ca.pem: give the CA"),
+            ("received fatal alert: CertificateRequired", "give --etcd-certfile and --etcd-keyfile"),
+            ("connection closed", "if it runs with --client-cert-auth, give --etcd-certfile and --etcd-keyfile"),
+        ] {
+            let text = explain(&o, &status(message));
+            assert!(text.starts_with(&format!("internal error: {message} (")) && text.contains(hint), "{text}");
+        }
+        o.etcd_tls = Some(crate::options::EtcdTls {
+            ca_file: "/etc/ca.pem".into(),
+            ca: Vec::new(),
+            client: Some((Vec::new(), Vec::new())),
+        });
+        let text = explain(&o, &status("received fatal alert: BadCertificate"));
+        assert!(
+            text.contains("etcd refused --etcd-certfile: it must be signed by the CA of etcd's --trusted-ca-file"),
+            "{text}"
+        );
     }
 
     #[test]

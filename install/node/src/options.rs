@@ -1,8 +1,9 @@
 //! Command-line flags of `cni-rs-node`.
 
 use ipnetwork::IpNetwork;
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub const USAGE: &str = "\
 usage: cni-rs-node [options]
@@ -11,6 +12,16 @@ usage: cni-rs-node [options]
                           (default: etcd when --etcd-endpoints is given, else kubernetes)
   --kubeconfig PATH       kubernetes: a kubeconfig instead of the in-cluster service account
   --etcd-endpoints LIST   etcd client URLs, comma-separated (e.g. http://10.95.0.1:2379)
+  --etcd-cafile FILE      TLS to etcd: the CA certificate (PEM) that signed etcd's server
+                          certificate, the only one trusted (there is no system trust store);
+                          needed by https:// endpoints, and every endpoint must be https://
+  --etcd-certfile FILE    client certificate (PEM) for an etcd with --client-cert-auth, with
+  --etcd-keyfile FILE     its private key (PEM): both or neither, and with --etcd-cafile
+  --etcd-username USER    etcd user, for an etcd with auth enabled; with --etcd-password-file
+  --etcd-password-file FILE
+                          file holding that user's password (one trailing newline is dropped);
+                          never a flag's value, since any process on the host can read a
+                          command line (/proc/PID/cmdline)
   --prefix PREFIX         etcd key prefix                    (default /cni-rs)
   --cluster-cidr LIST     the cluster's pod range, one per family (e.g. 10.244.0.0/16,fd00:10:244::/56)
   --node-cidr-size LIST   prefix length of each node's block, by position (default 24 for IPv4, 64 for IPv6)
@@ -58,6 +69,10 @@ pub struct Options {
     pub datastore: Datastore,
     pub kubeconfig: Option<PathBuf>,
     pub etcd_endpoints: Vec<String>,
+    /// TLS to etcd (--etcd-cafile, --etcd-certfile, --etcd-keyfile), read while parsing.
+    pub etcd_tls: Option<EtcdTls>,
+    /// etcd's user/password authentication (--etcd-username, --etcd-password-file).
+    pub etcd_user: Option<EtcdUser>,
     pub prefix: String,
     /// (cluster range, node block prefix length), one per family, in the order given.
     pub cluster: Vec<(IpNetwork, u8)>,
@@ -106,6 +121,137 @@ pub fn parse_network(flag: &str, text: &str) -> Result<IpNetwork, String> {
     Ok(net)
 }
 
+/// The PEM files of --etcd-cafile and, for a client certificate, --etcd-certfile and
+/// --etcd-keyfile. Debug names the files, never the key.
+#[derive(Clone)]
+pub struct EtcdTls {
+    pub ca_file: PathBuf,
+    pub ca: Vec<u8>,
+    /// (certificate, private key)
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdTls")
+            .field("ca_file", &self.ca_file)
+            .field("client_certificate", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An etcd user and the password read from --etcd-password-file. Debug leaves the password out.
+#[derive(Clone)]
+pub struct EtcdUser {
+    pub name: String,
+    pub password: String,
+}
+
+impl fmt::Debug for EtcdUser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdUser").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// The contents of `flag`'s file, which must hold a PEM block whose label ends in `label`
+/// (`CERTIFICATE`, `PRIVATE KEY`).
+fn read_pem(flag: &str, path: &Path, label: &str) -> Result<Vec<u8>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("{flag} {}: cannot read it: {e}", path.display()))?;
+    let text = String::from_utf8_lossy(&pem);
+    let found = text.lines().any(|l| l.starts_with("-----BEGIN ") && l.trim_end().ends_with(&format!("{label}-----")));
+    if !found {
+        return Err(format!("{flag} {}: holds no PEM {label} (a \"-----BEGIN ...{label}-----\" line)", path.display()));
+    }
+    Ok(pem)
+}
+
+/// Checks the etcd TLS and authentication flags against the endpoints and reads their files.
+fn etcd_security(
+    datastore: Datastore,
+    endpoints: &[String],
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    username: Option<String>,
+    password_file: Option<PathBuf>,
+) -> Result<(Option<EtcdTls>, Option<EtcdUser>), String> {
+    let given = [
+        ("--etcd-cafile", ca_file.is_some()),
+        ("--etcd-certfile", cert_file.is_some()),
+        ("--etcd-keyfile", key_file.is_some()),
+        ("--etcd-username", username.is_some()),
+        ("--etcd-password-file", password_file.is_some()),
+    ];
+    if datastore != Datastore::Etcd {
+        if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
+            return Err(format!("{flag} is for the etcd datastore; --datastore kubernetes does not use it"));
+        }
+        return Ok((None, None));
+    }
+    let tls = match (ca_file, cert_file, key_file) {
+        (_, Some(_), None) => {
+            return Err("--etcd-certfile needs --etcd-keyfile (the client certificate's private key)".into())
+        }
+        (_, None, Some(_)) => {
+            return Err("--etcd-keyfile needs --etcd-certfile (the client certificate of that key)".into())
+        }
+        (None, Some(_), Some(_)) => {
+            return Err("--etcd-certfile needs --etcd-cafile too (the CA that signed etcd's server certificate)".into())
+        }
+        (None, None, None) => None,
+        (Some(ca_file), cert_file, key_file) => {
+            let ca = read_pem("--etcd-cafile", &ca_file, "CERTIFICATE")?;
+            let client = match (cert_file, key_file) {
+                (Some(cert), Some(key)) => Some((
+                    read_pem("--etcd-certfile", &cert, "CERTIFICATE")?,
+                    read_pem("--etcd-keyfile", &key, "PRIVATE KEY")?,
+                )),
+                _ => None,
+            };
+            Some(EtcdTls { ca_file, ca, client })
+        }
+    };
+    for endpoint in endpoints {
+        let https = endpoint.starts_with("https://");
+        if tls.is_some() && !https {
+            let host = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+            return Err(format!(
+                "--etcd-endpoints {endpoint}: --etcd-cafile means TLS, which needs https:// endpoints \
+                 (write https://{host}, the URL etcd's --listen-client-urls serves TLS on)"
+            ));
+        }
+        if tls.is_none() && https {
+            return Err(format!(
+                "--etcd-endpoints {endpoint} needs --etcd-cafile FILE: the CA certificate that signed etcd's \
+                 server certificate (kubeadm's is /etc/kubernetes/pki/etcd/ca.crt); no other CA is trusted"
+            ));
+        }
+    }
+    let user = match (username, password_file) {
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err("--etcd-username needs --etcd-password-file (a file holding the user's password)".into())
+        }
+        (None, Some(_)) => return Err("--etcd-password-file needs --etcd-username (the user it is for)".into()),
+        (Some(name), Some(path)) => {
+            if name.is_empty() || name.contains(char::is_whitespace) {
+                return Err(format!("--etcd-username {name:?}: give a user name without spaces"));
+            }
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("--etcd-password-file {}: cannot read it: {e}", path.display()))?;
+            let password = text.strip_suffix('\n').map(|p| p.strip_suffix('\r').unwrap_or(p)).unwrap_or(&text);
+            if password.is_empty() {
+                return Err(format!(
+                    "--etcd-password-file {} is empty; write the password of {name} in it",
+                    path.display()
+                ));
+            }
+            Some(EtcdUser { name, password: password.to_string() })
+        }
+    };
+    Ok((tls, user))
+}
+
 impl Options {
     pub fn parse(
         args: impl IntoIterator<Item = String>,
@@ -115,6 +261,8 @@ impl Options {
         let mut endpoints = Vec::new();
         let mut datastore = None;
         let mut kubeconfig = None;
+        let (mut etcd_ca_file, mut etcd_cert_file, mut etcd_key_file) = (None, None, None);
+        let (mut etcd_username, mut etcd_password_file) = (None, None);
         let mut prefix = "/cni-rs".to_string();
         let mut cluster_text = None;
         let mut sizes_text = None;
@@ -163,6 +311,11 @@ impl Options {
                 }
                 "--kubeconfig" => kubeconfig = Some(PathBuf::from(value)),
                 "--etcd-endpoints" => endpoints = list(&value).map(String::from).collect(),
+                "--etcd-cafile" => etcd_ca_file = Some(PathBuf::from(value)),
+                "--etcd-certfile" => etcd_cert_file = Some(PathBuf::from(value)),
+                "--etcd-keyfile" => etcd_key_file = Some(PathBuf::from(value)),
+                "--etcd-username" => etcd_username = Some(value),
+                "--etcd-password-file" => etcd_password_file = Some(PathBuf::from(value)),
                 "--prefix" => prefix = value.trim_end_matches('/').to_string(),
                 "--cluster-cidr" => cluster_text = Some(value),
                 "--node-cidr-size" => sizes_text = Some(value),
@@ -240,6 +393,15 @@ impl Options {
         if datastore == Datastore::Etcd && endpoints.is_empty() {
             return Err("--datastore etcd needs --etcd-endpoints (e.g. http://10.95.0.1:2379)".into());
         }
+        let (etcd_tls, etcd_user) = etcd_security(
+            datastore,
+            &endpoints,
+            etcd_ca_file,
+            etcd_cert_file,
+            etcd_key_file,
+            etcd_username,
+            etcd_password_file,
+        )?;
         if !prefix.starts_with('/') {
             return Err(format!("--prefix {prefix:?} must start with '/'"));
         }
@@ -277,6 +439,8 @@ impl Options {
             datastore,
             kubeconfig,
             etcd_endpoints: endpoints,
+            etcd_tls,
+            etcd_user,
             prefix,
             cluster,
             node_ips,
@@ -387,5 +551,160 @@ mod tests {
             assert!(err.contains(why), "{extra:?}: {err}");
         }
         assert!(parse(&BASE[2..]).unwrap_err().contains("no node name"));
+    }
+
+    /// A directory of PEM-looking files and a password file for the etcd TLS and auth flags.
+    struct Files(PathBuf);
+
+    impl Files {
+        fn new(label: &str) -> Files {
+            let dir = std::env::temp_dir().join(format!("cni-rs-node-options-{label}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+            std::fs::write(dir.join("ca.pem"), cert).unwrap();
+            std::fs::write(dir.join("client.pem"), cert).unwrap();
+            std::fs::write(
+                dir.join("client-key.pem"),
+                "-----BEGIN EC PRIVATE KEY-----\nMHc\n-----END EC PRIVATE KEY-----\n",
+            )
+            .unwrap();
+            std::fs::write(dir.join("password"), "s3cret pass\r\n").unwrap();
+            std::fs::write(dir.join("empty"), "\n").unwrap();
+            Files(dir)
+        }
+
+        fn path(&self, name: &str) -> String {
+            self.0.join(name).to_str().unwrap().to_string()
+        }
+
+        /// BASE with `endpoint` and `extra`, each `@name` (also in `--flag=@name`) replaced by the
+        /// path of file `name`.
+        fn parse(&self, endpoint: &str, extra: &[&str]) -> Result<Option<Options>, String> {
+            let mut args: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
+            args[3] = endpoint.to_string();
+            args.extend(extra.iter().map(|a| match a.split_once('@') {
+                Some((flag, name)) => format!("{flag}{}", self.path(name)),
+                None => a.to_string(),
+            }));
+            Options::parse(args, None)
+        }
+    }
+
+    impl Drop for Files {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn etcd_tls_and_auth_flags_read_their_files() {
+        let files = Files::new("ok");
+        let o = files.parse("https://10.95.0.1:2379", &["--etcd-cafile", "@ca.pem"]).unwrap().unwrap();
+        let tls = o.etcd_tls.unwrap();
+        assert_eq!(tls.ca_file, files.0.join("ca.pem"));
+        assert!(tls.ca.starts_with(b"-----BEGIN CERTIFICATE-----"));
+        assert!(tls.client.is_none() && o.etcd_user.is_none());
+        let o = files
+            .parse(
+                "https://10.95.0.1:2379,https://10.95.0.2:2379",
+                &[
+                    "--etcd-cafile=@ca.pem",
+                    "--etcd-certfile",
+                    "@client.pem",
+                    "--etcd-keyfile",
+                    "@client-key.pem",
+                    "--etcd-username",
+                    "node-agent",
+                    "--etcd-password-file",
+                    "@password",
+                ],
+            )
+            .unwrap()
+            .unwrap();
+        let (cert, key) = o.etcd_tls.as_ref().unwrap().client.clone().unwrap();
+        assert!(cert.starts_with(b"-----BEGIN CERTIFICATE-----") && key.starts_with(b"-----BEGIN EC PRIVATE KEY-----"));
+        let user = o.etcd_user.as_ref().unwrap();
+        assert_eq!((user.name.as_str(), user.password.as_str()), ("node-agent", "s3cret pass"));
+        // Neither the key nor the password is in what Debug shows.
+        let shown = format!("{o:?}");
+        assert!(!shown.contains("s3cret") && !shown.contains("MHc") && shown.contains("node-agent"), "{shown}");
+        // A password with a space only, and no newline, is kept as it is.
+        std::fs::write(files.0.join("password"), " ").unwrap();
+        let o = files
+            .parse("http://10.95.0.1:2379", &["--etcd-username", "u", "--etcd-password-file", "@password"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.etcd_user.unwrap().password, " ");
+    }
+
+    #[test]
+    fn rejects_bad_etcd_tls_and_auth_flags() {
+        let files = Files::new("bad");
+        let https = "https://10.95.0.1:2379";
+        let http = "http://10.95.0.1:2379";
+        for (endpoint, extra, why) in [
+            (
+                https,
+                &["--etcd-cafile", "@ca.pem", "--etcd-certfile", "@client.pem"][..],
+                "--etcd-certfile needs --etcd-keyfile",
+            ),
+            (
+                https,
+                &["--etcd-cafile", "@ca.pem", "--etcd-keyfile", "@client-key.pem"][..],
+                "--etcd-keyfile needs --etcd-certfile",
+            ),
+            (
+                https,
+                &["--etcd-certfile", "@client.pem", "--etcd-keyfile", "@client-key.pem"][..],
+                "--etcd-certfile needs --etcd-cafile",
+            ),
+            (https, &["--etcd-cafile", "@missing.pem"][..], "missing.pem: cannot read it: No such file"),
+            (https, &["--etcd-cafile", "@password"][..], "password: holds no PEM CERTIFICATE"),
+            (
+                https,
+                &["--etcd-cafile", "@ca.pem", "--etcd-certfile", "@client.pem", "--etcd-keyfile", "@client.pem"][..],
+                "--etcd-keyfile",
+            ),
+            (
+                https,
+                &[
+                    "--etcd-cafile",
+                    "@ca.pem",
+                    "--etcd-certfile",
+                    "@client-key.pem",
+                    "--etcd-keyfile",
+                    "@client-key.pem",
+                ][..],
+                "client-key.pem: holds no PEM CERTIFICATE",
+            ),
+            (https, &[][..], "https://10.95.0.1:2379 needs --etcd-cafile FILE"),
+            (http, &["--etcd-cafile", "@ca.pem"][..], "needs https:// endpoints (write https://10.95.0.1:2379"),
+            ("10.95.0.1:2379", &["--etcd-cafile", "@ca.pem"][..], "(write https://10.95.0.1:2379"),
+            (http, &["--etcd-username", "u"][..], "--etcd-username needs --etcd-password-file"),
+            (http, &["--etcd-password-file", "@password"][..], "--etcd-password-file needs --etcd-username"),
+            (
+                http,
+                &["--etcd-username", "u", "--etcd-password-file", "@empty"][..],
+                "is empty; write the password of u",
+            ),
+            (http, &["--etcd-username", "u", "--etcd-password-file", "@nope"][..], "nope: cannot read it"),
+            (http, &["--etcd-username", "a b", "--etcd-password-file", "@password"][..], "without spaces"),
+            (
+                http,
+                &["--datastore", "kubernetes", "--etcd-cafile", "@ca.pem"][..],
+                "--etcd-cafile is for the etcd datastore",
+            ),
+        ] {
+            let err = files.parse(endpoint, extra).unwrap_err();
+            assert!(err.contains(why), "{endpoint} {extra:?}: {err}");
+        }
+        let err = files
+            .parse(
+                https,
+                &["--etcd-cafile", "@ca.pem", "--etcd-certfile", "@client.pem", "--etcd-keyfile", "@client.pem"],
+            )
+            .unwrap_err();
+        assert!(err.contains("holds no PEM PRIVATE KEY"), "{err}");
     }
 }

@@ -181,24 +181,46 @@ pub struct Etcd {
     pub proc: Proc,
     pub url: String,
     pub ns: String,
+    /// What etcdctl needs besides `--endpoints` (TLS files, a user); tests may add to it.
+    pub ctl: Vec<String>,
     _data: TempDir,
 }
 
 impl Etcd {
     pub fn start(ns: &str, addr: &str) -> Etcd {
+        Etcd::launch(ns, &format!("http://{addr}:2379"), &[], Vec::new())
+    }
+
+    /// etcd serving clients over TLS only, with a server certificate from `pki` for `addr`;
+    /// with `client_cert_auth`, only clients with a certificate `pki` signed get in. etcdctl
+    /// then uses a client certificate with CN `root` (etcd's root user once auth is enabled).
+    /// `extra` goes to etcd as it is.
+    pub fn start_tls(ns: &str, addr: &str, pki: &Pki, client_cert_auth: bool, extra: &[&str]) -> Etcd {
+        let (cert, key) = pki.server("etcd-server", addr);
+        let mut args = vec!["--cert-file".to_string(), cert, "--key-file".into(), key];
+        let mut ctl = vec!["--cacert".to_string(), pki.ca()];
+        if client_cert_auth {
+            args.extend(["--client-cert-auth".to_string(), "--trusted-ca-file".into(), pki.ca()]);
+            let (cert, key) = pki.client("root");
+            ctl.extend(["--cert".to_string(), cert, "--key".into(), key]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).chain(extra.iter().copied()).collect();
+        Etcd::launch(ns, &format!("https://{addr}:2379"), &args, ctl)
+    }
+
+    fn launch(ns: &str, client: &str, extra: &[&str], ctl: Vec<String>) -> Etcd {
         let data = TempDir::new("etcd");
-        let client = format!("http://{addr}:2379");
-        let peer = format!("http://{addr}:2380");
-        let args: Vec<String> = [
+        let peer = client.replace("https://", "http://").replace(":2379", ":2380");
+        let mut args: Vec<String> = [
             "etcd",
             "--name",
             "test",
             "--data-dir",
             data.0.join("data").to_str().unwrap(),
             "--listen-client-urls",
-            &client,
+            client,
             "--advertise-client-urls",
-            &client,
+            client,
             "--listen-peer-urls",
             &peer,
             "--initial-advertise-peer-urls",
@@ -209,10 +231,11 @@ impl Etcd {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
         let proc = Proc::spawn(ns, &args, data.0.join("etcd.log"));
-        let etcd = Etcd { proc, url: client, ns: ns.to_string(), _data: data };
+        let etcd = Etcd { proc, url: client.to_string(), ns: ns.to_string(), ctl, _data: data };
         wait_for("etcd to answer", Duration::from_secs(20), || {
-            let (ok, _) = try_in(ns, &["etcdctl", "--endpoints", &etcd.url, "endpoint", "health"]);
+            let (ok, _) = etcd.try_etcdctl(&["endpoint", "health"]);
             ok.then_some(())
         });
         etcd
@@ -220,15 +243,121 @@ impl Etcd {
 
     /// `key value` pairs under `prefix`.
     pub fn get_prefix(&self, prefix: &str) -> Vec<(String, String)> {
-        let out = run_in(&self.ns, &["etcdctl", "--endpoints", &self.url, "get", "--prefix", prefix]);
+        let out = self.etcdctl(&["get", "--prefix", prefix]);
         let lines: Vec<&str> = out.lines().collect();
         lines.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].to_string(), c[1].to_string())).collect()
     }
 
     pub fn etcdctl(&self, args: &[&str]) -> String {
+        let (ok, text) = self.try_etcdctl(args);
+        assert!(ok, "in {}: etcdctl {args:?} failed: {text}", self.ns);
+        text
+    }
+
+    pub fn try_etcdctl(&self, args: &[&str]) -> (bool, String) {
         let mut all = vec!["etcdctl", "--endpoints", &self.url];
+        all.extend(self.ctl.iter().map(String::as_str));
         all.extend_from_slice(args);
-        run_in(&self.ns, &all)
+        try_in(&self.ns, &all)
+    }
+}
+
+/// A certificate authority made with openssl in a directory of its own, and the certificates it
+/// signs (EC P-256, valid for a day).
+pub struct Pki {
+    pub dir: TempDir,
+    name: String,
+}
+
+impl Pki {
+    /// A self-signed CA with CN `name`: `<name>.crt` and `<name>.key`.
+    pub fn new(name: &str) -> Pki {
+        let dir = TempDir::new(&format!("pki-{name}"));
+        let pki = Pki { dir, name: name.to_string() };
+        let (crt, key) = (pki.path(&format!("{name}.crt")), pki.path(&format!("{name}.key")));
+        run(&[
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &crt,
+            "-days",
+            "1",
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+        pki
+    }
+
+    pub fn path(&self, file: &str) -> String {
+        self.dir.0.join(file).to_str().unwrap().to_string()
+    }
+
+    /// The CA's certificate file.
+    pub fn ca(&self) -> String {
+        self.path(&format!("{}.crt", self.name))
+    }
+
+    /// A server certificate for IP address `ip` (its subjectAltName): (certificate, key) files.
+    pub fn server(&self, cn: &str, ip: &str) -> (String, String) {
+        self.sign(cn, &format!("subjectAltName=IP:{ip}\nextendedKeyUsage=serverAuth\n"))
+    }
+
+    /// A client certificate with CN `cn` (etcd's user, when auth is on): (certificate, key) files.
+    pub fn client(&self, cn: &str) -> (String, String) {
+        self.sign(cn, "extendedKeyUsage=clientAuth\n")
+    }
+
+    fn sign(&self, cn: &str, extensions: &str) -> (String, String) {
+        let (crt, key, csr, ext) = (
+            self.path(&format!("{cn}.crt")),
+            self.path(&format!("{cn}.key")),
+            self.path(&format!("{cn}.csr")),
+            self.path(&format!("{cn}.ext")),
+        );
+        fs::write(&ext, extensions).unwrap();
+        run(&[
+            "openssl",
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &format!("/CN={cn}"),
+        ]);
+        let ca_key = self.path(&format!("{}.key", self.name));
+        run(&[
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &self.ca(),
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "1",
+            "-extfile",
+            &ext,
+        ]);
+        (crt, key)
     }
 }
 
