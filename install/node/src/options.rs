@@ -34,7 +34,10 @@ usage: cni-rs-node [options]
   --bin-dir DIR           host CNI binary directory          (default /host/opt/cni/bin)
   --conf-dir DIR          host CNI configuration directory   (default /host/etc/cni/net.d)
   --template FILE         conflist template                  (default: built in)
-  --conf-name NAME        conflist file name in conf-dir     (default 10-cni-rs.conflist)";
+  --conf-name NAME        conflist file name in conf-dir     (default 10-cni-rs.conflist)
+  --sysctls-only          set the node's sysctls the pods need (forwarding, bridge netfilter) and
+                          exit, failing when forwarding cannot be set: the DaemonSet's privileged
+                          init container (needs only --cluster-cidr)";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Datastore {
@@ -74,6 +77,8 @@ pub struct Options {
     pub conf_dir: PathBuf,
     pub template: Option<PathBuf>,
     pub conf_name: String,
+    /// Set the sysctls and exit (the init container); no node name needed.
+    pub sysctls_only: bool,
 }
 
 fn list(value: &str) -> impl Iterator<Item = &str> {
@@ -128,6 +133,7 @@ impl Options {
         let mut conf_dir = PathBuf::from("/host/etc/cni/net.d");
         let mut template = None;
         let mut conf_name = "10-cni-rs.conflist".to_string();
+        let mut sysctls_only = false;
 
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
@@ -139,6 +145,10 @@ impl Options {
                 "-h" | "--help" => return Ok(None),
                 "--no-plugins" if inline.is_none() => {
                     src = None;
+                    continue;
+                }
+                "--sysctls-only" if inline.is_none() => {
+                    sysctls_only = true;
                     continue;
                 }
                 _ => {}
@@ -220,7 +230,11 @@ impl Options {
             }
         }
 
-        let node_name = node_name.ok_or("no node name: give --node-name or set NODE_NAME")?;
+        let node_name = match node_name {
+            Some(name) => name,
+            None if sysctls_only => String::new(),
+            None => return Err("no node name: give --node-name or set NODE_NAME".into()),
+        };
         if node_name.contains('/') || node_name.contains(char::is_whitespace) {
             return Err(format!("--node-name {node_name:?} may not contain '/' or spaces"));
         }
@@ -281,6 +295,7 @@ impl Options {
             conf_dir,
             template,
             conf_name,
+            sysctls_only,
         }))
     }
 
@@ -370,5 +385,7 @@ mod tests {
             assert!(err.contains(why), "{extra:?}: {err}");
         }
         assert!(parse(&BASE[2..]).unwrap_err().contains("no node name"));
+        let init = parse(&["--sysctls-only", "--cluster-cidr=10.244.0.0/16"]).unwrap().unwrap();
+        assert!(init.sysctls_only && init.node_name.is_empty());
     }
 }
