@@ -19,7 +19,10 @@ else
     pkgs=(iproute2 iptables nftables conntrack socat curl busybox-static podman runc containerd
           containernetworking-plugins python3-pip file qemu-system-x86 xz-utils
           etcd-server etcd-client protobuf-compiler libprotobuf-dev strace openssl python3
-          dnsmasq-base systemd ethtool tcpdump wireguard-tools)
+          dnsmasq-base systemd ethtool tcpdump wireguard-tools
+          # setpriv and unshare: install/node/tests/daemonset_pod.rs runs the agent with only the
+          # DaemonSet's capabilities and a read-only root and /proc/sys (Essential, listed for clarity).
+          util-linux)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -13,6 +13,7 @@ mod net;
 mod netpol;
 mod options;
 mod policy;
+mod sysctls;
 mod trust;
 mod wgkey;
 mod wireguard;
@@ -38,6 +39,9 @@ fn main() -> ExitCode {
         Ok(options) => options,
         Err(code) => return code,
     };
+    if options.sysctls_only {
+        return sysctls::init_container(&node_sysctls(&options));
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -52,6 +56,12 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The sysctls this node's pods need (see [`sysctls::needed`]).
+fn node_sysctls(options: &Options) -> Vec<sysctls::Sysctl> {
+    let ipv6 = options.cluster.iter().any(|(net, _)| net.is_ipv6());
+    sysctls::needed(ipv6, enforces_policy(options))
 }
 
 /// Runs until SIGTERM or SIGINT. The lease is left to expire rather than revoked: a restarting
@@ -97,6 +107,7 @@ struct Wireguard {
 }
 
 async fn agent(options: Arc<Options>) -> Result<(), String> {
+    sysctls::ensure(&node_sysctls(&options));
     let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("open a netlink socket: {e}"))?;
     tokio::spawn(connection);
     let options =
@@ -123,7 +134,6 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
             return Err("--backend vxlan needs an IPv4 --node-ip (VXLAN runs over IPv4)".into());
         }
     }
-    enable_forwarding(&options);
 
     let published = Published {
         vtep_mac: local.vxlan.map(|(_, mac)| net::format_mac(&mac)),
@@ -265,30 +275,8 @@ fn install_plugins(src: &std::path::Path, bin_dir: &std::path::Path) -> Result<(
     Ok(())
 }
 
-/// Pods on other nodes are reached through this node's routing.
 fn enforces_policy(options: &Options) -> bool {
     options.network_policy && options.datastore == Datastore::Kubernetes
-}
-
-fn enable_forwarding(options: &Options) {
-    let mut keys = vec!["/proc/sys/net/ipv4/ip_forward"];
-    if options.cluster.iter().any(|(net, _)| net.is_ipv6()) {
-        keys.push("/proc/sys/net/ipv6/conf/all/forwarding");
-    }
-    // NetworkPolicy sees same-node pod traffic, which the bridge switches, through br_netfilter.
-    if enforces_policy(options) {
-        keys.push("/proc/sys/net/bridge/bridge-nf-call-iptables");
-        keys.push("/proc/sys/net/bridge/bridge-nf-call-ip6tables");
-    }
-    for key in keys {
-        if std::fs::read_to_string(key).map(|v| v.trim() == "1").unwrap_or(false) {
-            continue;
-        }
-        match std::fs::write(key, "1") {
-            Ok(()) => eprintln!("enabled forwarding ({key})"),
-            Err(e) => eprintln!("warning: enable forwarding: write 1 to {key}: {e}"),
-        }
-    }
 }
 
 /// The routes and VXLAN entries this node needs for `peers`, and what it refused.

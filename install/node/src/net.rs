@@ -38,6 +38,16 @@ pub fn errno(err: &rtnetlink::Error) -> Option<i32> {
     }
 }
 
+/// What to add to a netlink error that is EPERM: every change the agent makes to links, routes,
+/// neighbours and nftables needs CAP_NET_ADMIN, the one capability its container is given.
+pub fn permission_hint(err: &rtnetlink::Error) -> &'static str {
+    if errno(err) == Some(libc::EPERM) {
+        " (the agent needs CAP_NET_ADMIN: capabilities.add [NET_ADMIN] in install/daemonset.yaml)"
+    } else {
+        ""
+    }
+}
+
 /// A route the agent wants: `dst via gw` (or straight out of `oif` without one: WireGuard), on
 /// `oif` (any when `None`), `onlink` for VXLAN.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -236,7 +246,7 @@ pub async fn ensure_vxlan(
         match handle.link().add(msg).execute().await {
             Ok(()) => eprintln!("created VXLAN device {name} (VNI {VNI}, port {VXLAN_PORT}, local {local}, mtu {mtu})"),
             Err(e) if errno(&e) == Some(libc::EEXIST) => {}
-            Err(e) => return Err(format!("create VXLAN device {name}: {e}")),
+            Err(e) => return Err(format!("create VXLAN device {name}: {e}{}", permission_hint(&e))),
         }
     }
     let (index, mac, _, current_mtu) =
@@ -477,7 +487,7 @@ async fn apply_routes(
                 changes.added += 1;
             }
             Err(e) => {
-                eprintln!("error: add route {route}: {e}");
+                eprintln!("error: add route {route}: {e}{}", permission_hint(&e));
                 changes.errors += 1;
             }
         }

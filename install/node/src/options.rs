@@ -47,7 +47,10 @@ usage: cni-rs-node [options]
   --bin-dir DIR           host CNI binary directory          (default /host/opt/cni/bin)
   --conf-dir DIR          host CNI configuration directory   (default /host/etc/cni/net.d)
   --template FILE         conflist template                  (default: built in)
-  --conf-name NAME        conflist file name in conf-dir     (default 10-cni-rs.conflist)";
+  --conf-name NAME        conflist file name in conf-dir     (default 10-cni-rs.conflist)
+  --sysctls-only          set the node's sysctls the pods need (forwarding, bridge netfilter) and
+                          exit, failing when forwarding cannot be set: the DaemonSet's privileged
+                          init container (needs only --cluster-cidr)";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Datastore {
@@ -93,6 +96,8 @@ pub struct Options {
     pub conf_name: String,
     /// Enforce NetworkPolicies (Kubernetes datastore only).
     pub network_policy: bool,
+    /// Set the sysctls and exit (the init container); no node name needed.
+    pub sysctls_only: bool,
 }
 
 fn list(value: &str) -> impl Iterator<Item = &str> {
@@ -281,6 +286,7 @@ impl Options {
         let mut template = None;
         let mut conf_name = "10-cni-rs.conflist".to_string();
         let mut network_policy = true;
+        let mut sysctls_only = false;
 
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
@@ -292,6 +298,10 @@ impl Options {
                 "-h" | "--help" => return Ok(None),
                 "--no-plugins" if inline.is_none() => {
                     src = None;
+                    continue;
+                }
+                "--sysctls-only" if inline.is_none() => {
+                    sysctls_only = true;
                     continue;
                 }
                 _ => {}
@@ -385,7 +395,11 @@ impl Options {
             }
         }
 
-        let node_name = node_name.ok_or("no node name: give --node-name or set NODE_NAME")?;
+        let node_name = match node_name {
+            Some(name) => name,
+            None if sysctls_only => String::new(),
+            None => return Err("no node name: give --node-name or set NODE_NAME".into()),
+        };
         if node_name.contains('/') || node_name.contains(char::is_whitespace) {
             return Err(format!("--node-name {node_name:?} may not contain '/' or spaces"));
         }
@@ -458,6 +472,7 @@ impl Options {
             template,
             conf_name,
             network_policy,
+            sysctls_only,
         }))
     }
 
@@ -551,6 +566,8 @@ mod tests {
             assert!(err.contains(why), "{extra:?}: {err}");
         }
         assert!(parse(&BASE[2..]).unwrap_err().contains("no node name"));
+        let init = parse(&["--sysctls-only", "--cluster-cidr=10.244.0.0/16"]).unwrap().unwrap();
+        assert!(init.sysctls_only && init.node_name.is_empty());
     }
 
     /// A directory of PEM-looking files and a password file for the etcd TLS and auth flags.

@@ -83,7 +83,7 @@ pub async fn ensure_device(handle: &Handle, name: &str, mtu: u32) -> Result<u32,
                      --backend host-gw or vxlan)"
                 ))
             }
-            Err(e) => return Err(format!("create WireGuard device {name}: {e}")),
+            Err(e) => return Err(format!("create WireGuard device {name}: {e}{}", crate::net::permission_hint(&e))),
         }
     }
     let (index, wireguard, current_mtu) =

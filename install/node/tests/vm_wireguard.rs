@@ -2,7 +2,10 @@
 //! `--backend wireguard` inside a VM that boots Debian's kernel (the host kernel has no wireguard
 //! module): three nodes (network namespaces on one bridge, the segment), a real etcd, the agents,
 //! and pods made with the conflist each agent wrote (through cnitool and cni-rs's bridge and
-//! host-local). One boot runs every case.
+//! host-local). The agents run as the DaemonSet runs them: uid 0 with only the capabilities
+//! install/daemonset.yaml gives, and no_new_privs. One boot runs every case.
+
+mod common;
 
 use cni_tests::vm::Vm;
 use std::path::{Path, PathBuf};
@@ -41,7 +44,9 @@ node() {
     mkdir -p /tmp/n$1
 }
 start() {
-    ip netns exec n$1 env PATH=/tmp/shim /bin/cni-rs-node --node-name n$1 \
+    # As the DaemonSet runs it: uid 0 with only the container's capabilities, no_new_privs.
+    ip netns exec n$1 setpriv --no-new-privs --bounding-set __BOUNDING__ --inh-caps -all -- \
+        env PATH=/tmp/shim /bin/cni-rs-node --node-name n$1 \
         --etcd-endpoints http://10.95.0.1:2379 --cluster-cidr 10.244.0.0/16,fd00:10:244::/56 \
         --node-ip 10.95.0.1$1,fd00:95::1$1 --lease-ttl 5 --backend ${BACKEND:-wireguard} \
         --state-dir /tmp/n$1/state --conf-dir /tmp/n$1/net.d --no-plugins \
@@ -83,6 +88,8 @@ for i in 1 2 3; do node $i; start $i; done
 for i in 1 2 3; do
     check "node $i wrote its conflist" wait_for 60 test -s /tmp/n$i/net.d/10-cni-rs.conflist
 done
+check "the agents have only the DaemonSet's capabilities" \
+    has /proc/$(cat /tmp/n1/pid)/status '^CapEff:[[:space:]]+__CAPMASK__$' '^CapPrm:[[:space:]]+__CAPMASK__$'
 has_peers() { test "$(peer_count $1)" = "$2"; }
 for i in 1 2 3; do wait_for 60 has_peers $i 2 || tail -n 20 /tmp/n$i/log; done
 all_peers() { expect_peers 1 2 3 && expect_peers 2 1 3 && expect_peers 3 1 2; }
@@ -228,6 +235,10 @@ fn wireguard_backend_in_a_vm() {
     for tool in ["/usr/bin/etcd", "/usr/bin/tcpdump", "/usr/bin/wg"] {
         assert!(Path::new(tool).exists(), "{tool} is missing: apt-get install etcd-server tcpdump wireguard-tools");
     }
+    let caps = common::manifest_agent_capabilities(&common::manifest_documents());
+    let script = SCRIPT
+        .replace("__BOUNDING__", &common::setpriv_bounding(&caps))
+        .replace("__CAPMASK__", &common::cap_mask(&caps));
     let dir = std::env::temp_dir().join(cni_tests::unique("cni-rs-wg-vm"));
     std::fs::create_dir_all(&dir).unwrap();
     let run = Vm::new()
@@ -238,8 +249,9 @@ fn wireguard_backend_in_a_vm() {
         .bin("/usr/bin/etcd")
         .bin("/usr/bin/tcpdump")
         .bin("/usr/bin/wg")
+        .bin("/usr/bin/setpriv")
         .timeout(900)
-        .run(SCRIPT);
+        .run(&script);
     let _ = std::fs::remove_dir_all(&dir);
     for line in run.output.lines().filter(|l| l.starts_with("THROUGHPUT") || l.contains("WireGuard packets")) {
         eprintln!("{line}");
@@ -249,6 +261,7 @@ fn wireguard_backend_in_a_vm() {
         "node 1 wrote its conflist",
         "node 2 wrote its conflist",
         "node 3 wrote its conflist",
+        "the agents have only the DaemonSet's capabilities",
         "each device has exactly the other nodes as peers, with their pod CIDRs and endpoints",
         "routes to the other nodes' pod CIDRs go through the device",
         "the pods' MTU is the underlay's minus 60",

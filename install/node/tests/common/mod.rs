@@ -31,6 +31,8 @@ const INSTALL: &[(&str, &str)] = &[
     ("strace", "apt-get install strace"),
     ("nft", "apt-get install nftables"),
     ("kubernetes-validate", "pip install kubernetes-validate"),
+    ("setpriv", "apt-get install util-linux"),
+    ("unshare", "apt-get install util-linux"),
 ];
 
 /// The privileged-test policy of the cni-tests crate: fails the test unless it runs as root and
@@ -679,4 +681,70 @@ pub fn cni_add(node: &ClusterNode, plugins: &Path, pod: &str) -> serde_json::Val
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "cnitool add {pod} on {}: {text}{}", node.ns.0, String::from_utf8_lossy(&out.stderr));
     serde_json::from_str(&text).unwrap()
+}
+
+/// install/daemonset.yaml, one JSON value per document, read with PyYAML (which
+/// kubernetes-validate installs).
+pub fn manifest_documents() -> Vec<serde_json::Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../daemonset.yaml");
+    let script = "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))";
+    let out = Command::new("python3")
+        .args(["-c", script, path.to_str().unwrap()])
+        .output()
+        .unwrap_or_else(|e| panic!("python3: {e} (apt-get install python3)"));
+    assert!(
+        out.status.success(),
+        "python3 could not read {} as YAML (PyYAML comes with `pip install kubernetes-validate`): {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The document of `kind` in `documents`.
+pub fn manifest_kind<'a>(documents: &'a [serde_json::Value], kind: &str) -> &'a serde_json::Value {
+    documents.iter().find(|d| d["kind"] == kind).unwrap_or_else(|| panic!("no {kind} in install/daemonset.yaml"))
+}
+
+/// The capabilities install/daemonset.yaml gives the agent container (`add`; it drops ALL).
+pub fn manifest_agent_capabilities(documents: &[serde_json::Value]) -> Vec<String> {
+    let pod = &manifest_kind(documents, "DaemonSet")["spec"]["template"]["spec"];
+    let agent = pod["containers"].as_array().unwrap().iter().find(|c| c["name"] == "agent").expect("container agent");
+    let caps = &agent["securityContext"]["capabilities"];
+    assert_eq!(caps["drop"], serde_json::json!(["ALL"]), "the agent container drops ALL capabilities");
+    caps["add"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect()
+}
+
+/// The capability numbers of linux/capability.h a manifest might name.
+const CAPS: &[(&str, u32)] = &[
+    ("CHOWN", 0),
+    ("DAC_OVERRIDE", 1),
+    ("FOWNER", 3),
+    ("SETGID", 6),
+    ("SETUID", 7),
+    ("NET_BIND_SERVICE", 10),
+    ("NET_BROADCAST", 11),
+    ("NET_ADMIN", 12),
+    ("NET_RAW", 13),
+    ("SYS_MODULE", 16),
+    ("SYS_ADMIN", 21),
+];
+
+/// The capability set of `names` as /proc/PID/status shows it (`CapEff:` and the others).
+pub fn cap_mask(names: &[String]) -> String {
+    let mask = names.iter().fold(0u64, |mask, name| {
+        let bit = CAPS.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("add {name} to CAPS")).1;
+        mask | 1 << bit
+    });
+    format!("{mask:016x}")
+}
+
+/// `setpriv --bounding-set` for exactly `names`. Run as uid 0, a program gets its bounding set as
+/// its permitted and effective sets on exec (with no inheritable ones: `--inh-caps -all`), which
+/// is what a container runtime gives a uid-0 container with these capabilities.
+pub fn setpriv_bounding(names: &[String]) -> String {
+    std::iter::once("-all".to_string())
+        .chain(names.iter().map(|c| format!("+{}", c.to_lowercase())))
+        .collect::<Vec<_>>()
+        .join(",")
 }
