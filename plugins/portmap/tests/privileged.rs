@@ -814,3 +814,31 @@ fn stale_udp_entries_are_flushed_in_process() {
     assert_eq!(conntrack_entries(n, "ipv4"), others, "DEL deletes the flow's entry, only it");
     assert_eq!(conntrack_entries(n, "ipv6"), Vec::<String>::new(), "DEL deletes both families'");
 }
+
+/// route_localnet goes on the interface the node's routing really uses for the pod, policy rules
+/// included: with the pod subnet routed through br0 in table 100 (a rule sends it there) and a
+/// decoy route for it in the main table, br0 gets it, the decoy's link does not, and
+/// 127.0.0.1:hostPort from the node reaches the pod.
+#[test]
+fn route_localnet_follows_policy_routing() {
+    require_privileges();
+    let mut w = World::new();
+    w.http_server(&w.pod1.clone(), "pod1");
+    let n = &w.node;
+    must(&format!(
+        "ip -n {n} link add dc0 type veth peer name dc1 && ip -n {n} link set dc0 up && ip -n {n} link set dc1 up && \
+         ip -n {n} route del 10.66.0.0/24 dev br0 && ip -n {n} route add 10.66.0.0/24 dev dc0 && \
+         ip -n {n} route add 10.66.0.0/24 dev br0 src {NODE_BR} table 100 && \
+         ip -n {n} rule add to 10.66.0.0/24 lookup 100 pref 100"
+    ));
+    assert!(must(&format!("ip -n {n} route get {POD1}")).contains("dev br0"), "the rule routes the pod through br0");
+    let (network, cid, pod_ns) = names(&w, "pmrule");
+    let prev = prev_result(&w.pod1, POD1, None);
+    let conf = netconf("1.0.0", &network, None, &prev, Some(json!([{"hostPort": 8080, "containerPort": 80}])));
+    let call = |command| InNode { node: n, command, container: &cid, netns: &pod_ns };
+    assert!(plugin(ours(), &call("ADD"), &conf).0, "ADD");
+    let localnet = |link: &str| must(&format!("ip netns exec {n} sysctl -n net.ipv4.conf.{link}.route_localnet"));
+    assert_eq!((localnet("br0").trim(), localnet("dc0").trim()), ("1", "0"), "route_localnet on (br0, dc0)");
+    assert_eq!(http(n, "127.0.0.1", 8080).as_deref(), Some("pod1"), "127.0.0.1:hostPort from the node");
+    assert!(plugin(ours(), &call("DEL"), &conf).0, "DEL");
+}
