@@ -19,6 +19,7 @@ mod exec;
 mod iptables;
 pub(crate) mod nfnl;
 mod nftables;
+pub mod xtables;
 
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
