@@ -9,9 +9,14 @@
 
 use crate::packet::{self, opt, MessageType, Outgoing, Reply, CLIENT_PORT, SERVER_PORT};
 use netkit::netns::NetNs;
+use netkit::Netlink;
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{self, sockopt, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, SockaddrIn};
+use std::ffi::OsString;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -58,138 +63,64 @@ pub struct Conn {
     ifname: String,
 }
 
-fn last_os_error(what: impl std::fmt::Display) -> String {
-    format!("{what}: {}", io::Error::last_os_error())
-}
-
-fn ifreq(name: &str) -> Result<libc::ifreq, String> {
-    // SAFETY: ifreq is plain old data; all zeroes is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    if name.is_empty() || name.len() >= req.ifr_name.len() {
-        return Err(format!("interface name {name:?} is empty or too long"));
-    }
-    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
-        *dst = src as libc::c_char;
-    }
-    Ok(req)
-}
-
-fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32, what: &str) -> Result<(), String> {
-    // SAFETY: the option value is an int that outlives the call.
-    let rc = unsafe {
-        libc::setsockopt(fd, level, name, (&value as *const i32).cast(), std::mem::size_of::<i32>() as libc::socklen_t)
+/// The pod's interface as the kernel lists it (RTM_GETLINK through netkit): its index and MAC,
+/// brought up if it is down, as the reference does (a macvlan or bridge pod interface may still
+/// be down when IPAM runs). `Failure::Gone` when there is no such interface.
+fn pod_link(ifname: &str) -> Result<(u32, [u8; 6]), Failure> {
+    let what = || format!("interface {ifname} in the pod");
+    let nl = Netlink::open().map_err(|e| Failure::Other(format!("{}: {}", what(), e.msg)))?;
+    let link = match nl.link(ifname) {
+        Ok(Some(link)) => link,
+        Ok(None) => return Err(Failure::Gone(format!("{}: no such interface", what()))),
+        Err(e) => return Err(Failure::Other(format!("{}: {}", what(), e.msg))),
     };
-    if rc != 0 {
-        return Err(last_os_error(what));
+    let Some(mac) = link.mac else {
+        return Err(Failure::Other(format!("{}: it has no Ethernet address", what())));
+    };
+    if !link.up {
+        nl.set_up(link.index).map_err(|e| Failure::Other(format!("set {ifname} up: {}", e.msg)))?;
     }
-    Ok(())
+    Ok((link.index, mac))
 }
 
-/// Makes the sockets inside the current namespace; brings the interface up if it is down, as the
-/// reference does (a macvlan or bridge pod interface may still be down when IPAM runs).
+/// Makes the sockets inside the current namespace.
 fn open_here(ifname: &str) -> Result<Conn, Failure> {
-    // SAFETY: plain socket(2) calls; each fd is owned right away.
-    let udp = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if udp < 0 {
-        return Err(Failure::Other(last_os_error("socket(AF_INET)")));
-    }
-    // SAFETY: udp is a fresh fd we own.
-    let udp = unsafe { OwnedFd::from_raw_fd(udp) };
-    let fd = udp.as_raw_fd();
+    let (ifindex, mac) = pod_link(ifname)?;
+    let fail = |what: String| move |e: Errno| Failure::Other(format!("{what}: {}", io::Error::from(e)));
 
-    let mut req = ifreq(ifname).map_err(Failure::Other)?;
-    // SAFETY: SIOCGIFHWADDR fills the ifreq we own.
-    if unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR as _, &mut req) } != 0 {
-        let err = io::Error::last_os_error();
-        let msg = format!("interface {ifname} in the pod: {err}");
-        return Err(if err.raw_os_error() == Some(libc::ENODEV) { Failure::Gone(msg) } else { Failure::Other(msg) });
-    }
-    let mut mac = [0u8; 6];
-    // SAFETY: the union member ifru_hwaddr was just filled by the kernel.
-    let hw = unsafe { req.ifr_ifru.ifru_hwaddr };
-    for (m, b) in mac.iter_mut().zip(hw.sa_data.iter()) {
-        *m = *b as u8;
-    }
-
-    let mut req = ifreq(ifname).map_err(Failure::Other)?;
-    // SAFETY: SIOCGIFINDEX fills the ifreq we own.
-    if unsafe { libc::ioctl(fd, libc::SIOCGIFINDEX as _, &mut req) } != 0 {
-        return Err(Failure::Gone(last_os_error(format!("interface {ifname} in the pod"))));
-    }
-    // SAFETY: ifru_ifindex was just filled by the kernel.
-    let ifindex = unsafe { req.ifr_ifru.ifru_ifindex };
-
-    let mut req = ifreq(ifname).map_err(Failure::Other)?;
-    // SAFETY: SIOCGIFFLAGS / SIOCSIFFLAGS read and write the ifreq we own.
-    unsafe {
-        if libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) != 0 {
-            return Err(Failure::Other(last_os_error(format!("flags of {ifname}"))));
-        }
-        if req.ifr_ifru.ifru_flags & libc::IFF_UP as libc::c_short == 0 {
-            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            if libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &mut req) != 0 {
-                return Err(Failure::Other(last_os_error(format!("set {ifname} up"))));
-            }
-        }
-    }
-
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1, "SO_REUSEADDR").map_err(Failure::Other)?;
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_BROADCAST, 1, "SO_BROADCAST").map_err(Failure::Other)?;
-    // SAFETY: the device name buffer outlives the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_BINDTODEVICE,
-            ifname.as_ptr().cast(),
-            ifname.len() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(Failure::Other(last_os_error(format!("SO_BINDTODEVICE {ifname}"))));
-    }
-    // SAFETY: sockaddr_in is plain old data.
-    let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    sin.sin_family = libc::AF_INET as libc::sa_family_t;
-    sin.sin_port = CLIENT_PORT.to_be();
-    // SAFETY: sin is a valid sockaddr_in of the length given.
-    let rc = unsafe {
-        libc::bind(
-            fd,
-            (&sin as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(Failure::Other(last_os_error(format!("bind UDP port {CLIENT_PORT} on {ifname}"))));
-    }
+    let udp = socket::socket(AddressFamily::Inet, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)
+        .map_err(fail("socket(AF_INET)".into()))?;
+    socket::setsockopt(&udp, sockopt::ReuseAddr, &true).map_err(fail("SO_REUSEADDR".into()))?;
+    socket::setsockopt(&udp, sockopt::Broadcast, &true).map_err(fail("SO_BROADCAST".into()))?;
+    socket::setsockopt(&udp, sockopt::BindToDevice, &OsString::from(ifname))
+        .map_err(fail(format!("SO_BINDTODEVICE {ifname}")))?;
+    socket::bind(udp.as_raw_fd(), &SockaddrIn::new(0, 0, 0, 0, CLIENT_PORT))
+        .map_err(fail(format!("bind UDP port {CLIENT_PORT} on {ifname}")))?;
     let udp = UdpSocket::from(udp);
 
-    let proto = (libc::ETH_P_IP as u16).to_be();
-    // SAFETY: plain socket(2); the fd is owned right away.
-    let packet = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, proto as i32) };
-    if packet < 0 {
-        return Err(Failure::Other(last_os_error("socket(AF_PACKET)")));
-    }
-    // SAFETY: packet is a fresh fd we own.
-    let packet = unsafe { OwnedFd::from_raw_fd(packet) };
-    // SAFETY: sockaddr_ll is plain old data.
+    let packet = socket::socket(AddressFamily::Packet, SockType::Datagram, SockFlag::SOCK_CLOEXEC, SockProtocol::EthIp)
+        .map_err(fail("socket(AF_PACKET)".into()))?;
+    bind_packet(&packet, ifindex).map_err(fail(format!("bind a packet socket to {ifname}")))?;
+    Ok(Conn { udp, packet, mac, ifname: ifname.to_string() })
+}
+
+/// Binds a packet socket to IPv4 frames on interface `ifindex`: nix has no way to build a
+/// `sockaddr_ll`.
+fn bind_packet(fd: &OwnedFd, ifindex: u32) -> Result<(), Errno> {
+    // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = proto;
-    sll.sll_ifindex = ifindex;
-    // SAFETY: sll is a valid sockaddr_ll of the length given.
+    sll.sll_protocol = (libc::ETH_P_IP as u16).to_be();
+    sll.sll_ifindex = i32::try_from(ifindex).map_err(|_| Errno::ENODEV)?;
+    // SAFETY: sll is a valid sockaddr_ll of the length given; the descriptor is borrowed, so open.
     let rc = unsafe {
         libc::bind(
-            packet.as_raw_fd(),
+            fd.as_raw_fd(),
             (&sll as *const libc::sockaddr_ll).cast(),
             std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
         )
     };
-    if rc != 0 {
-        return Err(Failure::Other(last_os_error(format!("bind a packet socket to {ifname}"))));
-    }
-    Ok(Conn { udp, packet, mac, ifname: ifname.to_string() })
+    Errno::result(rc).map(drop)
 }
 
 impl Conn {
@@ -260,30 +191,26 @@ impl Conn {
             if left.is_zero() {
                 return Ok(None);
             }
-            let mut pfd = libc::pollfd { fd: self.packet.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
-            // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
+            let ms = PollTimeout::try_from(left.as_millis().max(1)).unwrap_or(PollTimeout::MAX);
+            match poll(&mut [PollFd::new(self.packet.as_fd(), PollFlags::POLLIN)], ms) {
+                Ok(0) | Err(Errno::EINTR) => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(Failure::Other(format!(
+                        "poll the packet socket on {}: {}",
+                        self.ifname,
+                        io::Error::from(e)
+                    )))
                 }
-                return Err(Failure::Other(format!("poll the packet socket on {}: {e}", self.ifname)));
             }
-            if n == 0 {
-                continue;
-            }
-            // SAFETY: buf is writable for its length.
-            let len = unsafe { libc::recv(self.packet.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if len < 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::ENETDOWN) || e.raw_os_error() == Some(libc::ENODEV) {
-                    return Err(Failure::Gone(format!("interface {} went away: {e}", self.ifname)));
+            let len = match socket::recv(self.packet.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+                Ok(len) => len,
+                Err(e @ (Errno::ENETDOWN | Errno::ENODEV)) => {
+                    return Err(Failure::Gone(format!("interface {} went away: {}", self.ifname, io::Error::from(e))))
                 }
-                continue;
-            }
-            let Some(reply) = packet::udp_payload_to_client(&buf[..len as usize]).and_then(Reply::parse) else {
+                Err(_) => continue,
+            };
+            let Some(reply) = packet::udp_payload_to_client(&buf[..len]).and_then(Reply::parse) else {
                 continue;
             };
             if reply.xid == xid && reply.chaddr == self.mac && reply.kind.is_some_and(|k| kinds.contains(&k)) {

@@ -16,7 +16,6 @@ mod nlsock;
 pub mod saved;
 pub mod sysctl;
 pub mod tuntap;
-pub mod xtables;
 
 pub use netlink::{format_mac, parse_mac, Address, BridgeVlan, IpFamily, Link, Netlink, RouteSpec};
 pub use netns::{container_netns, container_netns_for_del, NetNs, NsGuard};

@@ -83,7 +83,7 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 
 /// The (type, value) of each netlink attribute in `b` (NLA_F_NESTED and NLA_F_NET_BYTEORDER
 /// cleared from the type).
-fn attributes(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub(crate) fn attributes(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
         let len = usize::from(u16_at(b, 0));
         if b.len() < 4 || len < 4 || len > b.len() {

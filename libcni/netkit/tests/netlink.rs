@@ -328,3 +328,25 @@ fn addresses_and_routes() {
     assert!(nlc.del_address(eth0.index, net("fd00:9::2/64")).unwrap());
     assert!(!nlc.addresses(eth0.index).unwrap().iter().any(|a| a.ip().is_ipv4()));
 }
+
+/// `output_link` answers as `ip route get` does: a policy rule that sends a prefix to another
+/// table wins over the main table's route, and no route is `None`.
+#[test]
+fn output_link_honours_policy_rules() {
+    require_root();
+    let t = Netns::new("cnk-rg-");
+    t.ip(&["link", "add", "via0", "type", "veth", "peer", "name", "via1"]);
+    t.ip(&["link", "add", "alt0", "type", "veth", "peer", "name", "alt1"]);
+    for link in ["via0", "via1", "alt0", "alt1"] {
+        t.ip(&["link", "set", link, "up"]);
+    }
+    t.ip(&["route", "add", "10.77.0.0/16", "dev", "via0"]);
+    t.ip(&["route", "add", "10.77.1.0/24", "dev", "alt0", "table", "100"]);
+    t.ip(&["rule", "add", "to", "10.77.1.0/24", "lookup", "100", "pref", "100"]);
+    let ns = NetNs::open(&t.path).unwrap();
+    let nl = Netlink::open_in(&ns).unwrap();
+    let index = |name: &str| nl.link(name).unwrap().unwrap().index;
+    assert_eq!(nl.output_link("10.77.2.1".parse().unwrap()).unwrap(), Some(index("via0")), "main table");
+    assert_eq!(nl.output_link("10.77.1.1".parse().unwrap()).unwrap(), Some(index("alt0")), "the rule's table");
+    assert_eq!(nl.output_link("10.78.0.1".parse().unwrap()).unwrap(), None, "no route");
+}

@@ -12,7 +12,8 @@ use libcni::skel::{Plugin, Request};
 use libcni::types::CniResult;
 use libcni::{Errors, Result};
 use netkit::firewall::{self, BackendKind, Protocol};
-use std::net::Ipv4Addr;
+use netkit::Netlink;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// The plugin.
 pub struct PortMap;
@@ -54,37 +55,12 @@ fn rules(req: &Request, conf: &Config, v4: Option<IpNetwork>, v6: Option<IpNetwo
     }
 }
 
-/// The host interface that routes to `ip` (longest prefix, then lowest metric, of the main
-/// table in /proc/net/route).
-fn routing_interface(ip: Ipv4Addr) -> Option<String> {
-    let table = std::fs::read_to_string("/proc/net/route").ok()?;
-    routing_interface_in(&table, ip)
-}
-
-fn routing_interface_in(table: &str, ip: Ipv4Addr) -> Option<String> {
-    let target = u32::from(ip);
-    let mut best: Option<(u32, u32, &str)> = None;
-    for line in table.lines().skip(1) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 8 {
-            continue;
-        }
-        // The kernel prints the network-order address bytes as a native-endian u32 in hex.
-        let parse = |s: &str| u32::from_str_radix(s, 16).ok().map(|v| u32::from_be_bytes(v.to_ne_bytes()));
-        let (Some(dst), Some(mask), Ok(metric)) = (parse(f[1]), parse(f[7]), f[6].parse::<u32>()) else { continue };
-        let flags = u32::from_str_radix(f[3], 16).unwrap_or(0);
-        if flags & 0x1 == 0 || target & mask != dst {
-            continue; // not RTF_UP, or not covering the address
-        }
-        let better = match best {
-            None => true,
-            Some((m, met, _)) => mask.count_ones() > m.count_ones() || (mask == m && metric < met),
-        };
-        if better {
-            best = Some((mask, metric, f[0]));
-        }
-    }
-    best.map(|(_, _, name)| name.to_string())
+/// The name of the host interface a packet to `ip` leaves through, as `ip route get` picks it
+/// (policy rules honoured); `None` when the node has no route to it.
+fn routing_interface(ip: Ipv4Addr) -> Result<Option<String>> {
+    let nl = Netlink::open()?;
+    let Some(index) = nl.output_link(IpAddr::V4(ip))? else { return Ok(None) };
+    Ok(nl.link_by_index(index)?.map(|l| l.name))
 }
 
 /// Lets 127.0.0.1-sourced packets (localhost → hostPort, DNATed) leave through `ifname`.
@@ -127,13 +103,13 @@ impl Plugin for PortMap {
         let fw = firewall::open(conf.backend);
         fw.add_portmap(&rules(req, &conf, v4, v6))?;
         if let (true, Some(IpNetwork::V4(addr))) = (conf.snat, v4) {
-            if let Some(ifname) = routing_interface(addr.ip()) {
-                if let Err(e) = enable_route_localnet(&ifname) {
-                    let mut errs = Errors::new();
-                    errs.push(e.context("portmap ADD"));
-                    errs.record(fw.del_portmap(&req.conf.name, &req.container_id, &req.ifname));
-                    return errs.finish().and(Ok(prev.clone()));
-                }
+            let localnet = routing_interface(addr.ip())
+                .and_then(|ifname| ifname.map_or(Ok(()), |ifname| enable_route_localnet(&ifname)));
+            if let Err(e) = localnet {
+                let mut errs = Errors::new();
+                errs.push(e.context("portmap ADD"));
+                errs.record(fw.del_portmap(&req.conf.name, &req.container_id, &req.ifname));
+                return errs.finish().and(Ok(prev.clone()));
             }
         }
         flush_udp(&conf, v4.is_some(), v6.is_some());
@@ -214,15 +190,5 @@ mod tests {
         assert_eq!(v6, Some("fd00::5/64".parse().unwrap()));
         let (v4, v6) = container_addresses(&prev, "eth9");
         assert_eq!((v4, v6), (None, None));
-    }
-
-    #[test]
-    fn route_lookup() {
-        let table = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
-                     eth0\t00000000\t0102A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n\
-                     cni0\t0000580A\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n\
-                     down0\t0500580A\t00000000\t0000\t0\t0\t0\tFFFFFFFF\t0\t0\t0\n";
-        assert_eq!(routing_interface_in(table, "10.88.0.5".parse().unwrap()).as_deref(), Some("cni0"));
-        assert_eq!(routing_interface_in(table, "8.8.8.8".parse().unwrap()).as_deref(), Some("eth0"));
     }
 }

@@ -719,3 +719,126 @@ fn nftables_masquerade() {
 fn iptables_masquerade() {
     masquerade(BackendKind::Iptables);
 }
+
+/// The node's TCP and UDP conntrack entries as `proto sport>dport` of the original tuple, sorted
+/// (the bridge's multicast makes others).
+fn conntrack_entries(node: &str, family: &str) -> Vec<String> {
+    let out = must(&format!("ip netns exec {node} conntrack -L -f {family} 2>/dev/null"));
+    let mut entries: Vec<String> = out
+        .lines()
+        .filter(|l| l.starts_with("tcp ") || l.starts_with("udp "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let first = |k: &str| f.iter().find(|w| w.starts_with(k)).map_or("", |w| &w[k.len()..]).to_string();
+            format!("{} {}>{}", f[0], first("sport="), first("dport="))
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+/// What a traced run started besides itself: (programs executed after its own, fork/vfork/clone
+/// calls that made a process rather than a thread). The trace is strace's `-f -o` file.
+fn started(trace: &std::path::Path) -> (Vec<String>, usize) {
+    let text = std::fs::read_to_string(trace).unwrap();
+    let ok = |l: &&str| !l.contains(" = -1 ") && !l.contains("<unfinished");
+    let programs: Vec<String> = text.lines().filter(|l| l.contains("execve(")).filter(ok).map(String::from).collect();
+    let processes = text
+        .lines()
+        .filter(|l| ["fork(", "vfork(", "clone(", "clone3("].iter().any(|c| l.contains(c)))
+        .filter(|l| !l.contains("CLONE_THREAD"))
+        .filter(ok)
+        .count();
+    (programs.into_iter().skip(1).collect(), processes)
+}
+
+/// A datagram from the remote host to the node's host port before the mapping existed leaves a
+/// conntrack entry that would keep later datagrams of that flow from being DNATed: ADD deletes
+/// the node's UDP entries to the mapped port (IPv4 and IPv6 when the pod has both), DEL those of
+/// both families, and nothing else. Neither starts a process on the default backend.
+#[test]
+fn stale_udp_entries_are_flushed_in_process() {
+    require_privileges();
+    require_tools(&["strace"]);
+    let (w, network, cid, pod_ns) = serving("pmct");
+    let n = &w.node;
+    // The node tracks packets once a rule there needs conntrack.
+    must(&format!(
+        "ip netns exec {n} nft 'add table inet ctprobe; \
+         add chain inet ctprobe pre {{ type filter hook prerouting priority 0; }}; \
+         add rule inet ctprobe pre ct state new counter'"
+    ));
+    let from_40001 = |msg: &str| {
+        let out = sh(&format!(
+            "echo {msg} | ip netns exec {} socat -t 1 -T 2 - UDP4:{NODE_UP}:5300,sourceport=40001,reuseaddr",
+            w.remote
+        ));
+        Some(String::from_utf8_lossy(&out.stdout).trim().to_string()).filter(|t| !t.is_empty())
+    };
+    assert_eq!(from_40001("early"), None, "nothing answers before ADD");
+    must(&format!(
+        "ip netns exec {n} sh -c 'conntrack -I -t 120 -p udp -s {REMOTE} -d {NODE_UP} --sport 40002 --dport 5301 && \
+         conntrack -I -t 120 -p tcp -s {REMOTE} -d {NODE_UP} --sport 40003 --dport 5300 --state ESTABLISHED && \
+         conntrack -I -t 120 -p udp -s fd67::2 -d {NODE_UP_V6} --sport 40004 --dport 5300' 2>/dev/null"
+    ));
+    let others = ["tcp 40003>5300", "udp 40002>5301"];
+    assert_eq!(conntrack_entries(n, "ipv4"), ["tcp 40003>5300", "udp 40001>5300", "udp 40002>5301"]);
+
+    let prev = prev_result(&w.pod1, POD1, None);
+    let conf = netconf(
+        "1.0.0",
+        &network,
+        None,
+        &prev,
+        Some(json!([{"hostPort": 5300, "containerPort": 5300, "protocol": "udp"}])),
+    );
+    let traced = |command: &str| {
+        let trace = w.dir.join(format!("strace.{command}"));
+        let mut c = netns_exec(n, "strace");
+        c.args(["-f", "-qq", "-e", "trace=execve,execveat,fork,vfork,clone,clone3", "-e", "signal=none", "-o"])
+            .arg(&trace)
+            .arg(ours());
+        let out = exec::Call::new(command, &cid, &pod_ns).run(c, &conf);
+        assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(started(&trace), (vec![], 0), "portmap {command} started a process");
+    };
+
+    traced("ADD");
+    // The pod has no IPv6 address: ADD leaves IPv6 alone.
+    assert_eq!(conntrack_entries(n, "ipv4"), others, "ADD deletes the stale entry, only it");
+    assert_eq!(conntrack_entries(n, "ipv6"), ["udp 40004>5300"]);
+    assert_eq!(from_40001("late").as_deref(), Some("late"), "the same flow reaches the pod after ADD");
+    assert_eq!(conntrack_entries(n, "ipv4"), ["tcp 40003>5300", "udp 40001>5300", "udp 40002>5301"]);
+
+    traced("DEL");
+    assert_eq!(conntrack_entries(n, "ipv4"), others, "DEL deletes the flow's entry, only it");
+    assert_eq!(conntrack_entries(n, "ipv6"), Vec::<String>::new(), "DEL deletes both families'");
+}
+
+/// route_localnet goes on the interface the node's routing really uses for the pod, policy rules
+/// included: with the pod subnet routed through br0 in table 100 (a rule sends it there) and a
+/// decoy route for it in the main table, br0 gets it, the decoy's link does not, and
+/// 127.0.0.1:hostPort from the node reaches the pod.
+#[test]
+fn route_localnet_follows_policy_routing() {
+    require_privileges();
+    let mut w = World::new();
+    w.http_server(&w.pod1.clone(), "pod1");
+    let n = &w.node;
+    must(&format!(
+        "ip -n {n} link add dc0 type veth peer name dc1 && ip -n {n} link set dc0 up && ip -n {n} link set dc1 up && \
+         ip -n {n} route del 10.66.0.0/24 dev br0 && ip -n {n} route add 10.66.0.0/24 dev dc0 && \
+         ip -n {n} route add 10.66.0.0/24 dev br0 src {NODE_BR} table 100 && \
+         ip -n {n} rule add to 10.66.0.0/24 lookup 100 pref 100"
+    ));
+    assert!(must(&format!("ip -n {n} route get {POD1}")).contains("dev br0"), "the rule routes the pod through br0");
+    let (network, cid, pod_ns) = names(&w, "pmrule");
+    let prev = prev_result(&w.pod1, POD1, None);
+    let conf = netconf("1.0.0", &network, None, &prev, Some(json!([{"hostPort": 8080, "containerPort": 80}])));
+    let call = |command| InNode { node: n, command, container: &cid, netns: &pod_ns };
+    assert!(plugin(ours(), &call("ADD"), &conf).0, "ADD");
+    let localnet = |link: &str| must(&format!("ip netns exec {n} sysctl -n net.ipv4.conf.{link}.route_localnet"));
+    assert_eq!((localnet("br0").trim(), localnet("dc0").trim()), ("1", "0"), "route_localnet on (br0, dc0)");
+    assert_eq!(http(n, "127.0.0.1", 8080).as_deref(), Some("pod1"), "127.0.0.1:hostPort from the node");
+    assert!(plugin(ours(), &call("DEL"), &conf).0, "DEL");
+}

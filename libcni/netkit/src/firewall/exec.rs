@@ -1,4 +1,4 @@
-//! Running the netfilter tools (`nft`, `iptables-restore`, `conntrack`).
+//! Running the netfilter tools (`nft`, `iptables-save`, `iptables-restore`).
 
 use libcni::{code, Error, Result};
 use std::io::Write;

@@ -14,11 +14,13 @@
 //!   the Go plugins are torn down by ours. One `iptables-save -t nat` and one
 //!   `iptables-restore --noflush` per family and operation.
 
+mod conntrack;
 mod exec;
 mod iptables;
 pub mod netpol;
 pub(crate) mod nfnl;
 mod nftables;
+pub mod xtables;
 
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
@@ -274,20 +276,12 @@ pub trait Firewall {
     fn status(&self) -> Result<()>;
 }
 
-/// Deletes the UDP conntrack entries whose original destination port is `port` (for one family),
-/// so datagrams that were tracked before a mapping existed stop bypassing it. No entries is success.
-pub fn flush_udp_conntrack(port: u16, v6: bool) -> Result<()> {
-    let port = port.to_string();
-    let family = if v6 { "ipv6" } else { "ipv4" };
-    let out = exec::run("conntrack", &["-D", "-f", family, "-p", "udp", "--orig-port-dst", &port], None)?;
-    if out.success || out.stderr.contains("0 flow entries") {
-        Ok(())
-    } else {
-        Err(Error::network(format!(
-            "delete {family} UDP conntrack entries for port {port}: conntrack failed: {}",
-            exec::one_line(&out.stderr)
-        )))
-    }
+/// Deletes the UDP conntrack entries of one family whose original destination port is `port`,
+/// in every zone, so datagrams that were tracked before a mapping existed stop bypassing it: a
+/// ctnetlink dump and a delete of each entry that matches, in the calling thread's network
+/// namespace. How many were deleted; none is success.
+pub fn flush_udp_conntrack(port: u16, v6: bool) -> Result<usize> {
+    conntrack::delete(conntrack::Filter::udp_to_port(port, v6))
 }
 
 /// Makes chain `postrouting` (nat, hook postrouting, priority srcnat) of table `inet <table>` hold

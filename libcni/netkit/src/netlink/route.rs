@@ -192,19 +192,34 @@ impl Netlink {
     /// The route the kernel uses for `addr` (policy rules, then the longest prefix), or `None`
     /// when it has none (unreachable).
     pub fn fib_match(&self, addr: IpAddr) -> Result<Option<FibMatch>> {
-        let mut req = RouteMessage::default();
-        let dst = IpNetwork::from(addr);
-        req.header.address_family = if addr.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
-        req.header.destination_prefix_length = dst.prefix();
-        req.header.flags = RouteFlags::FibMatch;
-        req.attributes.push(RouteAttribute::Destination(RouteAddress::from(addr)));
-        match self.get_one(RouteNetlinkMessage::GetRoute(req)) {
-            Ok(Some(RouteNetlinkMessage::NewRoute(m))) => Ok(RouteSpec::from_message(&m).map(|r| FibMatch {
+        Ok(self.get_route(addr, RouteFlags::FibMatch)?.and_then(|m| {
+            RouteSpec::from_message(&m).map(|r| FibMatch {
                 dst: r.dst,
                 local: m.header.kind == RouteType::Local,
                 oif: r.oif,
                 gw: r.gw,
-            })),
+            })
+        }))
+    }
+
+    /// The index of the link a packet from this node to `addr` leaves through, as `ip route get
+    /// <addr>` picks it (policy rules, then the longest prefix, then one path of a multipath
+    /// route), or `None` when the node has no route to it.
+    pub fn output_link(&self, addr: IpAddr) -> Result<Option<u32>> {
+        Ok(self.get_route(addr, RouteFlags::empty())?.and_then(|m| RouteSpec::from_message(&m)).and_then(|r| r.oif))
+    }
+
+    /// RTM_GETROUTE for `addr` with `flags` (RTM_F_*): the kernel's answer, or `None` when it
+    /// has no route to `addr`.
+    fn get_route(&self, addr: IpAddr, flags: RouteFlags) -> Result<Option<RouteMessage>> {
+        let mut req = RouteMessage::default();
+        let dst = IpNetwork::from(addr);
+        req.header.address_family = if addr.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+        req.header.destination_prefix_length = dst.prefix();
+        req.header.flags = flags;
+        req.attributes.push(RouteAttribute::Destination(RouteAddress::from(addr)));
+        match self.get_one(RouteNetlinkMessage::GetRoute(req)) {
+            Ok(Some(RouteNetlinkMessage::NewRoute(m))) => Ok(Some(m)),
             Ok(_) => Ok(None),
             Err(RequestFailure::Errno(
                 libc::ENETUNREACH | libc::EHOSTUNREACH | libc::ESRCH | libc::EACCES | libc::EINVAL,

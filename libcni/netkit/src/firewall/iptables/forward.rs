@@ -35,14 +35,14 @@
 //! change makes the kernel refuse it, and it is read and planned again), under the xtables lock.
 //! A rule is found by comparing expressions, as `iptables -C`/`-D` find it, and deleted by handle.
 //! Where `iptables` is iptables-legacy, each operation reads the family's x_tables filter table
-//! from the kernel ([`crate::xtables`], the socket options libiptc uses), changes its chains and
+//! from the kernel ([`crate::firewall::xtables`], the socket options libiptc uses), changes its chains and
 //! writes it back whole with the counters of the rules it kept, under the xtables lock; each rule
 //! encoded as iptables-legacy 1.8.9 encodes it, so `iptables -C`/`-D` find ours and we theirs.
 
 use super::{cycle, host, lock, quote, Ipv};
 use crate::firewall::check_failed;
 use crate::firewall::nfnl::{self, BaseChain, Batch, ChainType, CmpOp, Expr, Family, Hook, Verdict};
-use crate::xtables;
+use crate::firewall::xtables;
 use libcni::{Error, Errors, Result};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
