@@ -155,8 +155,8 @@ fn pod_cidrs(i: usize) -> (String, String) {
     (format!("10.244.{i}.0/24"), six)
 }
 
-fn namespace_object(name: &str, labels: &Labels) -> Value {
-    let mut labels = labels.clone();
+/// A Namespace with `labels` and the one the API server adds to every namespace.
+fn namespace_object(name: &str, labels: &mut Labels) -> Value {
     labels.insert("kubernetes.io/metadata.name".into(), name.into());
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels},
            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
@@ -225,7 +225,7 @@ impl Cluster {
                 "z" => labels.insert("team".into(), "red".into()),
                 _ => None,
             };
-            objects.push(namespace_object(ns, &labels));
+            objects.push(namespace_object(ns, &mut labels));
             world.namespaces.insert(ns.into(), labels);
         }
         let standin = Standin::start(&seg.ns.0, &dir.0, "10.95.0.1", &Value::Array(objects));
@@ -368,8 +368,8 @@ impl Cluster {
 
     /// Changes a namespace's labels (a MODIFIED Namespace event).
     fn relabel_namespace(&mut self, ns: &str, labels: &[(&str, &str)]) {
-        let labels: Labels = labels.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-        self.standin.apply(&namespace_object(ns, &labels));
+        let mut labels: Labels = labels.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        self.standin.apply(&namespace_object(ns, &mut labels));
         self.world.namespaces.insert(ns.into(), labels);
     }
 
@@ -529,14 +529,14 @@ fn network_policy_matrix_follows_policies_pods_and_namespaces() {
     let mut c = Cluster::new("netpol", &[]);
     eprintln!("cluster up in {:?} (protocols {:?})", start.elapsed(), c.protos);
     c.expect_matrix("no policies: everything reachable");
-    for i in 0..3 {
-        let (ok, text) = c.policy_table(i);
-        assert!(ok, "n{i}: no inet cni-rs-netpol table with enforcement on: {text}");
-    }
 
     // Default deny ingress (upstream: should support a 'default-deny-ingress' policy).
     c.apply_policy("x", "deny-ingress", json!({"podSelector": {}, "policyTypes": ["Ingress"]}));
     c.expect_matrix("default deny ingress in x");
+    for i in 0..3 {
+        let (ok, text) = c.policy_table(i);
+        assert!(ok, "n{i}: no inet cni-rs-netpol table with enforcement on: {text}");
+    }
     // Stacked: pods labelled pod=b of x may reach x/a (should enforce policy to allow traffic
     // from pods within server namespace based on PodSelector).
     c.apply_policy(
@@ -559,7 +559,8 @@ fn network_policy_matrix_follows_policies_pods_and_namespaces() {
     c.delete_all_policies();
     c.expect_matrix("policies deleted");
 
-    // podSelector AND namespaceSelector in one peer, then the same as two peers (OR).
+    // podSelector AND namespaceSelector in one peer, then the same as two peers (OR), there by
+    // the label the API server gives every namespace.
     c.apply_policy(
         "x",
         "and",
@@ -573,7 +574,7 @@ fn network_policy_matrix_follows_policies_pods_and_namespaces() {
         "x",
         "or",
         json!({"podSelector": {"matchLabels": {"pod": "a"}},
-               "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}},
+               "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}},
                                      {"podSelector": {"matchLabels": {"pod": "b"}}}]}]}),
     );
     c.expect_matrix("x/a from namespace y or x/b (OR)");
@@ -700,6 +701,19 @@ fn network_policy_matrix_follows_policies_pods_and_namespaces() {
     c.expect_matrix("y/c relabelled role=client");
     c.relabel_pod("y", "c", &[("pod", "c")]);
     c.expect_matrix("y/c's role label removed");
+    c.delete_all_policies();
+    // A relabelled pod becomes selected, then unselected (upstream: should deny ingress access
+    // to updated pod).
+    c.apply_policy(
+        "y",
+        "isolate",
+        json!({"podSelector": {"matchLabels": {"isolated": "yes"}}, "policyTypes": ["Ingress"]}),
+    );
+    c.expect_matrix("no pod labelled isolated=yes");
+    c.relabel_pod("y", "a", &[("pod", "a"), ("isolated", "yes")]);
+    c.expect_matrix("y/a relabelled isolated=yes");
+    c.relabel_pod("y", "a", &[("pod", "a")]);
+    c.expect_matrix("y/a's isolated label removed");
     c.delete_all_policies();
 
     // Ingress and egress together, and an allow-all ingress beside a deny-all (upstream: multiple
