@@ -276,7 +276,9 @@ impl Cluster {
         for i in 0..3 {
             let conflist = c.nodes[i].dir.join("net.d/10-cni-rs.conflist");
             let ns = c.nodes[i].ns.0.clone();
+            let agent = &mut c.agents[i];
             wait_for("every node's conflist and its two routes", Duration::from_secs(30), || {
+                assert!(agent.proc.running(), "the agent of n{i} exited:\n{}", agent.proc.log());
                 let routes = run_in(&ns, &["ip", "-4", "route", "show", "proto", "210"]);
                 (conflist.is_file() && routes.lines().count() == 2).then_some(())
             });
