@@ -106,14 +106,17 @@ for item in as_list(open(OBJECTS, "rb").read()):
 
 def route(path):
     """(plural, namespace or None, name or None) of an API path, or None."""
-    for plural, (_, _, namespaced, prefix) in RESOURCES.items():
+    for prefix in sorted({r[3] for r in RESOURCES.values()}):
         if not path.startswith(prefix):
             continue
         parts = path[len(prefix):].strip("/").split("/")
-        if parts[0] == "namespaces" and len(parts) >= 3 and parts[2] == plural and namespaced:
-            return plural, parts[1], (parts[3] if len(parts) > 3 else None)
-        if parts[0] == plural:
-            return plural, None, (parts[1] if len(parts) > 1 else None)
+        here = {p for p, r in RESOURCES.items() if r[3] == prefix}
+        if parts[0] == "namespaces" and len(parts) >= 3:
+            if parts[2] in here and RESOURCES[parts[2]][2]:
+                return parts[2], parts[1], (parts[3] if len(parts) > 3 else None)
+            return None
+        if parts[0] in here:
+            return parts[0], None, (parts[1] if len(parts) > 1 else None)
     return None
 
 

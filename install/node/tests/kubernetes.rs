@@ -10,7 +10,8 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::time::Duration;
+use std::sync::mpsc::{channel, Sender};
+use std::time::{Duration, Instant};
 
 /// Starts the stand-in in namespace `ns` on 127.0.0.1 serving `nodes`.
 fn standin(ns: &str, dir: &Path, nodes: &Value) -> Standin {
@@ -220,5 +221,171 @@ fn kubernetes_overlapping_pod_cidrs_go_to_the_older_node_and_annotations_claim_n
     );
     assert_eq!(metric(&metrics, "cni_rs_node_reconcile_errors_total"), Some(0.0), "{metrics}");
     drop(agent);
+    drop(standin);
+}
+
+/// Reports every event of a kube-runtime watcher of `K` (the agent's own client) as
+/// `KIND EVENT [namespace/]name` with the time it arrived.
+async fn report<K>(client: kube::Client, kind: &'static str, tx: Sender<(String, Instant)>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::watcher::{watcher, Config, Event};
+    use kube::runtime::WatchStreamExt;
+    use kube::ResourceExt;
+    let name = |o: &K| match o.namespace() {
+        Some(ns) => format!("{ns}/{}", o.name_any()),
+        None => o.name_any(),
+    };
+    let mut stream = watcher(kube::Api::<K>::all(client), Config::default()).default_backoff().boxed();
+    while let Some(event) = stream.next().await {
+        let text = match event {
+            Ok(Event::Init) => "Init".to_string(),
+            Ok(Event::InitApply(o)) => format!("InitApply {}", name(&o)),
+            Ok(Event::InitDone) => "InitDone".to_string(),
+            Ok(Event::Apply(o)) => format!("Apply {}", name(&o)),
+            Ok(Event::Delete(o)) => format!("Delete {}", name(&o)),
+            Err(e) => format!("error {e}"),
+        };
+        if tx.send((format!("{kind} {text}"), Instant::now())).is_err() {
+            return;
+        }
+    }
+}
+
+fn pod(ns: &str, name: &str, ip: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": ns, "labels": {"pod": name}},
+           "spec": {"nodeName": "n0", "containers": [{"name": "c", "image": "i",
+                    "ports": [{"name": "http", "containerPort": 80, "protocol": "TCP"}]}]},
+           "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}})
+}
+
+/// The stand-in serves Pods, Namespaces and NetworkPolicies to kube-runtime's watcher (the
+/// client the agent uses) as the API server does: the list, then every ADDED / MODIFIED / DELETED
+/// as it happens, and a new list after 410 Gone; a raw watch gets BOOKMARK events and ends after
+/// timeoutSeconds; namespaced paths list one namespace.
+#[test]
+fn kubernetes_standin_serves_pods_namespaces_and_policies_to_kube_runtime() {
+    require(&["openssl", "python3", "curl"]);
+    let t = tag();
+    let dir = TempDir::new("k8s-kinds");
+    let node_ns = Netns::new(format!("cnn{t}-0"));
+    let ns = node_ns.0.clone();
+    let objects = json!([
+        k8s_node("n0", "10.95.0.11", "fd00:95::11", "10.244.0.0/24", "fd00:10:244::/64"),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x", "labels": {"ns": "x"}}},
+        pod("x", "a", "10.244.0.2"),
+    ]);
+    let standin = standin(&ns, &dir.0, &objects);
+    let (tx, rx) = channel::<(String, Instant)>();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let kubeconfig = standin.kubeconfig.clone();
+    let netns = format!("/var/run/netns/{ns}");
+    let watchers = std::thread::spawn(move || {
+        use std::os::fd::AsRawFd;
+        let file = std::fs::File::open(&netns).unwrap();
+        // SAFETY: moves only this thread, which makes the client's sockets, into the namespace.
+        assert_eq!(unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {netns}");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let file = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+            let config = kube::Config::from_custom_kubeconfig(file, &Default::default()).await.unwrap();
+            let client = kube::Client::try_from(config).unwrap();
+            use k8s_openapi::api::{core::v1, networking::v1 as net};
+            tokio::select! {
+                _ = report::<v1::Pod>(client.clone(), "pods", tx.clone()) => {}
+                _ = report::<v1::Namespace>(client.clone(), "namespaces", tx.clone()) => {}
+                _ = report::<net::NetworkPolicy>(client, "networkpolicies", tx) => {}
+                _ = stopped => {}
+            }
+        });
+    });
+    // Events of different kinds interleave: each awaited one is taken from those not yet awaited.
+    let mut seen: Vec<String> = Vec::new();
+    let mut pending: Vec<(String, Instant)> = Vec::new();
+    let mut expect = |what: &str, since: Instant| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(k) = pending.iter().position(|(event, _)| event == what) {
+                return pending.remove(k).1.duration_since(since);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((event, at)) => {
+                    seen.push(event.clone());
+                    pending.push((event, at));
+                }
+                Err(_) => panic!("no {what:?} from the watchers; seen: {seen:#?}\nstand-in:\n{}", standin.proc.log()),
+            }
+        }
+    };
+    let start = Instant::now();
+    for kind in ["pods", "namespaces", "networkpolicies"] {
+        expect(&format!("{kind} Init"), start);
+    }
+    for event in ["pods InitApply x/a", "pods InitDone", "namespaces InitApply x", "namespaces InitDone"] {
+        expect(event, start);
+    }
+    expect("networkpolicies InitDone", start);
+
+    let policy = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                        "metadata": {"name": "deny", "namespace": "x"},
+                        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}});
+    let mut latencies = Vec::new();
+    let sent = Instant::now();
+    standin.apply(&policy);
+    latencies.push(expect("networkpolicies Apply x/deny", sent));
+    let mut relabelled = pod("x", "a", "10.244.0.2");
+    relabelled["metadata"]["labels"]["role"] = json!("client");
+    let sent = Instant::now();
+    standin.apply(&relabelled);
+    latencies.push(expect("pods Apply x/a", sent));
+    let sent = Instant::now();
+    standin.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "y"}}));
+    latencies.push(expect("namespaces Apply y", sent));
+    let sent = Instant::now();
+    standin.delete("NetworkPolicy", "x", "deny");
+    latencies.push(expect("networkpolicies Delete x/deny", sent));
+    eprintln!("watch event latencies (control request included): {latencies:?}");
+
+    // 410 Gone for pods: x/b appears without an event; only the new list shows it.
+    standin.control("/gone?kind=Pod", &json!([pod("x", "b", "10.244.0.3")]).to_string());
+    for event in ["pods Init", "pods InitApply x/b", "pods InitDone"] {
+        expect(event, start);
+    }
+    let requests = standin.requests();
+    assert!(requests.lines().filter(|l| *l == "LIST pods").count() >= 2, "{requests}");
+    assert!(requests.lines().filter(|l| *l == "LIST networkpolicies").count() == 1, "{requests}");
+
+    // Raw requests: the namespaced list; a watch with bookmarks that ends after timeoutSeconds; a
+    // watch from before the 410 gets 410.
+    let ca = dir.0.join("ca.crt");
+    let get = |path: &str| {
+        let url = format!("https://127.0.0.1:6443{path}");
+        let auth = format!("Authorization: Bearer {TOKEN}");
+        run_in(&ns, &["curl", "-sSN", "--max-time", "6", "--cacert", ca.to_str().unwrap(), "-H", &auth, &url])
+    };
+    let list: Value = serde_json::from_str(&get("/api/v1/namespaces/x/pods?limit=500")).unwrap();
+    let names: Vec<&str> =
+        list["items"].as_array().unwrap().iter().map(|p| p["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "b"], "{list}");
+    assert_eq!(list["kind"], "PodList");
+    let rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let began = Instant::now();
+    let stream =
+        get(&format!("/api/v1/pods?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=2"));
+    let took = began.elapsed();
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(5), "watch ended after {took:?}");
+    let event: Value = serde_json::from_str(stream.lines().next().unwrap()).unwrap();
+    assert_eq!(event["type"], "BOOKMARK", "{stream}");
+    assert_eq!(event["object"]["kind"], "Pod", "{stream}");
+    let old = get("/api/v1/pods?watch=true&resourceVersion=2");
+    let event: Value = serde_json::from_str(old.lines().next().unwrap()).unwrap();
+    assert_eq!((event["type"].as_str(), event["object"]["code"].as_i64()), (Some("ERROR"), Some(410)), "{old}");
+
+    stop.send(()).unwrap();
+    watchers.join().unwrap();
     drop(standin);
 }

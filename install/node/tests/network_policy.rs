@@ -22,7 +22,8 @@ use netpol::{ContainerPort, Labels, PodModel, Proto, World};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Debian's interpreter (tests/setup.sh installs python3), by path: a version manager's shim
@@ -147,6 +148,7 @@ struct Cluster {
     dir: TempDir,
     pods: Vec<TestPod>,
     world: World,
+    plugins: PathBuf,
     protos: Vec<Proto>,
 }
 
@@ -155,8 +157,8 @@ fn pod_cidrs(i: usize) -> (String, String) {
     (format!("10.244.{i}.0/24"), six)
 }
 
-fn namespace_object(name: &str, labels: &Labels) -> Value {
-    let mut labels = labels.clone();
+/// A Namespace with `labels` and the one the API server adds to every namespace.
+fn namespace_object(name: &str, labels: &mut Labels) -> Value {
     labels.insert("kubernetes.io/metadata.name".into(), name.into());
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels},
            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
@@ -181,6 +183,10 @@ fn pod_object(pod: &TestPod) -> Value {
         m.ports.iter().map(|p| json!({"name": p.name, "containerPort": p.port, "protocol": p.proto.name()})).collect();
     let ips: Vec<Value> = m.ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect();
     let host_ip = ["10.95.0.11", "10.95.0.12", "10.96.0.13"][pod.node];
+    let status = match ips.first() {
+        Some(first) => json!({"phase": "Running", "podIP": first["ip"], "podIPs": ips, "hostIP": host_ip}),
+        None => json!({"phase": "Pending", "hostIP": host_ip}),
+    };
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": m.name, "namespace": m.namespace, "labels": m.labels,
@@ -188,8 +194,7 @@ fn pod_object(pod: &TestPod) -> Value {
         "spec": {"nodeName": format!("n{}", pod.node), "hostNetwork": false,
                  "containers": [{"name": "server", "image": "registry.k8s.io/e2e-test-images/agnhost:2.53",
                                  "ports": ports}]},
-        "status": {"phase": "Running", "podIP": ips[0]["ip"], "podIPs": ips,
-                   "hostIP": host_ip}
+        "status": status
     })
 }
 
@@ -225,7 +230,7 @@ impl Cluster {
                 "z" => labels.insert("team".into(), "red".into()),
                 _ => None,
             };
-            objects.push(namespace_object(ns, &labels));
+            objects.push(namespace_object(ns, &mut labels));
             world.namespaces.insert(ns.into(), labels);
         }
         let standin = Standin::start(&seg.ns.0, &dir.0, "10.95.0.1", &Value::Array(objects));
@@ -268,6 +273,7 @@ impl Cluster {
             dir,
             pods: Vec::new(),
             world,
+            plugins,
             protos: vec![Proto::Tcp, Proto::Udp],
         };
         let mut namespaces: Vec<&str> = c.nodes.iter().map(|n| n.ns.0.as_str()).collect();
@@ -276,50 +282,62 @@ impl Cluster {
         for i in 0..3 {
             let conflist = c.nodes[i].dir.join("net.d/10-cni-rs.conflist");
             let ns = c.nodes[i].ns.0.clone();
+            let agent = &mut c.agents[i];
             wait_for("every node's conflist and its two routes", Duration::from_secs(30), || {
+                assert!(agent.proc.running(), "the agent of n{i} exited:\n{}", agent.proc.log());
                 let routes = run_in(&ns, &["ip", "-4", "route", "show", "proto", "210"]);
                 (conflist.is_file() && routes.lines().count() == 2).then_some(())
             });
         }
-        for ns in NAMESPACES {
-            for (node, name) in PODS.iter().enumerate() {
-                let netns = format!("{}-{ns}{name}", c.nodes[node].ns.0);
-                c.pod_netns.push(Netns::new(netns.clone()));
-                let result = cni_add(&c.nodes[node], &plugins, &netns);
-                let ips: Vec<IpAddr> = result["ips"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|ip| ip["address"].as_str().unwrap().split('/').next().unwrap().parse().unwrap())
-                    .collect();
-                assert!(ips.len() == 2 && ips[0].is_ipv4() && ips[1].is_ipv6(), "{result}");
-                let labels: Labels = [("pod".to_string(), name.to_string())].into();
-                let model = PodModel {
-                    namespace: ns.into(),
-                    name: name.to_string(),
-                    labels,
-                    ips,
-                    ports: container_ports(name),
-                };
-                let uid = format!("9d1c0000-0000-4000-8000-{:012}", c.pods.len());
-                c.pods.push(TestPod { uid, node, netns, model });
-            }
-        }
-        if sctp_works(&c.pods[0].netns) {
+        if sctp_works(&c.nodes[0].ns.0) {
             c.protos.push(Proto::Sctp);
         }
-        let sctp = if c.protos.contains(&Proto::Sctp) { "1" } else { "0" };
-        let ports = PORTS.map(|p| p.to_string()).join(",");
-        for (k, pod) in c.pods.iter().enumerate() {
-            let args: Vec<String> = [PYTHON, "-c", SERVER, &ports, sctp].iter().map(|s| s.to_string()).collect();
-            let server = Proc::spawn(&pod.netns, &args, c.dir.0.join(format!("server-{k}.log")));
-            c.servers.push(server);
-        }
-        for (k, server) in c.servers.iter().enumerate() {
-            wait_for("the pod's servers", Duration::from_secs(10), || server.log().contains("listening").then_some(()));
-            c.standin.apply(&pod_object(&c.pods[k]));
+        for ns in NAMESPACES {
+            for (node, name) in PODS.iter().enumerate() {
+                c.add_pod(ns, name, node, &[("pod", name)]);
+            }
         }
         c
+    }
+
+    /// A pod as the kubelet makes one: the Pod object (Pending, no address), the CNI ADD with the
+    /// conflist the node's agent wrote, the servers, then the Pod Running with its addresses.
+    fn add_pod(&mut self, ns: &str, name: &str, node: usize, labels: &[(&str, &str)]) {
+        let netns = format!("{}-{ns}{name}", self.nodes[node].ns.0);
+        let labels: Labels = labels.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        let model =
+            PodModel { namespace: ns.into(), name: name.into(), labels, ips: vec![], ports: container_ports(name) };
+        static PODS_MADE: AtomicUsize = AtomicUsize::new(0);
+        let uid = format!("9d1c0000-0000-4000-8000-{:012}", PODS_MADE.fetch_add(1, Ordering::SeqCst));
+        let mut pod = TestPod { uid, node, netns: netns.clone(), model };
+        self.standin.apply(&pod_object(&pod));
+        self.pod_netns.push(Netns::new(netns.clone()));
+        let result = cni_add(&self.nodes[node], &self.plugins, &netns);
+        let ips: Vec<IpAddr> = result["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|ip| ip["address"].as_str().unwrap().split('/').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(ips.len() == 2 && ips[0].is_ipv4() && ips[1].is_ipv6(), "{result}");
+        pod.model.ips = ips;
+        let sctp = if self.protos.contains(&Proto::Sctp) { "1" } else { "0" };
+        let ports = PORTS.map(|p| p.to_string()).join(",");
+        let args: Vec<String> = [PYTHON, "-c", SERVER, &ports, sctp].iter().map(|s| s.to_string()).collect();
+        let server = Proc::spawn(&netns, &args, self.dir.0.join(format!("server-{netns}.log")));
+        wait_for("the pod's servers", Duration::from_secs(10), || server.log().contains("listening").then_some(()));
+        self.servers.push(server);
+        self.standin.apply(&pod_object(&pod));
+        self.pods.push(pod);
+    }
+
+    /// Deletes a pod: the Pod object (DELETED), its servers and its namespace.
+    fn delete_pod(&mut self, ns: &str, name: &str) {
+        let k = self.pod(ns, name);
+        self.standin.delete("Pod", ns, name);
+        self.pods.remove(k);
+        self.servers.remove(k);
+        self.pod_netns.remove(k);
     }
 
     fn pod(&self, ns: &str, name: &str) -> usize {
@@ -368,8 +386,8 @@ impl Cluster {
 
     /// Changes a namespace's labels (a MODIFIED Namespace event).
     fn relabel_namespace(&mut self, ns: &str, labels: &[(&str, &str)]) {
-        let labels: Labels = labels.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-        self.standin.apply(&namespace_object(ns, &labels));
+        let mut labels: Labels = labels.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        self.standin.apply(&namespace_object(ns, &mut labels));
         self.world.namespaces.insert(ns.into(), labels);
     }
 
@@ -529,14 +547,14 @@ fn network_policy_matrix_follows_policies_pods_and_namespaces() {
     let mut c = Cluster::new("netpol", &[]);
     eprintln!("cluster up in {:?} (protocols {:?})", start.elapsed(), c.protos);
     c.expect_matrix("no policies: everything reachable");
-    for i in 0..3 {
-        let (ok, text) = c.policy_table(i);
-        assert!(ok, "n{i}: no inet cni-rs-netpol table with enforcement on: {text}");
-    }
 
     // Default deny ingress (upstream: should support a 'default-deny-ingress' policy).
     c.apply_policy("x", "deny-ingress", json!({"podSelector": {}, "policyTypes": ["Ingress"]}));
     c.expect_matrix("default deny ingress in x");
+    for i in 0..3 {
+        let (ok, text) = c.policy_table(i);
+        assert!(ok, "n{i}: no inet cni-rs-netpol table with enforcement on: {text}");
+    }
     // Stacked: pods labelled pod=b of x may reach x/a (should enforce policy to allow traffic
     // from pods within server namespace based on PodSelector).
     c.apply_policy(
@@ -546,6 +564,12 @@ fn network_policy_matrix_follows_policies_pods_and_namespaces() {
                "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}),
     );
     c.expect_matrix("x/a also from x's pod=b");
+    // A new pod labelled pod=b in x, on another node (its ADDED, then MODIFIED with addresses,
+    // events), then deleted.
+    c.add_pod("x", "d", 2, &[("pod", "b")]);
+    c.expect_matrix("new pod x/d labelled pod=b");
+    c.delete_pod("x", "d");
+    c.expect_matrix("pod x/d deleted");
     // Policy update: the same policy now takes namespace y instead (by namespaceSelector).
     c.apply_policy(
         "x",
@@ -559,7 +583,8 @@ fn network_policy_matrix_follows_policies_pods_and_namespaces() {
     c.delete_all_policies();
     c.expect_matrix("policies deleted");
 
-    // podSelector AND namespaceSelector in one peer, then the same as two peers (OR).
+    // podSelector AND namespaceSelector in one peer, then the same as two peers (OR), there by
+    // the label the API server gives every namespace.
     c.apply_policy(
         "x",
         "and",
@@ -573,7 +598,7 @@ fn network_policy_matrix_follows_policies_pods_and_namespaces() {
         "x",
         "or",
         json!({"podSelector": {"matchLabels": {"pod": "a"}},
-               "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}},
+               "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}},
                                      {"podSelector": {"matchLabels": {"pod": "b"}}}]}]}),
     );
     c.expect_matrix("x/a from namespace y or x/b (OR)");
@@ -700,6 +725,19 @@ fn network_policy_matrix_follows_policies_pods_and_namespaces() {
     c.expect_matrix("y/c relabelled role=client");
     c.relabel_pod("y", "c", &[("pod", "c")]);
     c.expect_matrix("y/c's role label removed");
+    c.delete_all_policies();
+    // A relabelled pod becomes selected, then unselected (upstream: should deny ingress access
+    // to updated pod).
+    c.apply_policy(
+        "y",
+        "isolate",
+        json!({"podSelector": {"matchLabels": {"isolated": "yes"}}, "policyTypes": ["Ingress"]}),
+    );
+    c.expect_matrix("no pod labelled isolated=yes");
+    c.relabel_pod("y", "a", &[("pod", "a"), ("isolated", "yes")]);
+    c.expect_matrix("y/a relabelled isolated=yes");
+    c.relabel_pod("y", "a", &[("pod", "a")]);
+    c.expect_matrix("y/a's isolated label removed");
     c.delete_all_policies();
 
     // Ingress and egress together, and an allow-all ingress beside a deny-all (upstream: multiple
