@@ -79,9 +79,7 @@ impl Histogram {
 
 fn render_policy(p: &PolicyStats) -> String {
     let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"));
-    };
+    let mut metric = |name: &str, kind: &str, help: &str, value: String| one(&mut out, name, kind, help, value);
     metric("cni_rs_node_network_policies", "gauge", "NetworkPolicies enforced.", p.policies.to_string());
     metric(
         "cni_rs_node_policy_last_sync_seconds",
@@ -156,11 +154,14 @@ fn healthy(stats: &Stats, max_age: Duration) -> bool {
     stats.last_sync.is_some_and(|t| now() - t <= max_age.as_secs_f64())
 }
 
+/// One metric with one value, with its HELP and TYPE lines.
+fn one(out: &mut String, name: &str, kind: &str, help: &str, value: String) {
+    out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"));
+}
+
 fn render(stats: &Stats) -> String {
     let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"));
-    };
+    let mut metric = |name: &str, kind: &str, help: &str, value: String| one(&mut out, name, kind, help, value);
     metric(
         "cni_rs_node_nodes_known",
         "gauge",

@@ -15,7 +15,7 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 /// What install/daemonset.yaml says about its pod.
@@ -181,21 +181,15 @@ fn start_container(ns: &str, files: &PodFiles, caps: &[String], writable: &[Path
     script.push_str("mount -o remount,bind,ro /\n");
     script.push_str(&format!("exec setpriv --no-new-privs --bounding-set {bounding} --inh-caps -all -- \"$@\"\n"));
     let log = files.path(&format!("container-{}.log", tag()));
-    let file = std::fs::File::create(&log).unwrap();
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "sh", "-c", &script, "sh"])
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "sh", "-c", &script, "sh"])
         .args(argv)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("NODE_NAME", "n0")
         .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-        .env("KUBERNETES_SERVICE_PORT", "6443")
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file)
-        .spawn()
-        .unwrap();
-    Proc { child: Some(child), log }
+        .env("KUBERNETES_SERVICE_PORT", "6443");
+    Proc::start(cmd, log)
 }
 
 /// The Cap* and NoNewPrivs lines of the agent's /proc/PID/status once the exec chain reached it.
@@ -245,7 +239,7 @@ fn the_pod_runs_with_only_the_manifests_capabilities_and_fails_without_net_admin
     assert!(init.log().contains("set net.ipv4.ip_forward to 1 (it was 0)"), "{}", init.log());
 
     let standin = Standin::start(ns, &files.dir.0, "127.0.0.1", &nodes());
-    std::fs::copy(files.path("ca.crt"), files.path("serviceaccount/ca.crt")).unwrap();
+    std::fs::copy(standin.pki.ca(), files.path("serviceaccount/ca.crt")).unwrap();
     let writable: Vec<PathBuf> = ["bin", "net.d", "state"].iter().map(|v| files.path(v)).collect();
     let argv = localize(&spec.agent, &files.volume_flags());
     let mut agent = start_container(ns, &files, &spec.caps, &writable, &argv);
@@ -323,7 +317,7 @@ fn a_read_only_proc_sys_with_the_sysctls_off_gives_one_warning_each() {
         set_sysctl(ns, key, "0");
     }
     let standin = Standin::start(ns, &files.dir.0, "127.0.0.1", &nodes());
-    std::fs::copy(files.path("ca.crt"), files.path("serviceaccount/ca.crt")).unwrap();
+    std::fs::copy(standin.pki.ca(), files.path("serviceaccount/ca.crt")).unwrap();
     let writable: Vec<PathBuf> = ["bin", "net.d", "state"].iter().map(|v| files.path(v)).collect();
     let mut agent = start_container(ns, &files, &spec.caps, &writable, &localize(&spec.agent, &files.volume_flags()));
     wait_for("the route to n1", Duration::from_secs(30), || {

@@ -9,36 +9,9 @@ use common::*;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-/// Arguments for node `i` (address 10.95.0.(10+i)).
+/// Arguments for node `name` at `ip` (dual-stack cluster range).
 fn node_args(etcd: &Etcd, name: &str, ip: &str, conf: &std::path::Path, ttl: u32) -> Vec<String> {
-    [
-        "--node-name",
-        name,
-        "--datastore",
-        "etcd",
-        "--etcd-endpoints",
-        &etcd.url,
-        "--cluster-cidr",
-        "10.244.0.0/16,fd00:10:244::/56",
-        "--node-cidr-size",
-        "24,64",
-        "--node-ip",
-        ip,
-        "--lease-ttl",
-        &ttl.to_string(),
-        "--backend",
-        "host-gw",
-        "--no-plugins",
-        "--conf-dir",
-        conf.to_str().unwrap(),
-        "--bin-dir",
-        conf.to_str().unwrap(),
-        "--metrics-addr",
-        "127.0.0.1:0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    etcd_agent_args(&etcd.url, name, "10.244.0.0/16,fd00:10:244::/56", ip, ttl, conf)
 }
 
 struct Fixture {

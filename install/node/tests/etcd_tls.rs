@@ -43,30 +43,8 @@ impl Fixture {
     /// Starts node `i`'s agent with `security` (the TLS and auth flags) after the usual ones.
     fn start(&mut self, i: usize, security: &[&str]) -> usize {
         let conf = self.dir.0.join(format!("n{i}"));
-        let mut args: Vec<String> = [
-            "--node-name",
-            &format!("n{i}"),
-            "--etcd-endpoints",
-            &self.etcd.url,
-            "--cluster-cidr",
-            "10.244.0.0/16",
-            "--node-ip",
-            &format!("10.95.0.{}", 11 + i),
-            "--lease-ttl",
-            "10",
-            "--backend",
-            "host-gw",
-            "--no-plugins",
-            "--conf-dir",
-            conf.to_str().unwrap(),
-            "--bin-dir",
-            conf.to_str().unwrap(),
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let ip = format!("10.95.0.{}", 11 + i);
+        let mut args = etcd_agent_args(&self.etcd.url, &format!("n{i}"), "10.244.0.0/16", &ip, 10, &conf);
         args.extend(security.iter().map(|s| s.to_string()));
         self.agents.push(Agent::start(&self.nodes[i].0, &conf, args));
         self.agents.len() - 1

@@ -236,30 +236,8 @@ impl Cluster {
         let standin = Standin::start(&seg.ns.0, &dir.0, "10.95.0.1", &Value::Array(objects));
         let mut agents = Vec::new();
         for (i, n) in nodes.iter().enumerate() {
-            let mut args: Vec<String> = [
-                "--node-name",
-                &format!("n{i}"),
-                "--datastore",
-                "kubernetes",
-                "--kubeconfig",
-                standin.kubeconfig.to_str().unwrap(),
-                "--cluster-cidr",
-                "10.244.0.0/16,fd00:10:244::/56",
-                "--node-ip",
-                &format!("{},{}", n.ip, n.ip6),
-                "--backend",
-                "auto",
-                "--no-plugins",
-                "--conf-dir",
-                n.dir.join("net.d").to_str().unwrap(),
-                "--bin-dir",
-                n.dir.join("bin").to_str().unwrap(),
-                "--template",
-                n.dir.join("template").to_str().unwrap(),
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+            let kubernetes = ["--datastore", "kubernetes", "--kubeconfig", standin.kubeconfig.to_str().unwrap()];
+            let mut args = n.agent_args(i, &kubernetes, "auto");
             args.extend(extra.iter().map(|s| s.to_string()));
             agents.push(Agent::start(&n.ns.0, &n.dir, args));
         }

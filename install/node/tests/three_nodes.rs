@@ -53,34 +53,8 @@ fn cluster(backend: &str) -> Cluster {
 
 impl Cluster {
     fn agent_args(&self, i: usize, backend: &str) -> Vec<String> {
-        let n = &self.nodes[i];
-        let conf = n.dir.join("net.d");
-        [
-            "--node-name",
-            &format!("n{i}"),
-            "--datastore",
-            "etcd",
-            "--etcd-endpoints",
-            &self.etcd.url,
-            "--cluster-cidr",
-            "10.244.0.0/16,fd00:10:244::/56",
-            "--node-ip",
-            &format!("{},{}", n.ip, n.ip6),
-            "--lease-ttl",
-            &TTL.to_string(),
-            "--backend",
-            backend,
-            "--no-plugins",
-            "--conf-dir",
-            conf.to_str().unwrap(),
-            "--bin-dir",
-            n.dir.join("bin").to_str().unwrap(),
-            "--template",
-            n.dir.join("template").to_str().unwrap(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+        let etcd = ["--datastore", "etcd", "--etcd-endpoints", &self.etcd.url, "--lease-ttl", &TTL.to_string()];
+        self.nodes[i].agent_args(i, &etcd, backend)
     }
 
     fn conflist(&self, i: usize) -> Option<Value> {

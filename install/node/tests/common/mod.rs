@@ -108,16 +108,17 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// `args` run in namespace `ns`, output to `log`.
     pub fn spawn(ns: &str, args: &[String], log: PathBuf) -> Proc {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns]).args(args);
+        Proc::start(cmd, log)
+    }
+
+    /// `cmd` with no input, its output to `log`.
+    pub fn start(mut cmd: Command, log: PathBuf) -> Proc {
         let file = fs::File::create(&log).unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
+        let child = cmd.stdin(Stdio::null()).stdout(file.try_clone().unwrap()).stderr(file).spawn().unwrap();
         Proc { child: Some(child), log }
     }
 
@@ -277,24 +278,7 @@ impl Pki {
         let dir = TempDir::new(&format!("pki-{name}"));
         let pki = Pki { dir, name: name.to_string() };
         let (crt, key) = (pki.path(&format!("{name}.crt")), pki.path(&format!("{name}.key")));
-        run(&[
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &crt,
-            "-days",
-            "1",
-            "-subj",
-            &format!("/CN={name}"),
-        ]);
+        new_key(&["-x509", "-days", "1"], &key, &crt, name);
         pki
     }
 
@@ -325,21 +309,7 @@ impl Pki {
             self.path(&format!("{cn}.ext")),
         );
         fs::write(&ext, extensions).unwrap();
-        run(&[
-            "openssl",
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            &format!("/CN={cn}"),
-        ]);
+        new_key(&[], &key, &csr, cn);
         let ca_key = self.path(&format!("{}.key", self.name));
         run(&[
             "openssl",
@@ -361,6 +331,17 @@ impl Pki {
         ]);
         (crt, key)
     }
+}
+
+/// `openssl req [extra] -newkey ec (P-256)`: a new key in `key`, and in `out` a request (or with
+/// `-x509`, a self-signed certificate) for CN `cn`.
+fn new_key(extra: &[&str], key: &str, out: &str, cn: &str) {
+    let subject = format!("/CN={cn}");
+    let mut args = vec!["openssl", "req"];
+    args.extend(extra);
+    args.extend(["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", out]);
+    args.extend(["-subj", &subject]);
+    run(&args);
 }
 
 /// One L2 segment: a namespace holding bridge `br0` with `gateway/prefix`, and etcd on it.
@@ -506,32 +487,34 @@ pub fn k8s_node(name: &str, v4: &str, v6: &str, cidr4: &str, cidr6: &str) -> ser
     })
 }
 
-/// A CA and a server certificate for `ip` (made with openssl in `dir`); returns the CA in base64.
-fn standin_certs(dir: &Path, ip: &str) -> String {
-    use base64::Engine;
-    let p = |name: &str| dir.join(name).to_str().unwrap().to_string();
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    let mut ca = vec!["openssl", "req", "-x509"];
-    let (ca_key, ca_crt) = (p("ca.key"), p("ca.crt"));
-    ca.extend(ec);
-    ca.extend(["-keyout", &ca_key, "-out", &ca_crt, "-days", "1", "-subj", "/CN=standin-ca"]);
-    run(&ca);
-    let (key, csr, crt, ext) = (p("srv.key"), p("srv.csr"), p("srv.crt"), p("ext.cnf"));
-    let mut req = vec!["openssl", "req"];
-    req.extend(ec);
-    req.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=standin"]);
-    run(&req);
-    fs::write(
-        &ext,
-        format!("subjectAltName=IP:{ip}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n"),
-    )
-    .unwrap();
-    let args = ["-req", "-in", &csr, "-CA", &ca_crt, "-CAkey", &ca_key, "-CAcreateserial", "-out", &crt];
-    let mut x509 = vec!["openssl", "x509"];
-    x509.extend(args);
-    x509.extend(["-days", "1", "-extfile", &ext]);
-    run(&x509);
-    base64::engine::general_purpose::STANDARD.encode(fs::read(&ca_crt).unwrap())
+/// An agent of node `name` at `ip` leasing from etcd at `endpoints` (host-gw, no plugins, its
+/// conflist in `conf`, metrics on any free port).
+pub fn etcd_agent_args(endpoints: &str, name: &str, cluster: &str, ip: &str, ttl: u32, conf: &Path) -> Vec<String> {
+    let (ttl, conf) = (ttl.to_string(), conf.to_str().unwrap());
+    let args = [
+        "--node-name",
+        name,
+        "--datastore",
+        "etcd",
+        "--etcd-endpoints",
+        endpoints,
+        "--cluster-cidr",
+        cluster,
+        "--node-ip",
+        ip,
+        "--lease-ttl",
+        &ttl,
+        "--backend",
+        "host-gw",
+        "--no-plugins",
+        "--conf-dir",
+        conf,
+        "--bin-dir",
+        conf,
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ];
+    args.iter().map(|s| s.to_string()).collect()
 }
 
 /// The Kubernetes API stand-in (tests/k8s_standin.py) in namespace `ns`, serving HTTPS on
@@ -540,20 +523,25 @@ pub struct Standin {
     pub proc: Proc,
     pub kubeconfig: PathBuf,
     pub ns: String,
+    /// Its CA and server certificate (kept while it runs).
+    pub pki: Pki,
 }
 
 impl Standin {
     /// Starts it with `objects` (a JSON list of API objects, each with its kind) already stored.
     pub fn start(ns: &str, dir: &Path, ip: &str, objects: &serde_json::Value) -> Standin {
-        let ca = standin_certs(dir, ip);
+        use base64::Engine;
+        let pki = Pki::new("standin-ca");
+        let (crt, key) = pki.server("standin", ip);
+        let ca = base64::engine::general_purpose::STANDARD.encode(fs::read(pki.ca()).unwrap());
         fs::write(dir.join("objects.json"), objects.to_string()).unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k8s_standin.py");
         let api = format!("{ip}:6443");
         let args: Vec<String> = [
             "python3",
             script.to_str().unwrap(),
-            dir.join("srv.crt").to_str().unwrap(),
-            dir.join("srv.key").to_str().unwrap(),
+            &crt,
+            &key,
             TOKEN,
             &api,
             "6444",
@@ -573,7 +561,7 @@ impl Standin {
             ),
         )
         .unwrap();
-        Standin { proc, kubeconfig, ns: ns.to_string() }
+        Standin { proc, kubeconfig, ns: ns.to_string(), pki }
     }
 
     /// POSTs `body` to the control port's `path` (see tests/k8s_standin.py).
@@ -665,6 +653,21 @@ pub fn three_node_network(t: &str, dir: &Path) -> (Segment, Vec<ClusterNode>) {
         nodes.push(ClusterNode { ns, ip, ip6, dir: ndir });
     }
     (seg, nodes)
+}
+
+impl ClusterNode {
+    /// The agent of this node, `n<i>`: `datastore`'s flags, dual-stack, `backend`, its conflist,
+    /// plugin directory and template in the node's directory.
+    pub fn agent_args(&self, i: usize, datastore: &[&str], backend: &str) -> Vec<String> {
+        let (name, ips) = (format!("n{i}"), format!("{},{}", self.ip, self.ip6));
+        let path = |sub: &str| self.dir.join(sub).to_str().unwrap().to_string();
+        let (conf, bin, template) = (path("net.d"), path("bin"), path("template"));
+        let mut args = vec!["--node-name", &name];
+        args.extend(datastore);
+        args.extend(["--cluster-cidr", "10.244.0.0/16,fd00:10:244::/56", "--node-ip", &ips, "--backend", backend]);
+        args.extend(["--no-plugins", "--conf-dir", &conf, "--bin-dir", &bin, "--template", &template]);
+        args.iter().map(|s| s.to_string()).collect()
+    }
 }
 
 /// Adds pod namespace `pod` on `node` with cnitool and the conflist the node's agent wrote;
