@@ -361,11 +361,11 @@ fn kubernetes_standin_serves_pods_namespaces_and_policies_to_kube_runtime() {
 
     // Raw requests: the namespaced list; a watch with bookmarks that ends after timeoutSeconds; a
     // watch from before the 410 gets 410.
-    let ca = dir.0.join("ca.crt");
+    let ca = standin.pki.ca();
     let get = |path: &str| {
         let url = format!("https://127.0.0.1:6443{path}");
         let auth = format!("Authorization: Bearer {TOKEN}");
-        run_in(&ns, &["curl", "-sSN", "--max-time", "6", "--cacert", ca.to_str().unwrap(), "-H", &auth, &url])
+        run_in(&ns, &["curl", "-sSN", "--max-time", "6", "--cacert", &ca, "-H", &auth, &url])
     };
     let list: Value = serde_json::from_str(&get("/api/v1/namespaces/x/pods?limit=500")).unwrap();
     let names: Vec<&str> =
