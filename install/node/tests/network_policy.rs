@@ -430,6 +430,27 @@ impl Cluster {
         seen.into_values().flatten().collect()
     }
 
+    /// Each node to its own pods, every address and port over TCP: the API's rule is that a pod's
+    /// node always reaches it, whatever isolates the pod. Returns the probes that failed.
+    fn node_to_own_pods(&self) -> Vec<String> {
+        let mut failed = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let targets: Vec<(String, u16)> = self
+                .pods
+                .iter()
+                .filter(|p| p.node == i)
+                .flat_map(|p| p.model.ips.iter().flat_map(|ip| PORTS.map(|port| (ip.to_string(), port))))
+                .collect();
+            let list: Vec<Value> = targets.iter().map(|(ip, port)| json!([ip, port, "TCP"])).collect();
+            let out = run_in(&node.ns.0, &[PYTHON, "-c", PROBER, PROBE_TIMEOUT, &Value::Array(list).to_string()]);
+            let seen: Vec<bool> = serde_json::from_str(out.trim()).unwrap();
+            failed.extend(
+                targets.iter().zip(seen).filter(|(_, ok)| !ok).map(|((ip, port), _)| format!("n{i} -> {ip}:{port}")),
+            );
+        }
+        failed
+    }
+
     fn describe(&self, probe: &(usize, usize, IpAddr, u16, Proto)) -> String {
         let &(s, d, ip, port, proto) = probe;
         let (src, dst) = (&self.pods[s], &self.pods[d]);
@@ -533,6 +554,8 @@ fn network_policy_matrix_follows_policies_pods_and_namespaces() {
         let (ok, text) = c.policy_table(i);
         assert!(ok, "n{i}: no inet cni-rs-netpol table with enforcement on: {text}");
     }
+    let failed = c.node_to_own_pods();
+    assert!(failed.is_empty(), "a node must reach its own isolated pods: {failed:?}");
     // Stacked: pods labelled pod=b of x may reach x/a (should enforce policy to allow traffic
     // from pods within server namespace based on PodSelector).
     c.apply_policy(
