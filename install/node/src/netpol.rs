@@ -111,6 +111,9 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
     let mut compiled: Option<Compiled> = None;
     let mut next_full = Instant::now();
     let mut logged_waiting = false;
+    let mut applied_once = false;
+    // The pod CIDRs the compiled state used: this node's pods are believed only inside them.
+    let mut compiled_for: Vec<IpNetwork> = Vec::new();
     loop {
         tokio::select! {
             _ = shared.1.notified() => tokio::time::sleep(COALESCE).await,
@@ -123,7 +126,7 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
         }
         let pod_cidrs = held.borrow_and_update().record.pod_cidrs.clone();
         let node = policy::Node { name: &options.node_name, pod_cidrs: &pod_cidrs, cluster: &cluster_range };
-        let (plan, pending_since, count) = {
+        let (plan, pending_since, count, why) = {
             let Ok(mut known) = shared.0.lock() else { return };
             if known.synced.iter().any(|s| !s) {
                 if !logged_waiting {
@@ -136,8 +139,12 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
             let since = known.pending_since.take();
             let count = known.cluster.policies.len();
             let swap = Instant::now() >= next_full;
+            let all = changes.all || compiled_for != pod_cidrs;
+            compiled_for.clone_from(&pod_cidrs);
+            // Why the table is swapped, when it is and that is worth a line in the log.
+            let mut why = None;
             let plan = match compiled.as_mut() {
-                Some(c) if !swap && !changes.all => {
+                Some(c) if !swap && !all => {
                     let (mut before, mut after) = (Elements::new(), Elements::new());
                     for (old, new) in &changes.pods {
                         let (b, a) = c.pod_changed(&known.cluster, &node, old.as_ref(), new.as_ref());
@@ -153,19 +160,23 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
                     let plan = if new.rules == c.rules {
                         Plan::Elements(diff(&c.elements(), &new.elements()))
                     } else {
+                        why = Some("the policies changed");
                         Plan::Replace(new.rules.clone(), new.elements())
                     };
                     *c = new;
                     plan
                 }
                 _ => {
+                    if compiled.is_none() {
+                        why = Some(if applied_once { "after a failure" } else { "first sync" });
+                    }
                     let new = policy::compile(&known.cluster, &node);
                     let plan = Plan::Replace(new.rules.clone(), new.elements());
                     compiled = Some(new);
                     plan
                 }
             };
-            (plan, since, count)
+            (plan, since, count, why)
         };
         if matches!(&plan, Plan::Elements((del, add)) if del.is_empty() && add.is_empty()) {
             continue;
@@ -188,11 +199,11 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
         let latency = pending_since.map_or(started.elapsed(), |t| t.elapsed());
         match result {
             Ok(()) => {
+                if let Some(why) = why {
+                    eprintln!("NetworkPolicy: enforcing {count} policies in table inet {TABLE} ({why}: {what})");
+                }
+                applied_once = true;
                 if swapped {
-                    if next_full <= Instant::now() && logged_waiting {
-                        eprintln!("NetworkPolicy: enforcing {count} policies in table inet {TABLE} ({what})");
-                        logged_waiting = false;
-                    }
                     next_full = Instant::now() + RESYNC;
                 }
                 if let Ok(mut s) = stats.lock() {
