@@ -187,9 +187,13 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
             Plan::Elements((del, add)) => format!("{} elements added, {} deleted", size(add), size(del)),
         };
         let swapped = matches!(plan, Plan::Replace(..));
+        // A swap starts the drop counters again: what they held is carried over in the metrics.
         let result = tokio::task::spawn_blocking(move || match plan {
-            Plan::Replace(rules, elements) => netpol::replace(TABLE, &rules, &elements),
-            Plan::Elements((del, add)) => netpol::update(TABLE, &del, &add),
+            Plan::Replace(rules, elements) => {
+                let dropped = netpol::dropped(TABLE).unwrap_or_default();
+                netpol::replace(TABLE, &rules, &elements).map(|()| dropped)
+            }
+            Plan::Elements((del, add)) => netpol::update(TABLE, &del, &add).map(|()| (0, 0)),
         })
         .await;
         let result = match result {
@@ -198,7 +202,7 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
         };
         let latency = pending_since.map_or(started.elapsed(), |t| t.elapsed());
         match result {
-            Ok(()) => {
+            Ok(carried) => {
                 if let Some(why) = why {
                     eprintln!("NetworkPolicy: enforcing {count} policies in table inet {TABLE} ({why}: {what})");
                 }
@@ -210,6 +214,8 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
                     let p = s.policy.get_or_insert_with(Default::default);
                     p.policies = count;
                     p.last_sync = Some(metrics::now());
+                    p.dropped_before.0 += carried.0;
+                    p.dropped_before.1 += carried.1;
                     if pending_since.is_some() {
                         p.apply_seconds.observe(latency.as_secs_f64());
                     }

@@ -537,6 +537,9 @@ fn expect_policy_metrics(c: &Cluster) {
         assert_eq!(metric(&metrics, "cni_rs_node_policy_apply_errors_total"), Some(0.0), "n{i}:\n{metrics}");
         let applies = metric(&metrics, "cni_rs_node_policy_apply_seconds_count").unwrap_or(0.0);
         assert!(applies >= 1.0, "n{i}: no apply in the histogram:\n{metrics}");
+        // Every node holds a pod of x, which default deny ingress has had refuse probes.
+        let dropped = metric(&metrics, "cni_rs_node_policy_dropped_packets_total{direction=\"ingress\"}");
+        assert!(dropped.unwrap_or(0.0) >= 1.0, "n{i}: no ingress drop counted:\n{metrics}");
     }
 }
 

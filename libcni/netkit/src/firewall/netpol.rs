@@ -38,8 +38,8 @@
 //! set and is not checked in that direction. Everything per pod is an element of a hash set.
 
 use super::nfnl::{
-    BaseChain, Batch, ChainType, CmpOp, Elem, ElemData, Expr, Family, Field, Hook, KeyPart, KeyType, PayloadBase, Reg,
-    Rule as NfRule, SetData, SetSpec, Verdict, CT_ESTABLISHED, CT_RELATED,
+    chain_packets, BaseChain, Batch, ChainType, CmpOp, Elem, ElemData, Expr, Family, Field, Hook, KeyPart, KeyType,
+    PayloadBase, Reg, Rule as NfRule, SetData, SetSpec, Verdict, CT_ESTABLISHED, CT_RELATED,
 };
 use ipnetwork::IpNetwork;
 use libcni::Result;
@@ -214,6 +214,12 @@ pub fn update(table: &str, delete: &Elements, add: &Elements) -> Result<()> {
         b.add_elems(f, table, set, &elems, false);
     }
     b.send().map_err(|e| e.context(format_args!("NetworkPolicy table inet {table}")))
+}
+
+/// The packets the table has dropped since it was made: (ingress, egress); zeros without it.
+pub fn dropped(table: &str) -> Result<(u64, u64)> {
+    let count = |chain| chain_packets(Family::Inet, table, chain).map(Option::unwrap_or_default);
+    Ok((count("ingress")?, count("egress")?))
 }
 
 /// Deletes table `inet <table>` if it exists.

@@ -144,8 +144,10 @@ fn replace_swaps_the_table_and_update_touches_only_elements() {
         let add: Elements = [("s4-sel".to_string(), [Element::Addr(ip("10.244.1.77"))].into())].into();
         assert!(update(&t, &del, &add).is_err());
         assert!(!nft(&["list", "set", "inet", &t, "s4-sel"], None).contains("10.244.1.77"));
+        assert_eq!(dropped(&t).unwrap(), (0, 0));
         elements.clear();
         remove(&t).unwrap();
+        assert_eq!(dropped(&t).unwrap(), (0, 0), "no table, nothing dropped");
         remove(&t).unwrap();
         assert!(!crate::firewall::nfnl::tests::table_exists(Family::Inet, &t));
     });

@@ -48,6 +48,28 @@ pub(crate) fn list_chain(family: Family, table: &str, chain: &str) -> Result<Opt
     Ok(Some(ChainListing { base, comments, rules }))
 }
 
+/// The packets the `counter` expressions of a chain's rules have counted, summed (one dump of
+/// the chain's rules); None when the chain or its table does not exist.
+pub(crate) fn chain_packets(family: Family, table: &str, chain: &str) -> Result<Option<u64>> {
+    const NFTA_COUNTER_PACKETS: u16 = 2;
+    let what = format!("list chain {} {table} {chain}", family.name());
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_RULE_TABLE, table);
+    attrs.str(NFTA_RULE_CHAIN, chain);
+    let Some(rules) = get(family, NFT_MSG_GETRULE, true, &attrs, &what)? else { return Ok(None) };
+    let attr = |m: &[u8], ty: u16| attr_iter(m).find(|(t, _)| *t == ty).map(|(_, v)| v.to_vec());
+    let mut packets = 0;
+    for (_, rule) in rules.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWRULE) {
+        for (_, e) in attr_iter(&attr(rule, NFTA_RULE_EXPRESSIONS).unwrap_or_default()) {
+            if attr(e, NFTA_EXPR_NAME).as_deref() == Some(b"counter\0") {
+                let count = attr(e, NFTA_EXPR_DATA).and_then(|d| attr(&d, NFTA_COUNTER_PACKETS));
+                packets += count.and_then(|c| <[u8; 8]>::try_from(c).ok()).map_or(0, u64::from_be_bytes);
+            }
+        }
+    }
+    Ok(Some(packets))
+}
+
 /// ERESTART: a batch with a [`Batch::genid`] was refused because the ruleset changed.
 pub(crate) const GENERATION_CHANGED: i32 = 85;
 
