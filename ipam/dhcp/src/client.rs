@@ -8,6 +8,7 @@
 //! unicasts to the offered address (not yet configured, so the kernel's UDP would drop it).
 
 use crate::packet::{self, opt, MessageType, Outgoing, Reply, CLIENT_PORT, SERVER_PORT};
+use libcni::{Error, Result};
 use netkit::netns::NetNs;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -62,11 +63,11 @@ fn last_os_error(what: impl std::fmt::Display) -> String {
     format!("{what}: {}", io::Error::last_os_error())
 }
 
-fn ifreq(name: &str) -> Result<libc::ifreq, String> {
+fn ifreq(name: &str) -> Result<libc::ifreq> {
     // SAFETY: ifreq is plain old data; all zeroes is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     if name.is_empty() || name.len() >= req.ifr_name.len() {
-        return Err(format!("interface name {name:?} is empty or too long"));
+        return Err(Error::config(format!("interface name {name:?} is empty or too long")));
     }
     for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
         *dst = src as libc::c_char;
@@ -74,13 +75,13 @@ fn ifreq(name: &str) -> Result<libc::ifreq, String> {
     Ok(req)
 }
 
-fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32, what: &str) -> Result<(), String> {
+fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32, what: &str) -> Result<()> {
     // SAFETY: the option value is an int that outlives the call.
     let rc = unsafe {
         libc::setsockopt(fd, level, name, (&value as *const i32).cast(), std::mem::size_of::<i32>() as libc::socklen_t)
     };
     if rc != 0 {
-        return Err(last_os_error(what));
+        return Err(Error::io(what, &io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -97,7 +98,7 @@ fn open_here(ifname: &str) -> Result<Conn, Failure> {
     let udp = unsafe { OwnedFd::from_raw_fd(udp) };
     let fd = udp.as_raw_fd();
 
-    let mut req = ifreq(ifname).map_err(Failure::Other)?;
+    let mut req = ifreq(ifname).map_err(|e| Failure::Other(e.msg))?;
     // SAFETY: SIOCGIFHWADDR fills the ifreq we own.
     if unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR as _, &mut req) } != 0 {
         let err = io::Error::last_os_error();
@@ -111,7 +112,7 @@ fn open_here(ifname: &str) -> Result<Conn, Failure> {
         *m = *b as u8;
     }
 
-    let mut req = ifreq(ifname).map_err(Failure::Other)?;
+    let mut req = ifreq(ifname).map_err(|e| Failure::Other(e.msg))?;
     // SAFETY: SIOCGIFINDEX fills the ifreq we own.
     if unsafe { libc::ioctl(fd, libc::SIOCGIFINDEX as _, &mut req) } != 0 {
         return Err(Failure::Gone(last_os_error(format!("interface {ifname} in the pod"))));
@@ -119,7 +120,7 @@ fn open_here(ifname: &str) -> Result<Conn, Failure> {
     // SAFETY: ifru_ifindex was just filled by the kernel.
     let ifindex = unsafe { req.ifr_ifru.ifru_ifindex };
 
-    let mut req = ifreq(ifname).map_err(Failure::Other)?;
+    let mut req = ifreq(ifname).map_err(|e| Failure::Other(e.msg))?;
     // SAFETY: SIOCGIFFLAGS / SIOCSIFFLAGS read and write the ifreq we own.
     unsafe {
         if libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) != 0 {
@@ -133,8 +134,8 @@ fn open_here(ifname: &str) -> Result<Conn, Failure> {
         }
     }
 
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1, "SO_REUSEADDR").map_err(Failure::Other)?;
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_BROADCAST, 1, "SO_BROADCAST").map_err(Failure::Other)?;
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1, "SO_REUSEADDR").map_err(|e| Failure::Other(e.msg))?;
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_BROADCAST, 1, "SO_BROADCAST").map_err(|e| Failure::Other(e.msg))?;
     // SAFETY: the device name buffer outlives the call.
     let rc = unsafe {
         libc::setsockopt(
