@@ -8,6 +8,7 @@
 //! idempotent) use [`errno`], [`is_exists`] and [`is_not_found`]; `Error::context` keeps the number.
 
 pub mod fake;
+mod family;
 pub mod firewall;
 pub mod iface;
 pub mod netlink;
@@ -18,7 +19,8 @@ pub mod sysctl;
 pub mod tuntap;
 pub mod xtables;
 
-pub use netlink::{format_mac, parse_mac, Address, BridgeVlan, IpFamily, Link, Netlink, RouteSpec};
+pub use family::Family;
+pub use netlink::{format_mac, parse_mac, Address, BridgeVlan, Link, Netlink, RouteSpec};
 pub use netns::{container_netns, container_netns_for_del, NetNs, NsGuard};
 
 use libcni::Error;

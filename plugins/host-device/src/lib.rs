@@ -25,7 +25,7 @@ use libcni::types::{CniResult, Interface};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
 use netkit::iface::{self, Undo};
 use netkit::netlink::{RawAddress, RawRoute};
-use netkit::{IpFamily, Link, NetNs, Netlink};
+use netkit::{Link, NetNs, Netlink};
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -257,7 +257,7 @@ impl Snapshot {
         // Addresses learnt with a lifetime (SLAAC) come back by themselves too.
         let addresses = host.raw_addresses(dev.index)?.into_iter().filter(RawAddress::permanent).collect();
         let routes = host
-            .raw_routes(IpFamily::Any)?
+            .raw_routes(None)?
             .into_iter()
             .filter(|r| r.oif() == Some(dev.index))
             .filter(|r| !matches!(r.protocol(), RTPROT_REDIRECT | RTPROT_KERNEL | RTPROT_RA))
