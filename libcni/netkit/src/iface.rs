@@ -22,7 +22,7 @@ pub mod sublink;
 
 use crate::firewall::{self, IpMasq, Masquerade};
 use crate::sysctl;
-use crate::{Family, Link, NetNs, Netlink, RouteSpec};
+use crate::{Family, Link, Mac, NetNs, Netlink, RouteSpec};
 use ipnetwork::IpNetwork;
 use libcni::conf::kind;
 use libcni::conf::Attachment;
@@ -74,7 +74,7 @@ pub fn ensure_absent(cont: &Netlink, ns: &NetNs, ifname: &str) -> Result<()> {
 }
 
 /// A MAC address for a pod's interface, as a configuration gives it: six hex bytes, unicast.
-pub fn unicast_mac(s: &str) -> Result<[u8; 6]> {
+pub fn unicast_mac(s: &str) -> Result<Mac> {
     crate::parse_unicast_mac(s).map_err(|why| Error::config(format!("invalid MAC address {s:?}: {why}")))
 }
 
@@ -82,7 +82,7 @@ pub fn unicast_mac(s: &str) -> Result<[u8; 6]> {
 /// `CNI_ARGS MAC`, `args.cni.mac` (only with `args_cni`: bridge reads it, macvlan does not), then
 /// `runtimeConfig.mac` (the `mac` capability). Keys are matched as Go does ([`gojson::get`]); an
 /// empty string counts as unset.
-pub fn requested_mac(req: &Request, configured: Option<&str>, args_cni: bool) -> Result<Option<[u8; 6]>> {
+pub fn requested_mac(req: &Request, configured: Option<&str>, args_cni: bool) -> Result<Option<Mac>> {
     let mut mac = configured.map(str::to_string);
     if let Some(m) = req.args.get("MAC") {
         mac = Some(m.to_string());
@@ -137,7 +137,7 @@ pub fn create_veth(
     ifname: &str,
     ns: &NetNs,
     mtu: Option<u32>,
-    mac: Option<[u8; 6]>,
+    mac: Option<Mac>,
 ) -> Result<(String, Link)> {
     for attempt in 0..HOST_NAME_ATTEMPTS {
         let candidate = host_veth_name(container_id, ifname, attempt);

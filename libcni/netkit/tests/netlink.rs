@@ -3,7 +3,7 @@
 use cni_tests::{require_root, unique, Netns};
 use ipnetwork::IpNetwork;
 use libcni::code;
-use netkit::{Family, NetNs, Netlink, RouteSpec};
+use netkit::{Family, Mac, NetNs, Netlink, RouteSpec};
 use std::time::Duration;
 
 /// A "host" and a "container" namespace, so nothing touches the real host.
@@ -115,7 +115,7 @@ fn veth_peer_is_created_directly_in_the_target_namespace() {
     require_root();
     let p = Pair::new();
     let nl = Netlink::open_in(&p.host_ns).unwrap();
-    let mac = [0x0a, 0x58, 0x0a, 0x01, 0x02, 0x03];
+    let mac = Mac([0x0a, 0x58, 0x0a, 0x01, 0x02, 0x03]);
     let host = nl.create_veth("cnkveth0", "eth0", &p.cont_ns, Some(1450), Some(mac)).unwrap();
     assert_eq!(host.kind.as_deref(), Some("veth"));
     assert_eq!(host.mtu, 1450);
@@ -155,7 +155,7 @@ fn veth_peer_is_created_directly_in_the_target_namespace() {
 
     // Link attribute setters.
     nl.set_mtu(host.index, 1400).unwrap();
-    let new_mac = [0x0a, 0x58, 0, 0, 0, 9];
+    let new_mac = Mac([0x0a, 0x58, 0, 0, 0, 9]);
     nl.set_mac(host.index, new_mac).unwrap();
     nl.set_promisc(host.index, true).unwrap();
     let l = nl.link_by_index(host.index).unwrap().unwrap();

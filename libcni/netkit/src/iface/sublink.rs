@@ -33,7 +33,7 @@ pub struct SubLinkConf {
     /// `None`: the master's MTU.
     pub mtu: Option<u32>,
     pub sub: SubLink,
-    pub mac: Option<[u8; 6]>,
+    pub mac: Option<crate::Mac>,
     pub ipam_type: Option<String>,
     /// With no IPAM, configure prevResult's addresses and routes (a chained ipvlan).
     pub ips_from_prev: bool,

@@ -18,7 +18,7 @@ mod tune;
 mod virt;
 
 pub use addr::{Address, RawAddress};
-pub use link::{format_mac, parse_mac, BridgeVlan, Link};
+pub use link::{BridgeVlan, Link};
 pub use policy::{RawRoute, Rule};
 pub use route::{FibMatch, RouteSpec};
 pub use sublink::{IpvlanMode, MacvlanMode, SubLink};
