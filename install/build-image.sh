@@ -15,8 +15,8 @@
 #                       test uses image-test (Cargo.toml), which compiles in a fraction of the time.
 #                       cni-rs is always the release build: it is what a node runs.
 #   CNI_RS_CONTEXT_DIR  where to stage the build context (default: a temp dir, removed afterwards)
-#   CNI_RS_PLUGINS      plugin names to install as links to cni-rs
-#                       (default "bandwidth bridge dhcp dummy firewall host-device host-local ipvlan loopback macvlan portmap ptp sbr static tap tuning vlan vrf"; each is checked to run)
+#   CNI_RS_PLUGINS      plugin names to install as links to cni-rs (default: every plugin the
+#                       built binary is, as `cni-rs --plugins` prints them; each is checked to run)
 #   PODMAN              podman command line (default "podman"), e.g.
 #                       "podman --runtime runc --cgroup-manager=cgroupfs --events-backend=file"
 #   CARGO, CARGO_TARGET_DIR  honoured as usual
@@ -29,7 +29,6 @@ case "${1:-}" in
 esac
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 image="${CNI_RS_IMAGE:-cni-rs-installer:dev}"
-plugins="${CNI_RS_PLUGINS:-bandwidth bridge dhcp dummy firewall host-device host-local ipvlan loopback macvlan portmap ptp sbr static tap tuning vlan vrf}"
 podman_cmd="${PODMAN:-podman}"
 cargo_cmd="${CARGO:-cargo}"
 triple=x86_64-unknown-linux-gnu
@@ -107,6 +106,13 @@ install -m 0755 "$bin_dir/cni-rs-node" "$ctx/cni-rs-node"
 
 [ -f "$plugins_bin_dir/cni-rs" ] || { echo "build-image: $plugins_bin_dir/cni-rs not found" >&2; exit 1; }
 require_static "$plugins_bin_dir/cni-rs"
+# The binary names its plugins (libcni's registry), so no list here can fall behind it.
+if [ -n "${CNI_RS_PLUGINS:-}" ]; then
+    plugins="$CNI_RS_PLUGINS"
+elif ! plugins="$("$plugins_bin_dir/cni-rs" --plugins)"; then
+    echo "build-image: $plugins_bin_dir/cni-rs --plugins failed: it cannot name its plugins" >&2
+    exit 1
+fi
 # cni-rs picks the plugin by the name it runs under, so run it under each name (bash's exec -a
 # sets argv[0]): a name it does not know must not reach a node.
 for plugin in $plugins; do
@@ -119,7 +125,7 @@ for plugin in $plugins; do
         exit 1
     fi
 done
-[ -n "${plugins// /}" ] || { echo "build-image: CNI_RS_PLUGINS is empty" >&2; exit 1; }
+[ -n "${plugins// /}" ] || { echo "build-image: no plugin names (CNI_RS_PLUGINS is empty, or cni-rs --plugins printed none)" >&2; exit 1; }
 install -m 0755 "$plugins_bin_dir/cni-rs" "$ctx/bin/cni-rs"
 # shellcheck disable=SC2086 # one name per word
 printf '%s\n' $plugins >"$ctx/bin/.plugins"

@@ -1134,7 +1134,7 @@ fn a_plugin_run_by_hand_says_what_it_is() {
     let no_command: BTreeMap<String, String> = BTreeMap::new();
     let empty_command: BTreeMap<String, String> = [("CNI_COMMAND".to_string(), String::new())].into();
     let with_command = f.env("ADD");
-    for plugin in cni_rs::PLUGINS {
+    for plugin in libcni::registry::NAMES {
         let bin = bin_dir().join(plugin);
         for (how, args, env) in [
             ("no CNI_COMMAND", &[][..], &no_command),
@@ -1183,7 +1183,7 @@ fn every_table_holds_for_the_shipped_static_binary() {
     if cni_tests::in_shipped_run() {
         return;
     }
-    cni_tests::holds_for_the_shipped_binary(&cni_rs::PLUGINS, &["cnitool", "cni-noop"], 20);
+    cni_tests::holds_for_the_shipped_binary(&libcni::registry::NAMES, &["cnitool", "cni-noop"], 20);
 }
 
 #[test]

@@ -96,7 +96,7 @@ fn the_bounds_hold_for_the_shipped_static_binary() {
     if cni_tests::in_shipped_run() {
         return;
     }
-    cni_tests::holds_for_the_shipped_binary(&cni_rs::PLUGINS, &["cni-peak"], 2);
+    cni_tests::holds_for_the_shipped_binary(&libcni::registry::NAMES, &["cni-peak"], 2);
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 /// The plugins of the multi-call binary that speak every version from 0.1.0: bandwidth (from
 /// 0.3.0), vrf (0.3.1) and firewall (0.4.0) start later, as their references do.
 fn plugins() -> impl Iterator<Item = &'static str> {
-    cni_rs::PLUGINS.into_iter().filter(|p| !["bandwidth", "firewall", "vrf"].contains(p))
+    libcni::registry::NAMES.into_iter().filter(|p| !["bandwidth", "firewall", "vrf"].contains(p))
 }
 
 fn call(plugin: &str, command: &str, stdin: &str) -> (i32, Value) {

@@ -1,5 +1,6 @@
 //! Pod CIDRs as host-local will accept them.
 
+use libcni::{Error, Result};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -20,36 +21,39 @@ impl Cidr {
     /// host-local refuses a subnet with host bits set ("Network has host bits set") and one too
     /// small to hold a gateway plus an address, so both are rejected here, before anything is
     /// written to the node.
-    pub fn parse(text: &str) -> Result<Cidr, String> {
+    pub fn parse(text: &str) -> Result<Cidr> {
         let text = text.trim();
         let (addr_text, prefix_text) =
-            text.split_once('/').ok_or_else(|| format!("pod CIDR {text:?}: missing /prefix"))?;
-        let addr: IpAddr =
-            addr_text.parse().map_err(|_| format!("pod CIDR {text:?}: {addr_text:?} is not an IP address"))?;
-        let bits: u8 = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix: u8 = prefix_text
+            text.split_once('/').ok_or_else(|| Error::config(format!("pod CIDR {text:?}: missing /prefix")))?;
+        let addr: IpAddr = addr_text
             .parse()
-            .ok()
-            .filter(|p| *p <= bits)
-            .ok_or_else(|| format!("pod CIDR {text:?}: prefix {prefix_text:?} is not a number in 0..={bits}"))?;
+            .map_err(|_| Error::config(format!("pod CIDR {text:?}: {addr_text:?} is not an IP address")))?;
+        let bits: u8 = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix: u8 = prefix_text.parse().ok().filter(|p| *p <= bits).ok_or_else(|| {
+            Error::config(format!("pod CIDR {text:?}: prefix {prefix_text:?} is not a number in 0..={bits}"))
+        })?;
         // host-local needs room for at least the gateway and one pod.
         if bits - prefix < 2 {
-            return Err(format!("pod CIDR {text:?}: /{prefix} is too small to allocate pod addresses from"));
+            return Err(Error::config(format!(
+                "pod CIDR {text:?}: /{prefix} is too small to allocate pod addresses from"
+            )));
         }
         let cidr = Cidr { addr, prefix };
         let network = cidr.network();
         if network != addr {
-            return Err(format!("pod CIDR {text:?}: host bits are set (did you mean {network}/{prefix}?)"));
+            return Err(Error::config(format!(
+                "pod CIDR {text:?}: host bits are set (did you mean {network}/{prefix}?)"
+            )));
         }
         Ok(cidr)
     }
 
     /// Parses a comma-separated list, ignoring blanks; at least one CIDR is required.
-    pub fn parse_list(text: &str) -> Result<Vec<Cidr>, String> {
+    pub fn parse_list(text: &str) -> Result<Vec<Cidr>> {
         let cidrs =
             text.split(',').filter(|item| !item.trim().is_empty()).map(Cidr::parse).collect::<Result<Vec<_>, _>>()?;
         if cidrs.is_empty() {
-            return Err(format!("pod CIDR list {text:?} is empty"));
+            return Err(Error::config(format!("pod CIDR list {text:?} is empty")));
         }
         Ok(cidrs)
     }
@@ -104,7 +108,7 @@ mod tests {
             ("10.244.1.0/24,bogus", "missing /prefix"),
         ] {
             let err = Cidr::parse_list(bad).unwrap_err();
-            assert!(err.contains(why), "{bad:?}: {err}");
+            assert!(err.msg.contains(why), "{bad:?}: {err}");
         }
     }
 

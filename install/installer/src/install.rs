@@ -7,6 +7,7 @@
 //! binary are made the same way, a hard link to a temporary name renamed over the target. Files not
 //! named by us are never opened, so other vendors' plugins and configurations stay as they are.
 
+use libcni::{registry, Error, Result};
 use nix::errno::Errno;
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -16,7 +17,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// The multi-call binary: it runs the plugin named by the file name it is executed under.
-pub const MULTI_CALL: &str = "cni-rs";
+pub const MULTI_CALL: &str = registry::MULTI_CALL;
 /// In the source directory, the plugin names to install as hard links to [`MULTI_CALL`], one per
 /// line (blank lines and `#` comments ignored). Without it every file of the source is a plain copy.
 pub const MANIFEST: &str = ".plugins";
@@ -60,7 +61,7 @@ pub struct Source {
 }
 
 impl Source {
-    pub fn read(src: &Path) -> Result<Source, String> {
+    pub fn read(src: &Path) -> Result<Source> {
         let mut plain = Vec::new();
         let entries = fs::read_dir(src).map_err(|e| io_error("read directory", src, e))?;
         for entry in entries {
@@ -73,7 +74,7 @@ impl Source {
             let name = entry
                 .file_name()
                 .into_string()
-                .map_err(|raw| format!("{}: file name {raw:?} is not UTF-8", src.display()))?;
+                .map_err(|raw| Error::config(format!("{}: file name {raw:?} is not UTF-8", src.display())))?;
             if name != MANIFEST {
                 plain.push(name);
             }
@@ -85,27 +86,27 @@ impl Source {
             Ok(text) => text,
             Err(err) if err.kind() == io::ErrorKind::NotFound => {
                 if plain.is_empty() {
-                    return Err(format!("{}: no plugin binaries to install", src.display()));
+                    return Err(Error::config(format!("{}: no plugin binaries to install", src.display())));
                 }
                 return Ok(Source { plain, links: Vec::new() });
             }
             Err(err) => return Err(io_error("read", &manifest, err)),
         };
-        let links = parse_manifest(&text).map_err(|err| format!("{}: {err}", manifest.display()))?;
+        let links = parse_manifest(&text).map_err(|err| err.context(manifest.display()))?;
         if !plain.iter().any(|name| name == MULTI_CALL) {
-            return Err(format!(
+            return Err(Error::config(format!(
                 "{}: lists plugin names but {} has no {MULTI_CALL}",
                 manifest.display(),
                 src.display()
-            ));
+            )));
         }
         plain.retain(|name| name != MULTI_CALL);
         if let Some(both) = plain.iter().find(|name| links.contains(name)) {
-            return Err(format!(
+            return Err(Error::config(format!(
                 "{}: {both:?} is listed as a link to {MULTI_CALL} and is also a file in {}",
                 manifest.display(),
                 src.display()
-            ));
+            )));
         }
         Ok(Source { plain, links })
     }
@@ -117,23 +118,23 @@ impl Source {
     }
 }
 
-fn parse_manifest(text: &str) -> Result<Vec<String>, String> {
+fn parse_manifest(text: &str) -> Result<Vec<String>> {
     let mut names: Vec<String> = Vec::new();
     for line in text.lines().map(str::trim).filter(|line| !line.is_empty() && !line.starts_with('#')) {
         let plain = !line.starts_with('.') && !line.contains(['/', '\0']) && !line.chars().any(char::is_whitespace);
         if !plain {
-            return Err(format!("{line:?} is not a plain file name"));
+            return Err(Error::config(format!("{line:?} is not a plain file name")));
         }
         if line == MULTI_CALL {
-            return Err(format!("{MULTI_CALL} cannot be a link to itself"));
+            return Err(Error::config(format!("{MULTI_CALL} cannot be a link to itself")));
         }
         if names.iter().any(|name| name == line) {
-            return Err(format!("{line:?} is listed twice"));
+            return Err(Error::config(format!("{line:?} is listed twice")));
         }
         names.push(line.to_string());
     }
     if names.is_empty() {
-        return Err("lists no plugin names".into());
+        return Err(Error::config("lists no plugin names"));
     }
     names.sort();
     Ok(names)
@@ -141,7 +142,7 @@ fn parse_manifest(text: &str) -> Result<Vec<String>, String> {
 
 /// Puts `content` at `dir/name` with `mode`, unless the file there already has exactly that
 /// content and mode.
-pub fn place(dir: &Path, name: &str, content: &[u8], mode: u32) -> Result<Placement, String> {
+pub fn place(dir: &Path, name: &str, content: &[u8], mode: u32) -> Result<Placement> {
     let target = dir.join(name);
     if is_identical(&target, content, mode)? {
         return Ok(Placement::Unchanged);
@@ -160,11 +161,11 @@ pub fn place(dir: &Path, name: &str, content: &[u8], mode: u32) -> Result<Placem
 
 /// Installs `src` into `dest`: every plain file is copied (symlinks followed), in name order; with
 /// a manifest, [`MULTI_CALL`] is copied and then linked under each listed name.
-pub fn install_dir(src: &Path, dest: &Path) -> Result<Report, String> {
+pub fn install_dir(src: &Path, dest: &Path) -> Result<Report> {
     install_dir_with(src, dest, system_hard_link)
 }
 
-pub fn install_dir_with(src: &Path, dest: &Path, link: LinkFn) -> Result<Report, String> {
+pub fn install_dir_with(src: &Path, dest: &Path, link: LinkFn) -> Result<Report> {
     let source = Source::read(src)?;
     let mut report = Report { outcomes: Vec::new(), link_error: None };
     for name in &source.plain {
@@ -185,13 +186,7 @@ pub fn install_dir_with(src: &Path, dest: &Path, link: LinkFn) -> Result<Report,
 /// cni-rs, a Go plugin a runtime is executing right now) is replaced by linking the binary to a temp
 /// name and renaming that over it, so the name always refers to one complete binary and a running
 /// process keeps its own. Where the file system refuses hard links, each name gets a full copy.
-fn install_multi_call(
-    src: &Path,
-    dest: &Path,
-    names: &[String],
-    link: LinkFn,
-    report: &mut Report,
-) -> Result<(), String> {
+fn install_multi_call(src: &Path, dest: &Path, names: &[String], link: LinkFn, report: &mut Report) -> Result<()> {
     let from = src.join(MULTI_CALL);
     let content = fs::read(&from).map_err(|e| io_error("read", &from, e))?;
     let outcome = place(dest, MULTI_CALL, &content, 0o755)?;
@@ -231,7 +226,7 @@ fn link_name(
     binary: &Path,
     binary_meta: &fs::Metadata,
     link: LinkFn,
-) -> Result<Result<Placement, io::Error>, String> {
+) -> Result<Result<Placement, io::Error>> {
     let target = dest.join(name);
     match fs::symlink_metadata(&target) {
         Ok(meta) if meta.is_file() && meta.dev() == binary_meta.dev() && meta.ino() == binary_meta.ino() => {
@@ -247,7 +242,7 @@ fn link_name(
         if links_unsupported(&err) {
             return Ok(Err(err));
         }
-        return Err(format!("hard link {} to {}: {err}", temp.display(), binary.display()));
+        return Err(Error::io(format_args!("hard link {} to {}", temp.display(), binary.display()), &err));
     }
     let result = fs::rename(&temp, &target).map_err(|e| io_error("rename", &temp, e)).and_then(|()| sync_dir(dest));
     // After a failed rename, and also after a successful one that did nothing: rename(2) leaves
@@ -282,7 +277,7 @@ fn temp_path(dir: &Path, name: &str) -> std::path::PathBuf {
     dir.join(format!(".{name}.tmp-{}", std::process::id()))
 }
 
-fn remove_if_present(path: &Path) -> Result<(), String> {
+fn remove_if_present(path: &Path) -> Result<()> {
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -318,7 +313,7 @@ pub fn sha256_hex(content: &[u8]) -> String {
     Sha256::digest(content).iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-fn is_identical(target: &Path, content: &[u8], mode: u32) -> Result<bool, String> {
+fn is_identical(target: &Path, content: &[u8], mode: u32) -> Result<bool> {
     let meta = match fs::symlink_metadata(target) {
         Ok(meta) => meta,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
@@ -331,7 +326,7 @@ fn is_identical(target: &Path, content: &[u8], mode: u32) -> Result<bool, String
     Ok(existing == content)
 }
 
-fn write_synced(temp: &Path, content: &[u8], mode: u32) -> Result<(), String> {
+fn write_synced(temp: &Path, content: &[u8], mode: u32) -> Result<()> {
     remove_if_present(temp)?;
     let mut file = OpenOptions::new()
         .write(true)
@@ -346,12 +341,13 @@ fn write_synced(temp: &Path, content: &[u8], mode: u32) -> Result<(), String> {
 }
 
 /// Makes the rename itself durable across a node crash.
-fn sync_dir(dir: &Path) -> Result<(), String> {
+fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|handle| handle.sync_all()).map_err(|e| io_error("fsync directory", dir, e))
 }
 
-fn io_error(action: &str, path: &Path, err: io::Error) -> String {
-    format!("{action} {}: {err}", path.display())
+/// `<action> <path>: <os error>`, code 5 (I/O), with the errno.
+fn io_error(action: &str, path: &Path, err: io::Error) -> Error {
+    Error::io(format_args!("{action} {}", path.display()), &err)
 }
 
 #[cfg(test)]
@@ -465,10 +461,12 @@ mod tests {
     fn missing_or_empty_source_is_an_error() {
         let dest = TempDir::new("dest");
         let err = install_dir(&dest.0.join("nope"), &dest.0).unwrap_err();
-        assert!(err.contains("read directory"), "{err}");
+        assert!(err.msg.contains("read directory"), "{err}");
+        assert_eq!((err.code, err.errno), (libcni::code::IO, Some(Errno::ENOENT as i32)), "{err}");
         let empty = TempDir::new("empty");
         let err = install_dir(&empty.0, &dest.0).unwrap_err();
-        assert!(err.contains("no plugin binaries"), "{err}");
+        assert!(err.msg.contains("no plugin binaries"), "{err}");
+        assert_eq!(err.code, libcni::code::INVALID_CONFIG, "{err}");
     }
 
     #[test]
@@ -478,7 +476,7 @@ mod tests {
         fs::create_dir(dest.0.join("bridge")).unwrap();
         fs::write(dest.0.join("bridge").join("keep"), b"x").unwrap();
         let err = place(&dest.0, "bridge", b"ours", 0o755).unwrap_err();
-        assert!(err.contains("rename"), "{err}");
+        assert!(err.msg.contains("rename"), "{err}");
         assert_eq!(listing(&dest.0), ["bridge"]);
     }
 
@@ -637,7 +635,7 @@ mod tests {
         let dest = TempDir::new("dest");
         fs::write(dest.0.join("bridge"), b"old bridge").unwrap();
         let err = install_dir_with(&src.0, &dest.0, link_denied).unwrap_err();
-        assert!(err.contains("hard link") && err.contains("(os error 13)"), "{err}");
+        assert!(err.msg.contains("hard link") && err.msg.contains("(os error 13)"), "{err}");
         assert_eq!(fs::read(dest.0.join("bridge")).unwrap(), b"old bridge");
         assert_eq!(listing(&dest.0), ["bridge", "cni-rs", "extra"]);
     }
@@ -660,7 +658,7 @@ mod tests {
                 fs::write(src.0.join(file), b"x").unwrap();
             }
             let err = Source::read(&src.0).unwrap_err();
-            assert!(err.contains(why), "{manifest:?} {files:?}: {err}");
+            assert!(err.msg.contains(why), "{manifest:?} {files:?}: {err}");
         }
 
         let src = multi_call_src(b"x");

@@ -12,6 +12,7 @@ mod render;
 
 use cidr::Cidr;
 use install::Placement;
+use libcni::{Error, Result};
 use nix::sys::signal::{SigSet, Signal};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -45,7 +46,7 @@ struct Options {
 }
 
 impl Options {
-    fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>, String> {
+    fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>> {
         let mut options = Options {
             src: "/opt/cni-rs/bin".into(),
             bin_dir: "/host/opt/cni/bin".into(),
@@ -72,7 +73,7 @@ impl Options {
             }
             let value = match inline {
                 Some(value) => value.to_string(),
-                None => args.next().ok_or_else(|| format!("{flag} needs a value"))?,
+                None => args.next().ok_or_else(|| Error::config(format!("{flag} needs a value")))?,
             };
             match flag.as_str() {
                 "--src" => options.src = value.into(),
@@ -82,7 +83,7 @@ impl Options {
                 "--conf-name" => options.conf_name = checked_file_name("--conf-name", value)?,
                 "--pod-cidr" => options.pod_cidr = Some(value),
                 "--pod-cidr-dir" => options.pod_cidr_dir = value.into(),
-                _ => return Err(format!("unknown argument {arg:?}")),
+                _ => return Err(Error::config(format!("unknown argument {arg:?}"))),
             }
         }
         Ok(Some(options))
@@ -90,19 +91,15 @@ impl Options {
 }
 
 /// A plain name inside a directory: no separators, not `.` or `..`.
-fn checked_file_name(what: &str, name: String) -> Result<String, String> {
+fn checked_file_name(what: &str, name: String) -> Result<String> {
     if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
-        return Err(format!("{what} {name:?} is not a plain file name"));
+        return Err(Error::config(format!("{what} {name:?} is not a plain file name")));
     }
     Ok(name)
 }
 
 /// Finds the pod CIDRs and says where they came from.
-fn pod_cidrs(
-    options: &Options,
-    env_cidr: Option<String>,
-    node_name: Option<String>,
-) -> Result<(Vec<Cidr>, String), String> {
+fn pod_cidrs(options: &Options, env_cidr: Option<String>, node_name: Option<String>) -> Result<(Vec<Cidr>, String)> {
     if let Some(list) = &options.pod_cidr {
         return Ok((Cidr::parse_list(list)?, "--pod-cidr".into()));
     }
@@ -112,19 +109,18 @@ fn pod_cidrs(
     let missing = "no pod CIDR: set CNI_RS_POD_CIDR (e.g. 10.244.1.0/24,fd00:10:244:1::/64) \
                    or --pod-cidr";
     let Some(node) = node_name.filter(|node| !node.is_empty()) else {
-        return Err(format!("{missing}, or NODE_NAME with a file per node in --pod-cidr-dir"));
+        return Err(Error::config(format!("{missing}, or NODE_NAME with a file per node in --pod-cidr-dir")));
     };
     let node = checked_file_name("NODE_NAME", node)?;
     let path = options.pod_cidr_dir.join(&node);
     match fs::read_to_string(&path) {
-        Ok(list) => Ok((
-            Cidr::parse_list(&list).map_err(|err| format!("{}: {err}", path.display()))?,
-            path.display().to_string(),
-        )),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            Err(format!("{missing}, or write the file for node {node:?} ({} not found)", path.display()))
+        Ok(list) => {
+            Ok((Cidr::parse_list(&list).map_err(|err| err.context(path.display()))?, path.display().to_string()))
         }
-        Err(err) => Err(format!("read {}: {err}", path.display())),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            Err(Error::config(format!("{missing}, or write the file for node {node:?} ({} not found)", path.display())))
+        }
+        Err(err) => Err(Error::io(format_args!("read {}", path.display()), &err)),
     }
 }
 
@@ -163,17 +159,17 @@ fn warn_if_shadowed(conf_dir: &Path, conf_name: &str) {
     }
 }
 
-fn install(options: &Options) -> Result<(), String> {
+fn install(options: &Options) -> Result<()> {
     // Everything that can be wrong with the input is checked before the first write.
     let (cidrs, source) = pod_cidrs(options, std::env::var("CNI_RS_POD_CIDR").ok(), std::env::var("NODE_NAME").ok())?;
     let shown: Vec<String> = cidrs.iter().map(Cidr::to_string).collect();
     eprintln!("pod CIDRs {} (from {source})", shown.join(","));
     let template = fs::read_to_string(&options.template)
-        .map_err(|err| format!("read template {}: {err}", options.template.display()))?;
-    let conflist = render::render(&template, &cidrs).map_err(|err| format!("{}: {err}", options.template.display()))?;
+        .map_err(|err| Error::io(format_args!("read template {}", options.template.display()), &err))?;
+    let conflist = render::render(&template, &cidrs).map_err(|err| err.context(options.template.display()))?;
 
     for dir in [&options.bin_dir, &options.conf_dir] {
-        fs::create_dir_all(dir).map_err(|err| format!("create {}: {err}", dir.display()))?;
+        fs::create_dir_all(dir).map_err(|err| Error::io(format_args!("create {}", dir.display()), &err))?;
     }
 
     // Binaries first: a runtime may act on the conflist as soon as it appears.
@@ -287,7 +283,8 @@ mod tests {
             (&["--once=yes"][..], "unknown argument"),
         ] {
             let err = Options::parse(args(bad)).unwrap_err();
-            assert!(err.contains(why), "{bad:?}: {err}");
+            assert!(err.msg.contains(why), "{bad:?}: {err}");
+            assert_eq!(err.code, libcni::code::INVALID_CONFIG);
         }
     }
 
@@ -305,11 +302,11 @@ mod tests {
         assert_eq!(cidrs[0].to_string(), "10.244.7.0/24");
 
         let err = pod_cidrs(&options, None, Some("node-b".into())).unwrap_err();
-        assert!(err.contains("file for node \"node-b\""), "{err}");
+        assert!(err.msg.contains("file for node \"node-b\""), "{err}");
         let err = pod_cidrs(&options, None, None).unwrap_err();
-        assert!(err.contains("no pod CIDR"), "{err}");
+        assert!(err.msg.contains("no pod CIDR"), "{err}");
         let err = pod_cidrs(&options, None, Some("../etc".into())).unwrap_err();
-        assert!(err.contains("not a plain file name"), "{err}");
+        assert!(err.msg.contains("not a plain file name"), "{err}");
 
         options.pod_cidr = Some("10.9.0.0/16".into());
         let (cidrs, source) = pod_cidrs(&options, Some("10.244.1.0/24".into()), None).unwrap();
@@ -372,7 +369,7 @@ mod tests {
         let (_root, mut options) = fixture();
         options.pod_cidr = Some("10.244.1.1/24".into());
         let err = install(&options).unwrap_err();
-        assert!(err.contains("host bits are set"), "{err}");
+        assert!(err.msg.contains("host bits are set"), "{err}");
         assert!(!options.bin_dir.exists());
         assert!(!options.conf_dir.exists());
     }

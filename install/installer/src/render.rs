@@ -13,6 +13,7 @@
 //! Any other `"__NAME__"` left in the result is an error, so a typo cannot reach a node.
 
 use crate::cidr::Cidr;
+use libcni::{Error, Result};
 use serde_json::{json, Value};
 
 const RANGES: &str = "\"__POD_CIDR_RANGES__\"";
@@ -21,7 +22,7 @@ const FIRST_V4: &str = "\"__POD_CIDR_V4__\"";
 const FIRST_V6: &str = "\"__POD_CIDR_V6__\"";
 
 /// Renders and validates; the returned text is what gets written to the node.
-pub fn render(template: &str, cidrs: &[Cidr]) -> Result<String, String> {
+pub fn render(template: &str, cidrs: &[Cidr]) -> Result<String> {
     let ranges: Vec<Value> = cidrs.iter().map(|cidr| json!([{ "subnet": cidr.to_string() }])).collect();
     let mut routes = Vec::new();
     if cidrs.iter().any(Cidr::is_v4) {
@@ -40,12 +41,12 @@ pub fn render(template: &str, cidrs: &[Cidr]) -> Result<String, String> {
         let cidr = cidrs
             .iter()
             .find(|cidr| cidr.is_v4() == want_v4)
-            .ok_or_else(|| format!("template uses {placeholder} but no {family} pod CIDR was given"))?;
+            .ok_or_else(|| Error::config(format!("template uses {placeholder} but no {family} pod CIDR was given")))?;
         text = text.replace(placeholder, &Value::String(cidr.to_string()).to_string());
     }
 
     if let Some(unknown) = leftover_placeholder(&text) {
-        return Err(format!("template has an unknown placeholder {unknown}"));
+        return Err(Error::config(format!("template has an unknown placeholder {unknown}")));
     }
     validate_conflist(&text)?;
     Ok(text)
@@ -73,22 +74,22 @@ fn leftover_placeholder(text: &str) -> Option<&str> {
 }
 
 /// A conflist a runtime will load: JSON, with a name, a version and plugins that each have a type.
-fn validate_conflist(text: &str) -> Result<(), String> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|err| format!("rendered conflist is not valid JSON: {err}"))?;
+fn validate_conflist(text: &str) -> Result<()> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|err| Error::config(format!("rendered conflist is not valid JSON: {err}")))?;
     for key in ["cniVersion", "name"] {
         if !value.get(key).is_some_and(Value::is_string) {
-            return Err(format!("rendered conflist has no string {key:?}"));
+            return Err(Error::config(format!("rendered conflist has no string {key:?}")));
         }
     }
     let plugins = value
         .get("plugins")
         .and_then(Value::as_array)
         .filter(|plugins| !plugins.is_empty())
-        .ok_or("rendered conflist has no \"plugins\" list")?;
+        .ok_or_else(|| Error::config("rendered conflist has no \"plugins\" list"))?;
     for (index, plugin) in plugins.iter().enumerate() {
         if !plugin.get("type").is_some_and(Value::is_string) {
-            return Err(format!("rendered conflist: plugins[{index}] has no string \"type\""));
+            return Err(Error::config(format!("rendered conflist: plugins[{index}] has no string \"type\"")));
         }
     }
     Ok(())
@@ -152,20 +153,20 @@ mod tests {
         assert_eq!(value["plugins"][0]["b"], "fd00::/64");
 
         let err = render(template, &cidrs("10.1.0.0/16")).unwrap_err();
-        assert!(err.contains("no IPv6 pod CIDR"), "{err}");
+        assert!(err.msg.contains("no IPv6 pod CIDR"), "{err}");
     }
 
     #[test]
     fn rejects_unknown_placeholder_and_bad_json() {
         let typo = TEMPLATE.replace("__POD_CIDR_RANGES__", "__POD_CIDR_RANGE__");
         let err = render(&typo, &cidrs("10.244.1.0/24")).unwrap_err();
-        assert!(err.contains("unknown placeholder \"__POD_CIDR_RANGE__\""), "{err}");
+        assert!(err.msg.contains("unknown placeholder \"__POD_CIDR_RANGE__\""), "{err}");
 
         let err = render("{\"plugins\": [", &cidrs("10.244.1.0/24")).unwrap_err();
-        assert!(err.contains("not valid JSON"), "{err}");
+        assert!(err.msg.contains("not valid JSON"), "{err}");
 
         let err = render(r#"{"cniVersion":"1.0.0","name":"n","plugins":[]}"#, &cidrs("10.244.1.0/24")).unwrap_err();
-        assert!(err.contains("plugins"), "{err}");
+        assert!(err.msg.contains("plugins"), "{err}");
     }
 
     #[test]

@@ -14,8 +14,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use cni_rs::PLUGINS;
 use cni_tests::{prerequisite, require_root, TempDir};
+use libcni::registry::NAMES as PLUGINS;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

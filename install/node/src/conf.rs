@@ -17,14 +17,15 @@ const COMMENT: &str = "pods of this node leaving the cluster";
 
 pub fn render(template: &str, cidrs: &[IpNetwork], mtu: u32) -> Result<String, String> {
     let cidrs: Vec<Cidr> = cidrs.iter().map(|c| Cidr { addr: c.network(), prefix: c.prefix() }).collect();
-    render::render(&template.replace(MTU, &mtu.to_string()), &cidrs)
+    render::render(&template.replace(MTU, &mtu.to_string()), &cidrs).map_err(|e| e.to_string())
 }
 
 /// Writes the conflist atomically; `true` if its content changed.
 pub fn write(conf_dir: &Path, conf_name: &str, text: &str) -> Result<bool, String> {
     std::fs::create_dir_all(conf_dir).map_err(|e| format!("create {}: {e}", conf_dir.display()))?;
     install::remove_stale_temps(conf_dir, &[conf_name]);
-    Ok(matches!(install::place(conf_dir, conf_name, text.as_bytes(), 0o644)?, Placement::Installed { .. }))
+    let placed = install::place(conf_dir, conf_name, text.as_bytes(), 0o644).map_err(|e| e.to_string())?;
+    Ok(matches!(placed, Placement::Installed { .. }))
 }
 
 /// The pod CIDRs named by an existing conflist (every `"subnet"` in it): the block this node held

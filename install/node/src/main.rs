@@ -264,9 +264,9 @@ async fn default_node_ips(handle: &rtnetlink::Handle, options: &Options) -> Resu
 fn install_plugins(src: &std::path::Path, bin_dir: &std::path::Path) -> Result<(), String> {
     use cni_installer::install;
     std::fs::create_dir_all(bin_dir).map_err(|e| format!("create {}: {e}", bin_dir.display()))?;
-    let source = install::Source::read(src)?;
+    let source = install::Source::read(src).map_err(|e| e.to_string())?;
     install::remove_stale_temps(bin_dir, &source.names());
-    let report = install::install_dir(src, bin_dir)?;
+    let report = install::install_dir(src, bin_dir).map_err(|e| e.to_string())?;
     if let Some(err) = &report.link_error {
         eprintln!("warning: {err}; each plugin name is a full copy of {} instead of a hard link", install::MULTI_CALL);
     }

@@ -8,6 +8,7 @@
 //! unicasts to the offered address (not yet configured, so the kernel's UDP would drop it).
 
 use crate::packet::{self, opt, MessageType, Outgoing, Reply, CLIENT_PORT, SERVER_PORT};
+use libcni::Result;
 use netkit::netns::NetNs;
 use netkit::Netlink;
 use nix::errno::Errno;
@@ -80,7 +81,7 @@ fn pod_link(ifname: &str) -> Result<(u32, [u8; 6]), Failure> {
     if !link.up {
         nl.set_up(link.index).map_err(|e| Failure::Other(format!("set {ifname} up: {}", e.msg)))?;
     }
-    Ok((link.index, mac))
+    Ok((link.index, mac.into()))
 }
 
 /// Makes the sockets inside the current namespace.

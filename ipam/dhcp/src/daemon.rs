@@ -11,6 +11,7 @@ use crate::client::{self, Conn, Failure, Identity, Settings};
 use crate::config::DEFAULT_SOCKET;
 use crate::packet::Reply;
 use crate::proto::{self, Answer, Call, LeaseInfo, LeaseKey, LeaseRequest, RouteInfo};
+use libcni::{code, Error, Result};
 use netkit::netns::NetNs;
 use std::collections::HashMap;
 use std::io::Write;
@@ -78,7 +79,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 
 /// Go `flag` parsing of the daemon's arguments (after `daemon`). Err holds the message; `Ok(None)`
 /// means help was asked for.
-pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
+pub fn parse_args(args: &[String]) -> Result<Option<Options>> {
     let mut o = Options {
         socket_path: PathBuf::new(),
         pidfile: None,
@@ -98,7 +99,7 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             break;
         };
         if flag.starts_with('-') || flag.starts_with('=') {
-            return Err(format!("bad flag syntax: {arg}"));
+            return Err(Error::config(format!("bad flag syntax: {arg}")));
         }
         let (name, inline) = match flag.split_once('=') {
             Some((n, v)) => (n, Some(v.to_string())),
@@ -112,17 +113,17 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 None => true,
                 Some("1" | "t" | "T" | "true" | "TRUE" | "True") => true,
                 Some("0" | "f" | "F" | "false" | "FALSE" | "False") => false,
-                Some(v) => return Err(format!("invalid boolean value {v:?} for -broadcast")),
+                Some(v) => return Err(Error::config(format!("invalid boolean value {v:?} for -broadcast"))),
             };
             continue;
         }
         if !matches!(name, "socketpath" | "pidfile" | "hostprefix" | "timeout" | "resendmax") {
-            return Err(format!("flag provided but not defined: -{name}"));
+            return Err(Error::config(format!("flag provided but not defined: -{name}")));
         }
         let value = match inline {
             Some(v) => v,
             None => {
-                let v = args.get(i).ok_or_else(|| format!("flag needs an argument: -{name}"))?.clone();
+                let v = args.get(i).ok_or_else(|| Error::config(format!("flag needs an argument: -{name}")))?.clone();
                 i += 1;
                 v
             }
@@ -133,7 +134,7 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             "hostprefix" => o.host_prefix = value,
             "timeout" | "resendmax" => {
                 let d = parse_duration(&value).ok_or_else(|| {
-                    format!("invalid value {value:?} for flag -{name}: a duration such as 10s or 1m2s")
+                    Error::config(format!("invalid value {value:?} for flag -{name}: a duration such as 10s or 1m2s"))
                 })?;
                 if name == "timeout" {
                     o.settings.timeout = d;
@@ -149,11 +150,14 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     }
     if let Some(p) = &o.pidfile {
         if !p.is_absolute() {
-            return Err(format!("Error writing pidfile {:?}: path not absolute", p.display().to_string()));
+            return Err(Error::config(format!(
+                "Error writing pidfile {:?}: path not absolute",
+                p.display().to_string()
+            )));
         }
     }
     if o.settings.timeout.is_zero() {
-        return Err("-timeout must be above zero".into());
+        return Err(Error::config("-timeout must be above zero"));
     }
     o.socket_path = PathBuf::from(format!("{}{socket}", o.host_prefix));
     Ok(Some(o))
@@ -184,12 +188,12 @@ impl Binding {
     /// The timers of RFC 2131 4.4.5: T1 defaults to half the lease, T2 to 7/8 (the reference takes
     /// 85%); a T2 beyond the lease or a T1 beyond T2 is replaced by its default. Then T1 is at
     /// least [`RENEWAL_FLOOR`], and T2 and the lease at least [`TIMER_GAP`] after the timer before.
-    fn new(ack: Reply, fallback_server: Option<Ipv4Addr>) -> Result<Binding, String> {
-        let addr = ack.yiaddr.ok_or("DHCPACK without an address")?;
+    fn new(ack: Reply, fallback_server: Option<Ipv4Addr>) -> Result<Binding> {
+        let addr = ack.yiaddr.ok_or_else(|| Error::network("DHCPACK without an address"))?;
         let server = ack
             .server_id
             .or(fallback_server)
-            .ok_or_else(|| format!("DHCPACK for {addr} without a server identifier (option 54)"))?;
+            .ok_or_else(|| Error::network(format!("DHCPACK for {addr} without a server identifier (option 54)")))?;
         let lease = Duration::from_secs(u64::from(ack.lease_secs.unwrap_or(u32::MAX)));
         let mut t2 = ack.rebinding_secs.map(|s| Duration::from_secs(s.into())).unwrap_or(lease * 7 / 8);
         if t2 > lease {
@@ -223,15 +227,14 @@ impl Binding {
         Ok(Binding { addr, server, renew_at: far(t1), rebind_at: far(t2), expires_at: far(lease), ack, raised })
     }
 
-    fn info(&self, suppress_gateway: bool) -> Result<LeaseInfo, String> {
-        let mask = self
-            .ack
-            .subnet_mask
-            .ok_or_else(|| format!("the server {} sent no subnet mask (option 1) for {}", self.server, self.addr))?;
+    fn info(&self, suppress_gateway: bool) -> Result<LeaseInfo> {
+        let mask = self.ack.subnet_mask.ok_or_else(|| {
+            Error::network(format!("the server {} sent no subnet mask (option 1) for {}", self.server, self.addr))
+        })?;
         let bits = u32::from(mask);
         let prefix = bits.leading_ones() as u8;
         if bits.checked_shl(prefix.into()).unwrap_or(0) != 0 {
-            return Err(format!("the server {} sent a non-contiguous subnet mask {mask}", self.server));
+            return Err(Error::network(format!("the server {} sent a non-contiguous subnet mask {mask}", self.server)));
         }
         let gateway = if suppress_gateway { None } else { self.ack.routers.first().copied() };
         let route = |r: &crate::packet::StaticRoute| RouteInfo { dst: r.dst, prefix: r.prefix, gw: r.gw };
@@ -313,7 +316,7 @@ impl Daemon {
             Call::Check { key } => match lock(&self.leases).get(&key.client_id()) {
                 Some(h) => match lock(&h.binding).info(h.suppress_gateway) {
                     Ok(info) => Answer::Lease(info),
-                    Err(e) => error(libcni::code::NETWORK, e),
+                    Err(e) => error(e.code, e.msg),
                 },
                 None => Answer::NoLease,
             },
@@ -360,7 +363,7 @@ impl Daemon {
             if let Some(h) = lock(&self.leases).get(&client_id) {
                 return match lock(&h.binding).info(h.suppress_gateway) {
                     Ok(info) => Answer::Lease(info),
-                    Err(e) => error(libcni::code::NETWORK, e),
+                    Err(e) => error(e.code, e.msg),
                 };
             }
             if !acquiring.insert(client_id.clone()) {
@@ -429,11 +432,11 @@ impl Daemon {
         };
         let binding = match Binding::new(ack, None) {
             Ok(b) => b,
-            Err(e) => return error(libcni::code::NETWORK, format!("lease for {}: {e}", req.key.display())),
+            Err(e) => return error(e.code, format!("lease for {}: {e}", req.key.display())),
         };
         let info = match binding.info(req.suppress_gateway) {
             Ok(i) => i,
-            Err(e) => return error(libcni::code::NETWORK, format!("lease for {}: {e}", req.key.display())),
+            Err(e) => return error(e.code, format!("lease for {}: {e}", req.key.display())),
         };
         if let Some(raised) = &binding.raised {
             eprintln!("dhcp: {}: {raised}", req.key.display());
@@ -638,7 +641,7 @@ fn serve_connection(daemon: &Daemon, mut stream: UnixStream) {
 /// The listening socket: one passed by systemd socket activation (LISTEN_FDS=1), else a new one at
 /// `path` after removing a stale socket file there (one nothing listens on). A live daemon's
 /// socket or a file that is not a socket is left alone and is an error.
-fn listen(path: &Path) -> Result<(UnixListener, bool), String> {
+fn listen(path: &Path) -> Result<(UnixListener, bool)> {
     let pid_matches = std::env::var("LISTEN_PID").ok().and_then(|p| p.parse::<u32>().ok()) == Some(std::process::id());
     if pid_matches {
         match std::env::var("LISTEN_FDS").ok().and_then(|n| n.parse::<u32>().ok()) {
@@ -652,7 +655,7 @@ fn listen(path: &Path) -> Result<(UnixListener, bool), String> {
                 return Ok((listener, true));
             }
             Some(0) | None => {}
-            Some(n) => return Err(format!("Too many ({n}) FDs passed through socket activation")),
+            Some(n) => return Err(Error::env(format!("Too many ({n}) FDs passed through socket activation"))),
         }
     }
     if let Some(dir) = path.parent() {
@@ -660,23 +663,27 @@ fn listen(path: &Path) -> Result<(UnixListener, bool), String> {
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| format!("create the socket's directory {}: {e}", dir.display()))?;
+            .map_err(|e| Error::io(format_args!("create the socket's directory {}", dir.display()), &e))?;
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             if UnixStream::connect(path).is_ok() {
-                return Err(format!("another dhcp daemon already listens on {}", path.display()));
+                return Err(Error::new(code::IO, format!("another dhcp daemon already listens on {}", path.display())));
             }
-            std::fs::remove_file(path).map_err(|e| format!("remove the stale socket {}: {e}", path.display()))?;
+            std::fs::remove_file(path)
+                .map_err(|e| Error::io(format_args!("remove the stale socket {}", path.display()), &e))?;
             eprintln!("dhcp: removed the stale socket {}", path.display());
         }
         Ok(_) => {
-            return Err(format!("{} exists and is not a socket: remove it or pick another -socketpath", path.display()))
+            return Err(Error::config(format!(
+                "{} exists and is not a socket: remove it or pick another -socketpath",
+                path.display()
+            )))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(Error::io(path.display(), &e)),
     }
-    let listener = bind_private(path).map_err(|e| format!("listen on {}: {e}", path.display()))?;
+    let listener = bind_private(path).map_err(|e| Error::io(format_args!("listen on {}", path.display()), &e))?;
     Ok((listener, false))
 }
 
@@ -732,17 +739,19 @@ fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
 /// pidfile. The leases are not released on exit, as with the reference: the pods keep their
 /// addresses until the servers' leases expire, and a restarted daemon answers DEL for them with
 /// success.
-pub fn run(o: Options) -> Result<(), String> {
+pub fn run(o: Options) -> Result<()> {
     use nix::sys::signal::{SigSet, Signal};
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGTERM);
     signals.add(Signal::SIGINT);
-    signals.thread_block().map_err(|e| format!("block SIGTERM/SIGINT: {e}"))?;
+    signals
+        .thread_block()
+        .map_err(|e| Error::new(code::IO, format!("block SIGTERM/SIGINT: {e}")).with_errno(e as i32))?;
 
     let (listener, activated) = listen(&o.socket_path)?;
     if let Some(p) = &o.pidfile {
         std::fs::write(p, std::process::id().to_string())
-            .map_err(|e| format!("Error writing pidfile {:?}: {e}", p.display().to_string()))?;
+            .map_err(|e| Error::io(format_args!("Error writing pidfile {:?}", p.display().to_string()), &e))?;
     }
     let cleanup_socket = (!activated).then(|| o.socket_path.clone());
     let pidfile = o.pidfile.clone();
@@ -759,7 +768,7 @@ pub fn run(o: Options) -> Result<(), String> {
             eprintln!("dhcp: {} received, exiting", sig.map_or_else(|_| "signal".to_string(), |s| s.to_string()));
             std::process::exit(0);
         })
-        .map_err(|e| format!("start the signal thread: {e}"))?;
+        .map_err(|e| Error::io("start the signal thread", &e))?;
     eprintln!("dhcp: daemon listening on {}", o.socket_path.display());
 
     let daemon = Arc::new(Daemon::new(o.settings, o.host_prefix));
@@ -805,7 +814,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn args(a: &[&str]) -> Result<Option<Options>, String> {
+    fn args(a: &[&str]) -> Result<Option<Options>> {
         parse_args(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>())
     }
 
@@ -852,11 +861,11 @@ mod tests {
         assert_eq!(o.settings, Settings::default());
         assert!(!args(&["-broadcast=false"]).unwrap().unwrap().settings.broadcast);
         assert!(args(&["-help"]).unwrap().is_none());
-        assert!(args(&["-nope"]).unwrap_err().contains("not defined: -nope"));
-        assert!(args(&["-timeout"]).unwrap_err().contains("needs an argument"));
-        assert!(args(&["-timeout", "ten"]).unwrap_err().contains("-timeout"));
-        assert!(args(&["-pidfile", "rel.pid"]).unwrap_err().contains("not absolute"));
-        assert!(args(&["-broadcast=maybe"]).unwrap_err().contains("boolean"));
+        assert!(args(&["-nope"]).unwrap_err().msg.contains("not defined: -nope"));
+        assert!(args(&["-timeout"]).unwrap_err().msg.contains("needs an argument"));
+        assert!(args(&["-timeout", "ten"]).unwrap_err().msg.contains("-timeout"));
+        assert!(args(&["-pidfile", "rel.pid"]).unwrap_err().msg.contains("not absolute"));
+        assert!(args(&["-broadcast=maybe"]).unwrap_err().msg.contains("boolean"));
     }
 
     fn ack(lease: u32, t1: Option<u32>, t2: Option<u32>) -> Reply {
@@ -931,10 +940,10 @@ mod tests {
 
         let mut a = ack(100, None, None);
         a.subnet_mask = None;
-        assert!(Binding::new(a, None).unwrap().info(false).unwrap_err().contains("subnet mask"));
+        assert!(Binding::new(a, None).unwrap().info(false).unwrap_err().msg.contains("subnet mask"));
         let mut a = ack(100, None, None);
         a.subnet_mask = Some(Ipv4Addr::new(255, 0, 255, 0));
-        assert!(Binding::new(a, None).unwrap().info(false).unwrap_err().contains("non-contiguous"));
+        assert!(Binding::new(a, None).unwrap().info(false).unwrap_err().msg.contains("non-contiguous"));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use ipnetwork::IpNetwork;
 use libcni::args::CniArgs;
 use libcni::conf::{kind, lenient_bool_value, NetConf};
 use libcni::gojson::{self, array, invalid, non_null, object};
-use libcni::types::Route;
+use libcni::types::{self, Route};
 use libcni::{version, Error, Result};
 use serde_json::{Map, Value};
 use std::net::IpAddr;
@@ -221,7 +221,7 @@ impl IpamConfig {
         let v4 = range_sets.iter().filter(|s| s.is_ipv4()).count();
         version::check_addresses_per_family(&conf.cni_version, v4, range_sets.len() - v4)?;
 
-        let routes = gojson::routes(ipam, "ipam")?;
+        let routes = types::routes(ipam, "ipam")?;
 
         let data_dir = data_dir(ipam)?;
         let resolv_conf = opt_str(ipam, "resolvConf", "ipam")?.map(PathBuf::from);

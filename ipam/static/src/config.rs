@@ -13,7 +13,7 @@ use ipnetwork::IpNetwork;
 use libcni::args::CniArgs;
 use libcni::conf::{kind, NetConf};
 use libcni::gojson::{self, array, invalid, non_null, object};
-use libcni::types::{Dns, Route};
+use libcni::types::{self, Dns, Route};
 use libcni::{version, Error, Result};
 use serde_json::{Map, Value};
 use std::net::IpAddr;
@@ -206,7 +206,7 @@ impl StaticConfig {
         let v4 = addresses.iter().filter(|a| a.address.is_ipv4()).count();
         version::check_addresses_per_family(&conf.cni_version, v4, addresses.len() - v4)?;
 
-        let routes = gojson::routes(ipam, "ipam")?;
+        let routes = types::routes(ipam, "ipam")?;
         let dns = match non_null(ipam, "dns") {
             None => Dns::default(),
             Some((k, v)) => gojson::from_value(v).map_err(|e| invalid(&format!("ipam.{k}"), e))?,

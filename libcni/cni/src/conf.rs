@@ -3,6 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::gojson;
+/// A short name for a JSON value's type, for config errors (it lives with the JSON decoding).
+pub use crate::gojson::kind;
 use crate::types::{CniResult, Dns};
 use crate::version;
 use serde::de::{self, Deserializer};
@@ -80,18 +82,6 @@ fn object_key(obj: &Map<String, Value>, name: &str) -> Result<Map<String, Value>
         None => Ok(Map::new()),
         Some((_, Value::Object(m))) => Ok(m.clone()),
         Some((k, other)) => Err(Error::config(format!("netconf key {k:?} must be an object, got {}", kind(other)))),
-    }
-}
-
-/// A short name for a JSON value's type, for error messages.
-pub fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -46,14 +46,14 @@ pub fn invalid(key: &str, why: impl fmt::Display) -> crate::Error {
 
 /// `v` as an object, else code 7 naming `key`.
 pub fn object<'a>(v: &'a Value, key: &str) -> Result<&'a Map<String, Value>, crate::Error> {
-    v.as_object().ok_or_else(|| invalid(key, format!("must be an object, got {}", crate::conf::kind(v))))
+    v.as_object().ok_or_else(|| invalid(key, format!("must be an object, got {}", kind(v))))
 }
 
 /// `v` as an array, else code 7 naming `key`.
 pub fn array<'a>(v: &'a Value, key: &str) -> Result<&'a [Value], crate::Error> {
     match v {
         Value::Array(items) => Ok(items),
-        other => Err(invalid(key, format!("must be an array, got {}", crate::conf::kind(other)))),
+        other => Err(invalid(key, format!("must be an array, got {}", kind(other)))),
     }
 }
 
@@ -62,16 +62,16 @@ pub fn non_null<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<(&'a str, 
     get(obj, key).filter(|(_, v)| !v.is_null())
 }
 
-/// The `routes` list of the config object `parent` (named `what` in messages, like `ipam`), each
-/// decoded as Go does; none when the key is absent or null, code 7 naming the entry otherwise.
-pub fn routes(parent: &Map<String, Value>, what: &str) -> Result<Vec<crate::types::Route>, crate::Error> {
-    let Some((k, v)) = non_null(parent, "routes") else { return Ok(Vec::new()) };
-    let path = format!("{what}.{k}");
-    array(v, &path)?
-        .iter()
-        .enumerate()
-        .map(|(i, item)| from_value(item).map_err(|e| invalid(&format!("{path}[{i}]"), e)))
-        .collect()
+/// A short name for a JSON value's type, for error messages.
+pub fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 /// True if `a` and `b` are equal under Unicode simple case folding, as Go's `bytes.EqualFold`.

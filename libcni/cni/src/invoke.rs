@@ -3,6 +3,7 @@
 //! delegate to IPAM.
 
 use crate::error::{code, Error, Result};
+use crate::registry;
 use crate::skel::{Command, PluginOutput, Request};
 use crate::types::CniResult;
 use crate::version;
@@ -552,31 +553,17 @@ impl Drop for InProcessLevel {
     }
 }
 
-/// Plugin types known to be main or meta plugins (ours and the reference's), never IPAM plugins:
-/// delegating IPAM to one of them runs a plugin that delegates again, without end.
-const NOT_IPAM: [&str; 16] = [
-    "bridge",
-    "portmap",
-    "loopback",
-    "cni-rs",
-    "ptp",
-    "macvlan",
-    "ipvlan",
-    "vlan",
-    "host-device",
-    "dummy",
-    "tap",
-    "vrf",
-    "bandwidth",
-    "firewall",
-    "tuning",
-    "sbr",
-];
+/// Whether `plugin_type` is one of ours that is not an IPAM plugin (an interface or chained plugin,
+/// whose reference counterparts have the same names), or the multi-call binary itself: delegating
+/// IPAM to one of them runs a plugin that delegates again, without end.
+fn known_not_ipam(plugin_type: &str) -> bool {
+    plugin_type == registry::MULTI_CALL || registry::role(plugin_type).is_some_and(|role| role != registry::Role::Ipam)
+}
 
 /// Why `plugin_type` may not be delegated to now: a main/meta plugin named as IPAM, or delegation
 /// nested too deep. Code 7: it is the configuration that makes this happen.
 fn refused_delegate(plugin_type: &str) -> Option<Error> {
-    if NOT_IPAM.contains(&plugin_type) {
+    if known_not_ipam(plugin_type) {
         return Some(Error::config(format!(
             "ipam type {plugin_type:?} is not an IPAM plugin (it is a main or meta plugin, and delegating to it \
              would delegate again without end): set \"ipam\": {{\"type\": ...}} to an IPAM plugin such as \
@@ -769,7 +756,15 @@ mod tests {
     #[test]
     fn main_plugins_are_refused_as_ipam() {
         let req = request(Command::Add, r#"{"cniVersion":"1.0.0","name":"n","type":"bridge"}"#, vec![]);
+        let not_ipam = registry::PLUGINS.iter().filter(|p| p.role != registry::Role::Ipam).map(|p| p.name);
+        let refused: Vec<&str> = not_ipam.chain([registry::MULTI_CALL]).collect();
         for t in ["bridge", "portmap", "loopback", "cni-rs", "macvlan", "tuning"] {
+            assert!(refused.contains(&t), "{t}");
+        }
+        for t in ["host-local", "static", "dhcp", "some-ipam"] {
+            assert!(!known_not_ipam(t), "{t}");
+        }
+        for t in refused {
             let e = delegate_add(t, &req).unwrap_err();
             assert_eq!(e.code, code::INVALID_CONFIG, "{t}: {e}");
             assert!(e.msg.contains(&format!("ipam type {t:?} is not an IPAM plugin")), "{e}");

@@ -11,6 +11,7 @@ pub mod fault;
 pub mod gojson;
 pub mod invoke;
 pub mod limits;
+pub mod registry;
 pub mod runtime;
 pub mod skel;
 pub mod types;

@@ -5,8 +5,8 @@
 //! version's Go type has, applying upstream libcni's conversion rules, lossy ones included. The Go
 //! types are the yardstick rather than the spec text because runtimes are built on them.
 
-use crate::conf::kind;
 use crate::error::{code, Error, Result};
+use crate::gojson::{self, kind};
 use crate::version::CURRENT;
 use ipnetwork::IpNetwork;
 use serde::de::Error as _;
@@ -52,6 +52,18 @@ pub struct Route {
     pub table: Option<u32>,
     /// 0 universe (global), 253 link, 254 host.
     pub scope: Option<u8>,
+}
+
+/// The `routes` list of the config object `parent` (named `what` in messages, like `ipam`), each
+/// decoded as Go does; none when the key is absent or null, code 7 naming the entry otherwise.
+pub fn routes(parent: &Map<String, Value>, what: &str) -> Result<Vec<Route>> {
+    let Some((k, v)) = gojson::non_null(parent, "routes") else { return Ok(Vec::new()) };
+    let path = format!("{what}.{k}");
+    gojson::array(v, &path)?
+        .iter()
+        .enumerate()
+        .map(|(i, item)| gojson::from_value(item).map_err(|e| gojson::invalid(&format!("{path}[{i}]"), e)))
+        .collect()
 }
 
 /// Upstream's error for a result without addresses converted to 0.1.0 or 0.2.0, which its plugins

@@ -21,8 +21,8 @@ pub mod hostnet;
 pub mod sublink;
 
 use crate::firewall::{self, IpMasq, Masquerade};
-use crate::sysctl::{self, Family};
-use crate::{IpFamily, Link, NetNs, Netlink, RouteSpec};
+use crate::sysctl;
+use crate::{Family, Link, Mac, NetNs, Netlink, RouteSpec};
 use ipnetwork::IpNetwork;
 use libcni::conf::kind;
 use libcni::conf::Attachment;
@@ -74,7 +74,7 @@ pub fn ensure_absent(cont: &Netlink, ns: &NetNs, ifname: &str) -> Result<()> {
 }
 
 /// A MAC address for a pod's interface, as a configuration gives it: six hex bytes, unicast.
-pub fn unicast_mac(s: &str) -> Result<[u8; 6]> {
+pub fn unicast_mac(s: &str) -> Result<Mac> {
     crate::parse_unicast_mac(s).map_err(|why| Error::config(format!("invalid MAC address {s:?}: {why}")))
 }
 
@@ -82,7 +82,7 @@ pub fn unicast_mac(s: &str) -> Result<[u8; 6]> {
 /// `CNI_ARGS MAC`, `args.cni.mac` (only with `args_cni`: bridge reads it, macvlan does not), then
 /// `runtimeConfig.mac` (the `mac` capability). Keys are matched as Go does ([`gojson::get`]); an
 /// empty string counts as unset.
-pub fn requested_mac(req: &Request, configured: Option<&str>, args_cni: bool) -> Result<Option<[u8; 6]>> {
+pub fn requested_mac(req: &Request, configured: Option<&str>, args_cni: bool) -> Result<Option<Mac>> {
     let mut mac = configured.map(str::to_string);
     if let Some(m) = req.args.get("MAC") {
         mac = Some(m.to_string());
@@ -137,7 +137,7 @@ pub fn create_veth(
     ifname: &str,
     ns: &NetNs,
     mtu: Option<u32>,
-    mac: Option<[u8; 6]>,
+    mac: Option<Mac>,
 ) -> Result<(String, Link)> {
     for attempt in 0..HOST_NAME_ATTEMPTS {
         let candidate = host_veth_name(container_id, ifname, attempt);
@@ -180,25 +180,6 @@ pub fn subnet_gateway(n: &IpNetwork) -> IpAddr {
     }
 }
 
-/// `0.0.0.0/0` or `::/0`.
-pub fn default_dst(v4: bool) -> IpNetwork {
-    if v4 {
-        IpNetwork::V4(ipnetwork::Ipv4Network::from(Ipv4Addr::UNSPECIFIED))
-    } else {
-        IpNetwork::V6(ipnetwork::Ipv6Network::from(Ipv6Addr::UNSPECIFIED))
-    }
-    .with_prefix(0)
-}
-
-trait WithPrefix {
-    fn with_prefix(self, p: u8) -> IpNetwork;
-}
-impl WithPrefix for IpNetwork {
-    fn with_prefix(self, p: u8) -> IpNetwork {
-        IpNetwork::new(self.ip(), p).unwrap_or(self)
-    }
-}
-
 /// Points each address at the result's interface `index`. With `gateway`, an address IPAM gave no
 /// gateway gets its subnet's first address; with `default_route`, each family with a gateway and
 /// no default route gets one through it.
@@ -212,13 +193,14 @@ pub fn set_gateways(result: &mut CniResult, index: usize, gateway: bool, default
     if !default_route {
         return;
     }
-    for v4 in [true, false] {
-        let Some(gw) = result.ips.iter().find(|ip| is_v4(&ip.address) == v4).and_then(|ip| ip.gateway) else {
+    for family in [Family::V4, Family::V6] {
+        let Some(gw) = result.ips.iter().find(|ip| Family::of_net(&ip.address) == family).and_then(|ip| ip.gateway)
+        else {
             continue;
         };
-        if !result.routes.iter().any(|r| is_v4(&r.dst) == v4 && r.dst.prefix() == 0) {
+        if !result.routes.iter().any(|r| Family::of_net(&r.dst) == family && r.dst.prefix() == 0) {
             result.routes.push(Route {
-                dst: default_dst(v4),
+                dst: family.default_dst(),
                 gw: Some(gw),
                 mtu: None,
                 advmss: None,
@@ -334,7 +316,7 @@ pub fn check_pod(ns: &NetNs, ifname: &str, prev: &CniResult, up: bool) -> Result
         }
     }
     for r in &prev.routes {
-        let family = if is_v4(&r.dst) { IpFamily::V4 } else { IpFamily::V6 };
+        let family = Family::of_net(&r.dst);
         let routes = cont.routes(family, None)?;
         if !routes
             .iter()

@@ -8,8 +8,10 @@
 //! idempotent) use [`errno`], [`is_exists`] and [`is_not_found`]; `Error::context` keeps the number.
 
 pub mod fake;
+mod family;
 pub mod firewall;
 pub mod iface;
+mod mac;
 pub mod netlink;
 pub mod netns;
 mod nlsock;
@@ -17,7 +19,9 @@ pub mod saved;
 pub mod sysctl;
 pub mod tuntap;
 
-pub use netlink::{format_mac, parse_mac, Address, BridgeVlan, IpFamily, Link, Netlink, RouteSpec};
+pub use family::Family;
+pub use mac::{format_mac, parse_mac, parse_unicast_mac, BadMac, Mac};
+pub use netlink::{Address, BridgeVlan, Link, Netlink, RouteSpec};
 pub use netns::{container_netns, container_netns_for_del, NetNs, NsGuard};
 
 use libcni::Error;
@@ -42,15 +46,6 @@ pub fn is_not_found(err: &Error) -> bool {
 /// A valid Linux interface name ([`libcni::skel::validate_ifname`]'s rules).
 pub fn valid_ifname(name: &str) -> bool {
     libcni::skel::validate_ifname(name).is_ok()
-}
-
-/// A MAC for an interface ([`parse_mac`]'s grammar): a multicast address cannot name one.
-pub fn parse_unicast_mac(s: &str) -> std::result::Result<[u8; 6], String> {
-    let out = parse_mac(s).ok_or_else(|| "expected six hex bytes like 0a:58:0a:f4:01:02".to_string())?;
-    if out[0] & 1 == 1 {
-        return Err("a multicast address cannot name an interface".to_string());
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

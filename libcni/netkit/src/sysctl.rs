@@ -7,27 +7,12 @@
 //! namespace. The tests in `tests/sysctl.rs` check this.
 
 use crate::netns::NetNs;
+use crate::Family;
 use libcni::{code, Error, Result};
 use std::io::{self, Write};
 use std::path::PathBuf;
 
 const ROOT: &str = "/proc/sys";
-
-/// Address family directory under `net/`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    fn dir(self) -> &'static str {
-        match self {
-            Family::V4 => "ipv4",
-            Family::V6 => "ipv6",
-        }
-    }
-}
 
 /// `/proc/sys/<rel>` after checking that `rel` is a plain relative path under `net/`.
 fn full_path(rel: &str) -> Result<PathBuf> {
@@ -89,7 +74,7 @@ pub fn if_path(ifname: &str, family: Family, key: &str) -> Result<String> {
     if key.is_empty() || key.contains('/') || key == "." || key == ".." {
         return Err(Error::config(format!("sysctl key {key:?} for {ifname}: invalid key")));
     }
-    Ok(format!("net/{}/conf/{ifname}/{key}", family.dir()))
+    Ok(format!("net/{}/conf/{ifname}/{key}", family.sysctl_dir()))
 }
 
 /// Writes a per-interface sysctl, e.g. `set_if("eth0", Family::V6, "accept_dad", "0")`.

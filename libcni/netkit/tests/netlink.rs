@@ -3,7 +3,7 @@
 use cni_tests::{require_root, unique, Netns};
 use ipnetwork::IpNetwork;
 use libcni::code;
-use netkit::{IpFamily, NetNs, Netlink, RouteSpec};
+use netkit::{Family, Mac, NetNs, Netlink, RouteSpec};
 use std::time::Duration;
 
 /// A "host" and a "container" namespace, so nothing touches the real host.
@@ -115,7 +115,7 @@ fn veth_peer_is_created_directly_in_the_target_namespace() {
     require_root();
     let p = Pair::new();
     let nl = Netlink::open_in(&p.host_ns).unwrap();
-    let mac = [0x0a, 0x58, 0x0a, 0x01, 0x02, 0x03];
+    let mac = Mac([0x0a, 0x58, 0x0a, 0x01, 0x02, 0x03]);
     let host = nl.create_veth("cnkveth0", "eth0", &p.cont_ns, Some(1450), Some(mac)).unwrap();
     assert_eq!(host.kind.as_deref(), Some("veth"));
     assert_eq!(host.mtu, 1450);
@@ -155,7 +155,7 @@ fn veth_peer_is_created_directly_in_the_target_namespace() {
 
     // Link attribute setters.
     nl.set_mtu(host.index, 1400).unwrap();
-    let new_mac = [0x0a, 0x58, 0, 0, 0, 9];
+    let new_mac = Mac([0x0a, 0x58, 0, 0, 0, 9]);
     nl.set_mac(host.index, new_mac).unwrap();
     nl.set_promisc(host.index, true).unwrap();
     let l = nl.link_by_index(host.index).unwrap().unwrap();
@@ -264,7 +264,7 @@ fn addresses_and_routes() {
     assert!(e.msg.starts_with("add address 10.9.0.2/24 to eth0 (index"), "{e}");
     let addrs = nlc.addresses(eth0.index).unwrap();
     assert!(addrs.contains(&net("10.9.0.2/24")) && addrs.contains(&net("fd00:9::2/64")), "{addrs:?}");
-    let v6 = nlc.address_details(eth0.index, IpFamily::V6).unwrap();
+    let v6 = nlc.address_details(eth0.index, Family::V6).unwrap();
     let a = v6.iter().find(|a| a.net == net("fd00:9::2/64")).unwrap();
     assert!(a.flags & libc::IFA_F_NODAD != 0 && !a.tentative(), "{a:?}");
     let out = p.cont.ip(&["-4", "addr", "show", "eth0"]);
@@ -301,7 +301,7 @@ fn addresses_and_routes() {
     let out = p.cont.ip(&["-6", "route", "show"]);
     assert!(out.contains("default via fd00:9::1 dev eth0"), "{out}");
 
-    let v4 = nlc.routes(IpFamily::V4, None).unwrap();
+    let v4 = nlc.routes(Family::V4, None).unwrap();
     let def = v4.iter().find(|x| x.dst.prefix() == 0).unwrap();
     assert_eq!(def.gw, Some("10.9.0.1".parse().unwrap()));
     assert_eq!(def.oif, Some(eth0.index));
@@ -309,12 +309,12 @@ fn addresses_and_routes() {
     let got = v4.iter().find(|x| x.dst == net("10.20.0.0/16")).unwrap();
     assert_eq!((got.metric, got.mtu, got.advmss, got.src), (Some(50), Some(1300), Some(1200), r.src));
     assert!(!v4.iter().any(|x| x.dst == net("10.30.0.0/16")));
-    let t100 = nlc.routes(IpFamily::V4, Some(100)).unwrap();
+    let t100 = nlc.routes(Family::V4, Some(100)).unwrap();
     assert_eq!(t100.len(), 1);
     assert_eq!(t100[0].scope, Some(253));
-    assert!(nlc.routes(IpFamily::V6, None).unwrap().iter().any(|x| x.dst.prefix() == 0 && x.gw == v6.gw));
+    assert!(nlc.routes(Family::V6, None).unwrap().iter().any(|x| x.dst.prefix() == 0 && x.gw == v6.gw));
     assert!(nlc.has_route(&RouteSpec::default_via("10.9.0.1".parse().unwrap())).unwrap());
-    assert!(!nlc.routes_of(eth0.index, IpFamily::Any).unwrap().is_empty());
+    assert!(!nlc.routes_of(eth0.index, None).unwrap().is_empty());
 
     // Deletes are idempotent.
     assert!(nlc.del_route(&r).unwrap());

@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use cni_tests::{require_root, Netns};
-use netkit::sysctl::{self, Family};
+use netkit::sysctl;
+use netkit::Family;
 use netkit::{NetNs, Netlink};
 use std::io::{Read, Seek};
 

@@ -74,7 +74,7 @@ pub struct BridgeConf {
     pub ipam_type: Option<String>,
     pub dns: Option<Dns>,
     /// From CNI_ARGS MAC < args.cni.mac < runtimeConfig.mac.
-    pub mac: Option<[u8; 6]>,
+    pub mac: Option<netkit::Mac>,
 }
 
 pub use netkit::firewall::IpMasq;
@@ -208,7 +208,7 @@ mod tests {
         assert_eq!((c.mtu, c.vlan), (Some(1400), 5));
         assert_eq!(c.vlan_trunk, [(10, 20), (30, 30)]);
         assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
-        assert_eq!(c.mac, Some([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x03]));
+        assert_eq!(c.mac, Some(netkit::Mac([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x03])));
         // Exact beats folded; unknown keys are ignored as before.
         let c = parse_conf(json!({"cniVersion": "1.0.0", "name": "n", "isGateway": false, "IsGateway": true,
             "Whatever": 1}))

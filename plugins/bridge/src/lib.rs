@@ -14,7 +14,8 @@ use libcni::{code, Error, Errors, Plugin, Request, Result};
 use netkit::firewall::{self, BackendKind, Firewall};
 use netkit::iface::hostnet::{HostNets, Reach};
 use netkit::iface::{self, is_v4, MasqueradeDel, Undo};
-use netkit::sysctl::{self, Family};
+use netkit::sysctl;
+use netkit::Family;
 use netkit::{Link, NetNs, Netlink};
 
 pub use netkit::iface::host_veth_name;

@@ -2,7 +2,8 @@
 
 use crate::config::{self, BridgeConf};
 use libcni::{code, Error, Result};
-use netkit::sysctl::{self, Family};
+use netkit::sysctl;
+use netkit::Family;
 use netkit::{NetNs, Netlink};
 use sha2::{Digest, Sha256};
 

@@ -1,35 +1,11 @@
-//! cni-rs: the bandwidth, bridge, dhcp, dummy, firewall, host-device, host-local, ipvlan, loopback, macvlan, portmap, ptp, sbr, static, tap, tuning, vlan and vrf plugins in one binary, dispatching
-//! on the base name it was run under (argv[0]). Installed once with a hard link per plugin name, the
-//! plugins share one copy of the code on disk and in the page cache.
+//! cni-rs: every plugin of cni-rs in one binary (`libcni::registry` names them), dispatching on the
+//! base name it was run under (argv[0]). Installed once with a hard link per plugin name, the plugins
+//! share one copy of the code on disk and in the page cache. Run under another name with `--plugins`,
+//! it prints the names, one a line: the image build installs what this prints.
 
-use cni_rs::PLUGINS;
-use libcni::Plugin;
+use cni_rs::plugin;
+use libcni::registry;
 use std::path::Path;
-
-/// The plugin of type `plugin_type`; None when it is not one of ours.
-fn plugin(plugin_type: &str) -> Option<&'static dyn Plugin> {
-    Some(match plugin_type {
-        "bridge" => &bridge::Bridge,
-        "host-local" => &host_local::HostLocal,
-        "loopback" => &loopback::Loopback,
-        "portmap" => &portmap::PortMap,
-        "tuning" => &tuning::Tuning,
-        "sbr" => &sbr::Sbr,
-        "static" => &static_ipam::Static,
-        "bandwidth" => &bandwidth::Bandwidth,
-        "firewall" => &firewall::Firewall,
-        "ptp" => &ptp::Ptp,
-        "host-device" => &host_device::HostDevice,
-        "macvlan" => &macvlan::PLUGIN,
-        "ipvlan" => &ipvlan::PLUGIN,
-        "dummy" => &dummy::Dummy,
-        "vlan" => &vlan::Vlan,
-        "vrf" => &vrf::Vrf,
-        "tap" => &tap::Tap,
-        "dhcp" => &dhcp::Dhcp,
-        _ => return None,
-    })
-}
 
 /// Runs the plugin of type `plugin_type` on `env` and `stdin`; None when it is not one of ours. The
 /// process's own entry point and the in-process delegate calls (bridge's IPAM call to host-local
@@ -72,10 +48,14 @@ fn main() {
             }
             libcni::skel::finish(libcni::skel::execute(p, &env, &mut std::io::stdin().lock()))
         }
+        None if args.get(1).map(String::as_str) == Some("--plugins") => {
+            println!("{}", registry::NAMES.join("\n"));
+        }
         None => {
             eprintln!(
-                "cni-rs: run as one of {} (a hard link or symlink of that name to this binary), not as {name:?}",
-                PLUGINS.join(", ")
+                "cni-rs: run as one of {} (a hard link or symlink of that name to this binary), not as {name:?} \
+                 (`--plugins` prints these names)",
+                registry::NAMES.join(", ")
             );
             std::process::exit(1);
         }

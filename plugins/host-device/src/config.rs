@@ -26,7 +26,7 @@ struct Raw {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selector {
     Device(String),
-    HwAddr([u8; 6]),
+    HwAddr(netkit::Mac),
     /// A device directory under /sys/devices; its first network interface.
     KernelPath(PathBuf),
     /// A PCI address (`0000:03:00.1`); its network interface, or none when a userspace (DPDK)
@@ -108,7 +108,7 @@ pub fn parse(req: &Request) -> Result<HostDeviceConf> {
             .map_err(|e| Error::config(format!("{} {:?}: {}", d.key_or("device"), d.value, e.msg)))?;
         Selector::Device(d.value)
     } else if let Some(h) = non_empty(raw.hwaddr) {
-        let mac = netkit::parse_mac(&h.value).ok_or_else(|| {
+        let mac = netkit::parse_mac(&h.value).map(netkit::Mac).ok_or_else(|| {
             Error::config(format!(
                 "invalid {} {:?}: expected six hex bytes like 0a:58:0a:f4:01:02",
                 h.key_or("hwaddr"),
@@ -176,9 +176,15 @@ mod tests {
         let sel = |v: Value| parse_conf(v).unwrap().selector;
         assert_eq!(sel(json!({"device": "eth1"})), Selector::Device("eth1".into()));
         assert_eq!(sel(json!({"Device": "eth1", "hwaddr": "0a:58:0a:f4:01:02"})), Selector::Device("eth1".into()));
-        assert_eq!(sel(json!({"hwaddr": "0A:58:0a:f4:01:02"})), Selector::HwAddr([0x0a, 0x58, 0x0a, 0xf4, 1, 2]));
+        assert_eq!(
+            sel(json!({"hwaddr": "0A:58:0a:f4:01:02"})),
+            Selector::HwAddr(netkit::Mac([0x0a, 0x58, 0x0a, 0xf4, 1, 2]))
+        );
         // Go's dotted form: the reference's net.ParseMAC reads it.
-        assert_eq!(sel(json!({"hwaddr": "0a58.0af4.0102"})), Selector::HwAddr([0x0a, 0x58, 0x0a, 0xf4, 1, 2]));
+        assert_eq!(
+            sel(json!({"hwaddr": "0a58.0af4.0102"})),
+            Selector::HwAddr(netkit::Mac([0x0a, 0x58, 0x0a, 0xf4, 1, 2]))
+        );
         assert_eq!(
             sel(json!({"kernelpath": "/sys/devices/pci0000:00/0000:00:19.0", "pciBusID": "0000:00:19.0"})),
             Selector::KernelPath("/sys/devices/pci0000:00/0000:00:19.0".into())

@@ -25,7 +25,7 @@ use libcni::types::{CniResult, Interface};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
 use netkit::iface::{self, Undo};
 use netkit::netlink::{RawAddress, RawRoute};
-use netkit::{IpFamily, Link, NetNs, Netlink};
+use netkit::{Link, Mac, NetNs, Netlink};
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -77,7 +77,7 @@ impl Plugin for HostDevice {
             (Ok(Some((path, s))), Ok(Some(ns))) => return_recorded(&ns, &path, &s, mtu),
             (Ok(Some((path, s))), Ok(None)) => return_after_pod_gone(&path, &s, mtu),
             (Ok(None), Ok(Some(ns))) => {
-                let mac = recorded(req).and_then(|i| i.mac.as_deref()).and_then(netkit::parse_mac);
+                let mac = recorded(req).and_then(|i| i.mac.as_deref()).and_then(|m| m.parse::<Mac>().ok());
                 move_out(&ns, &req.ifname, mtu, mac)
             }
             (Ok(None), Ok(None)) => rename_returned(req, mtu),
@@ -257,7 +257,7 @@ impl Snapshot {
         // Addresses learnt with a lifetime (SLAAC) come back by themselves too.
         let addresses = host.raw_addresses(dev.index)?.into_iter().filter(RawAddress::permanent).collect();
         let routes = host
-            .raw_routes(IpFamily::Any)?
+            .raw_routes(None)?
             .into_iter()
             .filter(|r| r.oif() == Some(dev.index))
             .filter(|r| !matches!(r.protocol(), RTPROT_REDIRECT | RTPROT_KERNEL | RTPROT_RA))
@@ -427,7 +427,7 @@ fn restore_recorded(host: &Netlink, dev: &Link, s: &Saved, prev_mtu: Option<u32>
         errs.record(host.set_mtu(dev.index, mtu).map_err(|e| e.context(format_args!("give {name} its MTU back"))));
     }
     if s.perm_mac.is_some() {
-        if let Some(mac) = s.mac.as_deref().and_then(netkit::parse_mac).filter(|m| dev.mac != Some(*m)) {
+        if let Some(mac) = s.mac.as_deref().and_then(|m| m.parse::<Mac>().ok()).filter(|m| dev.mac != Some(*m)) {
             errs.record(host.set_mac(dev.index, mac).map_err(|e| e.context(format_args!("give {name} its MAC back"))));
         }
     }
@@ -444,7 +444,7 @@ fn restore_recorded(host: &Netlink, dev: &Link, s: &Saved, prev_mtu: Option<u32>
 /// `mtu` when given: a device the reference moved in (no record of ours). Success when the pod
 /// has no `ifname`, or when the host has that name on a link with `mac` (prevResult's): moved
 /// back already, and the pod's `ifname` is not it.
-fn move_out(ns: &NetNs, ifname: &str, mtu: Option<u32>, mac: Option<[u8; 6]>) -> Result<()> {
+fn move_out(ns: &NetNs, ifname: &str, mtu: Option<u32>, mac: Option<Mac>) -> Result<()> {
     let cont = Netlink::open_in(ns)?;
     let Some(link) = cont.link(ifname)? else { return Ok(()) };
     let name = link.alias.clone().filter(|a| netkit::valid_ifname(a)).ok_or_else(|| {
@@ -541,7 +541,7 @@ impl Saved {
             alias: dev.alias.clone().unwrap_or_default(),
             index: dev.index,
             mac: dev.mac_string(),
-            perm_mac: dev.perm_mac.as_ref().map(netkit::format_mac),
+            perm_mac: dev.perm_mac.map(|m| m.to_string()),
             pod_index: None,
             mtu: Some(dev.mtu),
         }
@@ -556,7 +556,7 @@ impl Saved {
     /// and the kernel keeps it across a move when it can).
     fn is_at(&self, link: &Link, indexes: &[u32]) -> bool {
         match &self.perm_mac {
-            Some(perm) => link.perm_mac.as_ref().map(netkit::format_mac).as_ref() == Some(perm),
+            Some(perm) => link.perm_mac.map(|m| m.to_string()).as_ref() == Some(perm),
             None => link.mac_string() == self.mac && indexes.contains(&link.index),
         }
     }
@@ -644,7 +644,9 @@ fn restore_mtu(host: &Netlink, name: &str, mtu: Option<u32>) -> Result<()> {
 /// taken), with prevResult's MAC and its host name in the alias: it gets that name back. Nothing
 /// else is touched.
 fn rename_returned(req: &Request, mtu: Option<u32>) -> Result<()> {
-    let Some(mac) = recorded(req).and_then(|i| i.mac.as_deref()).and_then(netkit::parse_mac) else { return Ok(()) };
+    let Some(mac) = recorded(req).and_then(|i| i.mac.as_deref()).and_then(|m| m.parse::<Mac>().ok()) else {
+        return Ok(());
+    };
     let host = Netlink::open()?;
     let Some(link) = host.link_by_mac(mac)? else { return Ok(()) };
     let Some(name) = link.alias.clone().filter(|a| *a != link.name && netkit::valid_ifname(a)) else { return Ok(()) };
@@ -662,9 +664,7 @@ fn find_device(host: &Netlink, selector: &Selector, sys: &Path) -> Result<Option
     let by_name = |name: &str, what: String| host.link(name)?.ok_or_else(|| missing(what)).map(Some);
     match selector {
         Selector::Device(name) => by_name(name, name.clone()),
-        Selector::HwAddr(mac) => {
-            host.link_by_mac(*mac)?.ok_or_else(|| missing(format!("with MAC {}", netkit::format_mac(mac)))).map(Some)
-        }
+        Selector::HwAddr(mac) => host.link_by_mac(*mac)?.ok_or_else(|| missing(format!("with MAC {mac}"))).map(Some),
         Selector::KernelPath(path) => {
             let names = net_names(&path.join("net"))?;
             let links = host.links()?;
@@ -736,8 +736,8 @@ mod tests {
             index,
             name: "x".into(),
             kind: None,
-            mac: Some(mac),
-            perm_mac,
+            mac: Some(Mac(mac)),
+            perm_mac: perm_mac.map(Mac),
             mtu: 1500,
             master: None,
             up: false,

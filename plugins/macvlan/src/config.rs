@@ -97,7 +97,7 @@ mod tests {
         assert_eq!(c.sub, SubLink::Macvlan { mode: MacvlanMode::Private, bc_queue_len: Some(2000) });
         assert_eq!(c.mtu, Some(1400));
         assert!(c.link_in_container);
-        assert_eq!(c.mac, Some([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x02]));
+        assert_eq!(c.mac, Some(netkit::Mac([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x02])));
         assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
         assert_eq!(c.dns.unwrap().nameservers, ["10.0.0.53"]);
         for (name, mode) in
@@ -114,25 +114,25 @@ mod tests {
     #[test]
     fn mac_sources_in_the_reference_order() {
         let conf_mac = json!({"mac": "0a:00:00:00:00:01"});
-        assert_eq!(parse_conf(conf_mac.clone()).unwrap().mac.unwrap()[5], 1);
+        assert_eq!(parse_conf(conf_mac.clone()).unwrap().mac.unwrap().octets()[5], 1);
         // CNI_ARGS MAC beats the config's key.
-        assert_eq!(parse_with(conf_mac.clone(), "MAC=0a:00:00:00:00:02").unwrap().mac.unwrap()[5], 2);
+        assert_eq!(parse_with(conf_mac.clone(), "MAC=0a:00:00:00:00:02").unwrap().mac.unwrap().octets()[5], 2);
         // runtimeConfig.mac (the `mac` capability) beats both; an empty one is unset.
         let mut both = conf_mac.clone();
         both["runtimeConfig"] = json!({"mac": "0a:00:00:00:00:03"});
-        assert_eq!(parse_with(both, "MAC=0a:00:00:00:00:02").unwrap().mac.unwrap()[5], 3);
+        assert_eq!(parse_with(both, "MAC=0a:00:00:00:00:02").unwrap().mac.unwrap().octets()[5], 3);
         let mut empty = conf_mac.clone();
         empty["runtimeConfig"] = json!({"mac": ""});
-        assert_eq!(parse_with(empty, "MAC=0a:00:00:00:00:02").unwrap().mac.unwrap()[5], 2);
+        assert_eq!(parse_with(empty, "MAC=0a:00:00:00:00:02").unwrap().mac.unwrap().octets()[5], 2);
         // Every form Go's net.ParseMAC reads, as the reference's macvlan takes them.
         for form in ["0a-00-00-00-00-05", "0a00.0000.0005", "0A:00:00:00:00:05"] {
-            assert_eq!(parse_conf(json!({"mac": form})).unwrap().mac, Some([0x0a, 0, 0, 0, 0, 5]), "{form}");
+            assert_eq!(parse_conf(json!({"mac": form})).unwrap().mac, Some(netkit::Mac([0x0a, 0, 0, 0, 0, 5])), "{form}");
         }
-        assert_eq!(parse_with(json!({}), "MAC=0a00.0000.0006").unwrap().mac.unwrap()[5], 6);
+        assert_eq!(parse_with(json!({}), "MAC=0a00.0000.0006").unwrap().mac.unwrap().octets()[5], 6);
         // args.cni.mac is bridge's, not macvlan's (the reference's macvlan ignores it).
         let mut args = conf_mac;
         args["args"] = json!({"cni": {"mac": "0a:00:00:00:00:04"}});
-        assert_eq!(parse_conf(args).unwrap().mac.unwrap()[5], 1);
+        assert_eq!(parse_conf(args).unwrap().mac.unwrap().octets()[5], 1);
     }
 
     #[test]

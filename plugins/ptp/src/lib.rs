@@ -16,8 +16,8 @@ use libcni::{code, Error, Errors, Plugin, Request, Result};
 use netkit::firewall::{self, Firewall};
 use netkit::iface::hostnet::{HostNets, Reach};
 use netkit::iface::{self, is_v4, MasqueradeDel, Undo};
-use netkit::sysctl::{self, Family};
-use netkit::{IpFamily, Link, NetNs, Netlink, RouteSpec};
+use netkit::sysctl;
+use netkit::{Family, Link, NetNs, Netlink, RouteSpec};
 use std::net::IpAddr;
 
 pub struct Ptp;
@@ -307,7 +307,7 @@ fn check(req: &Request, conf: &PtpConf, prev: &CniResult, ns: &NetNs) -> Result<
                 return Err(failed(format!("host veth {host_name} does not hold the gateway {gw}")));
             }
         }
-        let family = if is_v4(&ip.address) { IpFamily::V4 } else { IpFamily::V6 };
+        let family = Family::of_net(&ip.address);
         let to_pod = host_prefix(ip.address.ip());
         if !host.routes_of(host_link.index, family)?.iter().any(|r| r.dst == to_pod) {
             return Err(failed(format!("the host has no route to {to_pod} through {host_name}")));

@@ -18,7 +18,7 @@ use config::SbrConfig;
 use ipnetwork::IpNetwork;
 use libcni::types::IpConfig;
 use libcni::{code, CniResult, Error, Errors, Plugin, Request, Result};
-use netkit::netlink::{IpFamily, Netlink, RawRoute, RouteSpec, Rule};
+use netkit::netlink::{Netlink, RawRoute, RouteSpec, Rule};
 use netkit::netns::{container_netns, container_netns_for_del};
 use std::net::IpAddr;
 
@@ -64,7 +64,7 @@ impl Undo {
         for r in &self.added {
             let _ = nl.del_route(r);
         }
-        if let Ok(rules) = nl.rules(IpFamily::Any) {
+        if let Ok(rules) = nl.rules(None) {
             for rule in rules {
                 let ours =
                     self.rules.iter().any(|(ip, t)| rule.src().map(|s| s.ip()) == Some(*ip) && rule.table() == *t);
@@ -101,8 +101,8 @@ fn add_tables(
     ifname: &str,
     undo: &mut Undo,
 ) -> Result<Vec<u32>> {
-    let rules = nl.rules(IpFamily::Any)?;
-    let all_routes = nl.raw_routes(IpFamily::Any)?;
+    let rules = nl.rules(None)?;
+    let all_routes = nl.raw_routes(None)?;
     let mut table = next_free_table(FIRST_TABLE, &rules, &all_routes);
     let routes = nl.raw_routes_of(link_index)?;
     let mut tables = Vec::new();
@@ -199,8 +199,8 @@ impl Plugin for Sbr {
         let nl = Netlink::open_in(&ns)?;
         let drift = |msg: String| Error::new(code::CHECK_FAILED, msg);
         let link = nl.link(&req.ifname)?.ok_or_else(|| drift(format!("sbr: interface {} is gone", req.ifname)))?;
-        let rules = nl.rules(IpFamily::Any)?;
-        let routes = nl.raw_routes(IpFamily::Any)?;
+        let rules = nl.rules(None)?;
+        let routes = nl.raw_routes(None)?;
         for ip in ips {
             let addr = ip.address.ip();
             let rule = rules.iter().find(|r| {
@@ -254,7 +254,7 @@ impl Plugin for Sbr {
         }
         let mut errors = Errors::new();
         let mut emptied = Vec::new();
-        for rule in nl.rules(IpFamily::Any)? {
+        for rule in nl.rules(None)? {
             let from_ours = rule.src().is_some_and(|s| addrs.contains(&s.ip()));
             if !from_ours || !rule.is_plain_source_lookup() || conf.table.is_some_and(|t| rule.table() != t) {
                 continue;
@@ -264,8 +264,8 @@ impl Plugin for Sbr {
             }
         }
         if let (None, Some(link)) = (conf.table, &link) {
-            let still_used = nl.rules(IpFamily::Any)?;
-            for route in nl.raw_routes(IpFamily::Any)? {
+            let still_used = nl.rules(None)?;
+            for route in nl.raw_routes(None)? {
                 let table = route.table();
                 if route.oif() == Some(link.index)
                     && emptied.contains(&table)

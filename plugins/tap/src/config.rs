@@ -26,7 +26,7 @@ struct Raw {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TapConf {
     /// runtimeConfig.mac, else CNI_ARGS `MAC`, else `mac`.
-    pub mac: Option<[u8; 6]>,
+    pub mac: Option<netkit::Mac>,
     pub mtu: Option<u32>,
     pub multi_queue: bool,
     pub owner: Option<u32>,
@@ -41,7 +41,7 @@ pub struct TapConf {
 /// Where the kernel shows SELinux when it is on.
 const SELINUX_FS: &str = "/sys/fs/selinux/enforce";
 
-fn parse_mac(key: &str, s: &str) -> Result<[u8; 6]> {
+fn parse_mac(key: &str, s: &str) -> Result<netkit::Mac> {
     netkit::parse_unicast_mac(s).map_err(|why| Error::config(format!("{key}: invalid MAC address {s:?}: {why}")))
 }
 
@@ -147,12 +147,12 @@ mod tests {
             false,
         )
         .unwrap();
-        assert_eq!(c.mac, Some([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x02]));
+        assert_eq!(c.mac, Some(netkit::Mac([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x02])));
         assert_eq!((c.mtu, c.multi_queue, c.owner, c.group), (Some(1400), true, Some(1000), Some(0)));
         assert_eq!((c.bridge.as_deref(), c.ipam_type.as_deref()), (Some("br0"), Some("host-local")));
         // Every form Go's net.ParseMAC reads.
         let dotted = parse_json(json!({"mac": "0a58.0af4.0102"}), None, false).unwrap();
-        assert_eq!(dotted.mac, Some([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x02]));
+        assert_eq!(dotted.mac, Some(netkit::Mac([0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x02])));
         // Go's key matching: the reference's struct fields are MultiQueue, MTU, Mac, Owner, ...
         let c = parse_json(json!({"MultiQueue": "true", "MTU": 9000, "Owner": 7}), None, false).unwrap();
         assert_eq!((c.multi_queue, c.mtu, c.owner), (true, Some(9000), Some(7)));
@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn mac_precedence_runtime_then_cni_args_then_key() {
-        let m = |s: &str| netkit::parse_mac(s);
+        let m = |s: &str| s.parse::<netkit::Mac>().ok();
         let key = json!({"mac": "0a:00:00:00:00:01"});
         assert_eq!(parse_json(key.clone(), None, false).unwrap().mac, m("0a:00:00:00:00:01"));
         assert_eq!(parse_json(key.clone(), Some("0a:00:00:00:00:02"), false).unwrap().mac, m("0a:00:00:00:00:02"));

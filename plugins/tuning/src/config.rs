@@ -45,7 +45,7 @@ pub struct Sysctl {
 pub struct Config {
     pub data_dir: PathBuf,
     pub sysctls: Vec<Sysctl>,
-    pub mac: Option<[u8; 6]>,
+    pub mac: Option<netkit::Mac>,
     /// Only `true` does anything, as in the reference (`promisc: false` leaves the flag alone).
     pub promisc: bool,
     pub mtu: Option<u32>,
@@ -318,7 +318,7 @@ mod tests {
             "sysctl": {"net.ipv4.conf.IFNAME.rp_filter": "2", "net/core/somaxconn": "512"}}))
         .unwrap();
         assert_eq!(c.data_dir, PathBuf::from("/tmp/t"));
-        assert_eq!(c.mac, Some([0x0a, 0x58, 0x0a, 0xf4, 1, 2]));
+        assert_eq!(c.mac, Some(netkit::Mac([0x0a, 0x58, 0x0a, 0xf4, 1, 2])));
         assert!(c.promisc);
         assert_eq!((c.mtu, c.txqlen, c.allmulti), (Some(1400), Some(0), Some(false)));
         let paths: Vec<&str> = c.sysctls.iter().map(|s| s.path.as_str()).collect();
@@ -336,7 +336,7 @@ mod tests {
         let m = |raw: &Value, env: Option<&str>| {
             let args = raw.get("args").and_then(Value::as_object).cloned().unwrap_or_default();
             let rc = raw.get("runtimeConfig").and_then(Value::as_object).cloned().unwrap_or_default();
-            parse(raw, &args, &rc, env, "eth0").unwrap().mac.unwrap()[5]
+            parse(raw, &args, &rc, env, "eth0").unwrap().mac.unwrap().octets()[5]
         };
         assert_eq!(m(&raw, None), 1);
         assert_eq!(m(&raw, Some("02:00:00:00:00:02")), 2);
@@ -421,8 +421,8 @@ mod tests {
 
     #[test]
     fn macs() {
-        assert_eq!(parse_mac("aa-bb-cc-dd-ee-f0").unwrap(), [0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xf0]);
-        assert_eq!(parse_mac("aabb.ccdd.eef0").unwrap(), [0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xf0]);
+        assert_eq!(parse_mac("aa-bb-cc-dd-ee-f0").unwrap().octets(), [0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xf0]);
+        assert_eq!(parse_mac("aabb.ccdd.eef0").unwrap().octets(), [0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xf0]);
         for bad in
             ["", "aa:bb:cc:dd:ee", "aa:bb:cc:dd:ee:ff:00", "aa:bb-cc:dd:ee:f0", "aabbccddeef0", "gg:bb:cc:dd:ee:f0"]
         {

@@ -13,7 +13,7 @@ use config::{Config, Sysctl, ALLOWLIST};
 use libcni::types::CniResult;
 use libcni::{code, Error, Plugin, Request, Result};
 use netkit::netlink::LinkTuning;
-use netkit::{format_mac, NetNs, Netlink};
+use netkit::{NetNs, Netlink};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -43,7 +43,7 @@ impl Saved {
     /// The current values of the attributes `conf` changes.
     fn capture(conf: &Config, link: &LinkTuning) -> Saved {
         Saved {
-            mac: if conf.mac.is_some() { link.mac.map(|m| format_mac(&m)).unwrap_or_default() } else { String::new() },
+            mac: if conf.mac.is_some() { link.mac.map(|m| m.to_string()).unwrap_or_default() } else { String::new() },
             promisc: conf.promisc.then_some(link.promisc),
             mtu: if conf.mtu.is_some() { link.mtu } else { 0 },
             allmulti: conf.allmulti.map(|_| link.allmulti),
@@ -235,7 +235,7 @@ impl Tuning {
             }
             save(saved_file, &saved)?;
             let want = Saved {
-                mac: conf.mac.map(|m| format_mac(&m)).unwrap_or_default(),
+                mac: conf.mac.map(|m| m.to_string()).unwrap_or_default(),
                 promisc: conf.promisc.then_some(true),
                 mtu: conf.mtu.unwrap_or(0),
                 allmulti: conf.allmulti,
@@ -273,7 +273,7 @@ impl Plugin for Tuning {
         result.cni_version.clone_from(&req.conf.cni_version);
         for iface in result.interfaces.iter_mut().filter(|i| i.name == req.ifname) {
             if let Some(m) = conf.mac {
-                iface.mac = Some(format_mac(&m));
+                iface.mac = Some(m.to_string());
             }
             if let (Some(mtu), Some(_)) = (conf.mtu, iface.mtu) {
                 iface.mtu = Some(mtu);
@@ -324,8 +324,8 @@ impl Plugin for Tuning {
             .ok_or_else(|| failed(format!("the container has no interface {:?}", req.ifname)))?;
         if let Some(m) = conf.mac {
             if l.mac != Some(m) {
-                let now = l.mac.map(|m| format_mac(&m)).unwrap_or_default();
-                return Err(failed(format!("{} has MAC {now}, configured {}", req.ifname, format_mac(&m))));
+                let now = l.mac.map(|m| m.to_string()).unwrap_or_default();
+                return Err(failed(format!("{} has MAC {now}, configured {m}", req.ifname)));
             }
         }
         if conf.promisc && !l.promisc {

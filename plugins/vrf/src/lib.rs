@@ -22,7 +22,8 @@ pub mod config;
 use config::VrfConf;
 use ipnetwork::IpNetwork;
 use libcni::{code, CniResult, Error, Plugin, Request, Result};
-use netkit::netlink::{IpFamily, NewLink, RawRoute};
+use netkit::netlink::{NewLink, RawRoute};
+use netkit::Family;
 use netkit::{Link, NetNs, Netlink};
 use std::time::Duration;
 
@@ -119,7 +120,7 @@ fn enslave(nl: &Netlink, link: &Link, vrf: &Link, table: u32) -> Result<()> {
         )));
     }
     let v6_global: Vec<IpNetwork> =
-        nl.address_details(link.index, IpFamily::V6)?.into_iter().filter(|a| a.scope == 0).map(|a| a.net).collect();
+        nl.address_details(link.index, Family::V6)?.into_iter().filter(|a| a.scope == 0).map(|a| a.net).collect();
     let routes: Vec<RawRoute> = nl.raw_routes_of(link.index)?.into_iter().filter(|r| r.scope() == 0).collect();
     nl.set_master(link.index, vrf.index)
         .map_err(|e| e.context(format_args!("put {} into VRF {}", link.name, vrf.name)))?;

@@ -12,7 +12,8 @@
 
 use super::{chained, check_pod, configure, ipam_add, is_v4, set_gateways, Undo};
 use crate::netlink::SubLink;
-use crate::sysctl::{self, Family};
+use crate::sysctl;
+use crate::Family;
 use crate::{Link, NetNs, Netlink};
 use libcni::gojson::Spelled;
 use libcni::invoke;
@@ -32,7 +33,7 @@ pub struct SubLinkConf {
     /// `None`: the master's MTU.
     pub mtu: Option<u32>,
     pub sub: SubLink,
-    pub mac: Option<[u8; 6]>,
+    pub mac: Option<crate::Mac>,
     pub ipam_type: Option<String>,
     /// With no IPAM, configure prevResult's addresses and routes (a chained ipvlan).
     pub ips_from_prev: bool,
@@ -50,7 +51,7 @@ struct MasterNs<'a> {
 
 /// The interface of the first default route (IPv4 first, then IPv6) of the main table.
 pub fn default_route_link(nl: &Netlink) -> Result<Option<Link>> {
-    for family in [crate::IpFamily::V4, crate::IpFamily::V6] {
+    for family in [Family::V4, Family::V6] {
         let routes = nl.routes(family, None)?;
         if let Some(oif) = routes.iter().filter(|r| r.dst.prefix() == 0).find_map(|r| r.oif) {
             return nl.link_by_index(oif);

@@ -1,6 +1,7 @@
 //! Interface addresses.
 
-use super::{BatchOp, IpFamily, Netlink, RequestFailure};
+use super::{address_family, BatchOp, Netlink, RequestFailure};
+use crate::Family;
 use ipnetwork::{IpNetwork, Ipv4Network};
 use libcni::{Error, Result};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
@@ -107,14 +108,6 @@ impl std::fmt::Display for RawAddress {
     }
 }
 
-fn family_of(f: IpFamily) -> AddressFamily {
-    match f {
-        IpFamily::V4 => AddressFamily::Inet,
-        IpFamily::V6 => AddressFamily::Inet6,
-        IpFamily::Any => AddressFamily::Unspec,
-    }
-}
-
 fn address_message(index: u32, net: IpNetwork) -> AddressMessage {
     let mut msg = AddressMessage::default();
     msg.header.index = index;
@@ -131,13 +124,14 @@ fn address_message(index: u32, net: IpNetwork) -> AddressMessage {
 impl Netlink {
     /// The addresses of a link (both families), as `ip/prefix`.
     pub fn addresses(&self, index: u32) -> Result<Vec<IpNetwork>> {
-        Ok(self.address_details(index, IpFamily::Any)?.into_iter().map(|a| a.net).collect())
+        Ok(self.address_details(index, None)?.into_iter().map(|a| a.net).collect())
     }
 
-    /// The addresses of a link with scope and flags; `index` 0 lists every link's.
-    pub fn address_details(&self, index: u32, family: IpFamily) -> Result<Vec<Address>> {
+    /// The addresses of a link with scope and flags, of `family` (`None`: both); `index` 0 lists
+    /// every link's.
+    pub fn address_details(&self, index: u32, family: impl Into<Option<Family>>) -> Result<Vec<Address>> {
         let mut req = AddressMessage::default();
-        req.header.family = family_of(family);
+        req.header.family = address_family(family.into());
         req.header.index = index;
         let msgs = self
             .dump(RouteNetlinkMessage::GetAddress(req))
@@ -221,7 +215,7 @@ impl Netlink {
         let start = Instant::now();
         let mut pause = Duration::from_millis(10);
         loop {
-            let addrs = self.address_details(index, IpFamily::V6)?;
+            let addrs = self.address_details(index, Family::V6)?;
             if let Some(a) = addrs.iter().find(|a| a.dad_failed()) {
                 return Err(Error::network(format!(
                     "address {} on {}: duplicate address detected",

@@ -2,6 +2,7 @@
 
 use super::{BatchOp, Netlink, RequestFailure};
 use crate::netns::NetNs;
+use crate::Mac;
 use libcni::{Error, Result};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{
@@ -20,11 +21,11 @@ pub struct Link {
     pub name: String,
     /// IFLA_INFO_KIND: `"bridge"`, `"veth"`, `"macvlan"`, ...; `None` for physical devices and `lo`.
     pub kind: Option<String>,
-    pub mac: Option<[u8; 6]>,
+    pub mac: Option<Mac>,
     /// IFLA_PERM_ADDRESS: the MAC the hardware came with, which no one can change (a NIC, a VF
     /// with one assigned); `None` for a virtual device (veth, macvlan) or a kernel that does not
     /// report it.
-    pub perm_mac: Option<[u8; 6]>,
+    pub perm_mac: Option<Mac>,
     pub mtu: u32,
     /// Index of the master (bridge) this link is a port of.
     pub master: Option<u32>,
@@ -49,7 +50,7 @@ pub struct Link {
 impl Link {
     /// The MAC as `aa:bb:cc:dd:ee:ff`.
     pub fn mac_string(&self) -> Option<String> {
-        self.mac.map(|m| format_mac(&m))
+        self.mac.map(|m| m.to_string())
     }
 
     pub fn is_bridge(&self) -> bool {
@@ -78,9 +79,9 @@ impl Link {
         for attr in &msg.attributes {
             match attr {
                 LinkAttribute::IfName(n) => link.name = n.clone(),
-                LinkAttribute::Address(a) => link.mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
+                LinkAttribute::Address(a) => link.mac = Mac::from_slice(a),
                 LinkAttribute::PermAddress(a) => {
-                    link.perm_mac = <[u8; 6]>::try_from(a.as_slice()).ok().filter(|m| *m != [0; 6]);
+                    link.perm_mac = Mac::from_slice(a).filter(|m| m.octets() != [0; 6]);
                 }
                 LinkAttribute::Mtu(m) => link.mtu = *m,
                 LinkAttribute::Controller(m) if *m != 0 => link.master = Some(*m),
@@ -130,33 +131,6 @@ pub struct BridgeVlan {
     pub vid: u16,
     pub pvid: bool,
     pub untagged: bool,
-}
-
-/// `aa:bb:cc:dd:ee:ff`.
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
-
-/// A 48-bit MAC as Go's net.ParseMAC reads it, the one grammar every key and record that holds a
-/// MAC is read with: `aa:bb:cc:dd:ee:ff`, `aa-bb-cc-dd-ee-ff` (one separator throughout) or
-/// `aabb.ccdd.eeff`, hex digits of either case; `None` if malformed.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let dotted = s.contains('.');
-    let groups: Vec<&str> = if dotted { s.split('.').collect() } else { s.split([':', '-']).collect() };
-    let hex: String = match groups.len() {
-        6 if !dotted && groups.iter().all(|g| g.len() == 2) && (s.contains(':') != s.contains('-')) => groups.concat(),
-        3 if dotted && groups.iter().all(|g| g.len() == 4) => groups.concat(),
-        _ => return None,
-    };
-    let mut out = [0u8; 6];
-    for (i, b) in out.iter_mut().enumerate() {
-        let pair = hex.get(2 * i..2 * i + 2)?;
-        if !pair.bytes().all(|c| c.is_ascii_hexdigit()) {
-            return None;
-        }
-        *b = u8::from_str_radix(pair, 16).ok()?;
-    }
-    Some(out)
 }
 
 pub(super) fn check_ifname(what: &str, name: &str) -> Result<()> {
@@ -323,7 +297,7 @@ impl Netlink {
         peer_name: &str,
         peer_ns: &NetNs,
         mtu: Option<u32>,
-        peer_mac: Option<[u8; 6]>,
+        peer_mac: Option<Mac>,
     ) -> Result<Link> {
         check_ifname("veth", host_name)?;
         check_ifname("veth peer", peer_name)?;
@@ -334,7 +308,7 @@ impl Netlink {
             peer.attributes.push(LinkAttribute::Mtu(mtu));
         }
         if let Some(mac) = peer_mac {
-            peer.attributes.push(LinkAttribute::Address(mac.to_vec()));
+            peer.attributes.push(LinkAttribute::Address(mac.octets().to_vec()));
         }
         let mut msg = LinkMessage::default();
         msg.attributes.push(LinkAttribute::IfName(host_name.to_string()));
@@ -438,10 +412,10 @@ impl Netlink {
         self.change(msg, &format!("set mtu {mtu} on link"))
     }
 
-    pub fn set_mac(&self, index: u32, mac: [u8; 6]) -> Result<()> {
+    pub fn set_mac(&self, index: u32, mac: Mac) -> Result<()> {
         let mut msg = by_index(index);
-        msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
-        self.change(msg, &format!("set mac {} on link", format_mac(&mac)))
+        msg.attributes.push(LinkAttribute::Address(mac.octets().to_vec()));
+        self.change(msg, &format!("set mac {mac} on link"))
     }
 
     /// Renames a link (it must be down).
@@ -696,32 +670,7 @@ impl Netlink {
     }
 
     /// The link whose MAC is `mac`, if one is here.
-    pub fn link_by_mac(&self, mac: [u8; 6]) -> Result<Option<Link>> {
+    pub fn link_by_mac(&self, mac: Mac) -> Result<Option<Link>> {
         Ok(self.links()?.into_iter().find(|l| l.mac == Some(mac)))
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mac_round_trip() {
-        let m = [0x0a, 0x58, 0x0a, 0xf4, 0x00, 0xff];
-        assert_eq!(format_mac(&m), "0a:58:0a:f4:00:ff");
-        assert_eq!(parse_mac("0a:58:0a:f4:00:ff"), Some(m));
-        assert_eq!(parse_mac("0A-58-0A-F4-00-FF"), Some(m));
-        assert_eq!(parse_mac("0a:58:0a:f4:00"), None);
-        assert_eq!(parse_mac("0a:58:0a:f4:00:ff:00"), None);
-        assert_eq!(parse_mac("0a:58:0a:f4:00:fg"), None);
-        assert_eq!(parse_mac("a:58:0a:f4:00:ff"), None);
-        // Go's dotted form, and what Go refuses: mixed separators, signs, short groups.
-        assert_eq!(parse_mac("0a58.0af4.00ff"), Some(m));
-        assert_eq!(parse_mac("0A58.0AF4.00FF"), Some(m));
-        assert_eq!(parse_mac("0a:58-0a:f4:00:ff"), None);
-        assert_eq!(parse_mac("+a:58:0a:f4:00:ff"), None);
-        assert_eq!(parse_mac("0a58.0af4.0ff"), None);
-        assert_eq!(parse_mac("0a58.0af4.00ff.0000"), None);
     }
 }

@@ -18,7 +18,7 @@ mod tune;
 mod virt;
 
 pub use addr::{Address, RawAddress};
-pub use link::{format_mac, parse_mac, BridgeVlan, Link};
+pub use link::{BridgeVlan, Link};
 pub use policy::{RawRoute, Rule};
 pub use route::{FibMatch, RouteSpec};
 pub use sublink::{IpvlanMode, MacvlanMode, SubLink};
@@ -27,9 +27,10 @@ pub use virt::NewLink;
 
 use crate::netns::NetNs;
 use crate::nlsock::{Answer, Exchange};
+use crate::Family;
 use libcni::{Error, Result};
 use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_MULTIPART, NLM_F_REQUEST};
-use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use nix::sys::socket::SockProtocol;
 use std::fmt;
 
@@ -40,13 +41,13 @@ pub(crate) use crate::nlsock::Failure as RequestFailure;
 /// all before `send` returns; past the buffer it would drop them.
 const BATCH_MAX: usize = 64;
 
-/// IP family selector for dumps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IpFamily {
-    V4,
-    V6,
-    /// Both families.
-    Any,
+/// The rtnetlink family of a dump over `family` (`None`: both).
+fn address_family(family: Option<Family>) -> AddressFamily {
+    match family {
+        Some(Family::V4) => AddressFamily::Inet,
+        Some(Family::V6) => AddressFamily::Inet6,
+        None => AddressFamily::Unspec,
+    }
 }
 
 /// One request that expects only an acknowledgement, for [`Netlink::batch`]: the message, its

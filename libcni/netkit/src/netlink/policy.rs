@@ -2,7 +2,8 @@
 //! one can be moved to another table with everything it carries (protocol, scope, preferred
 //! source, metrics), as `ip route` would show it there.
 
-use super::{IpFamily, Netlink, RequestFailure};
+use super::{address_family, Netlink, RequestFailure};
+use crate::Family;
 use ipnetwork::IpNetwork;
 use libcni::Result;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
@@ -15,14 +16,6 @@ use std::net::IpAddr;
 const RT_TABLE_MAIN: u32 = 254;
 /// Header value when the real table id only fits in the table attribute.
 const RT_TABLE_COMPAT: u8 = 252;
-
-fn family_of(family: IpFamily) -> AddressFamily {
-    match family {
-        IpFamily::V4 => AddressFamily::Inet,
-        IpFamily::V6 => AddressFamily::Inet6,
-        IpFamily::Any => AddressFamily::Unspec,
-    }
-}
 
 /// A routing rule as the kernel reported it.
 #[derive(Debug, Clone)]
@@ -217,10 +210,10 @@ impl fmt::Display for RawRoute {
 }
 
 impl Netlink {
-    /// Every routing rule of `family`.
-    pub fn rules(&self, family: IpFamily) -> Result<Vec<Rule>> {
+    /// Every routing rule of `family` (`None`: both).
+    pub fn rules(&self, family: impl Into<Option<Family>>) -> Result<Vec<Rule>> {
         let mut req = RuleMessage::default();
-        req.header.family = family_of(family);
+        req.header.family = address_family(family.into());
         let msgs = self.dump(RouteNetlinkMessage::GetRule(req)).map_err(|f| f.into_error("list rules"))?;
         Ok(msgs
             .into_iter()
@@ -255,10 +248,10 @@ impl Netlink {
         }
     }
 
-    /// Every route of `family` in every table, of every type.
-    pub fn raw_routes(&self, family: IpFamily) -> Result<Vec<RawRoute>> {
+    /// Every route of `family` (`None`: both) in every table, of every type.
+    pub fn raw_routes(&self, family: impl Into<Option<Family>>) -> Result<Vec<RawRoute>> {
         let mut req = RouteMessage::default();
-        req.header.address_family = family_of(family);
+        req.header.address_family = address_family(family.into());
         let msgs = self.dump(RouteNetlinkMessage::GetRoute(req)).map_err(|f| f.into_error("list routes"))?;
         Ok(msgs
             .into_iter()
@@ -272,7 +265,7 @@ impl Netlink {
     /// The routes of the main table that go out through link `index`.
     pub fn raw_routes_of(&self, index: u32) -> Result<Vec<RawRoute>> {
         Ok(self
-            .raw_routes(IpFamily::Any)?
+            .raw_routes(None)?
             .into_iter()
             .filter(|r| r.table() == RT_TABLE_MAIN && r.oif() == Some(index))
             .collect())

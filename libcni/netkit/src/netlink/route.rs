@@ -1,6 +1,7 @@
 //! Routes.
 
-use super::{BatchOp, IpFamily, Netlink, RequestFailure};
+use super::{address_family, BatchOp, Netlink, RequestFailure};
+use crate::Family;
 use ipnetwork::IpNetwork;
 use libcni::Result;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
@@ -257,14 +258,10 @@ impl Netlink {
         }
     }
 
-    /// The unicast routes of `table` (`None`: main; `Some(0)`: every table).
-    pub fn routes(&self, family: IpFamily, table: Option<u32>) -> Result<Vec<RouteSpec>> {
+    /// The unicast routes of `family` (`None`: both) in `table` (`None`: main; `Some(0)`: every table).
+    pub fn routes(&self, family: impl Into<Option<Family>>, table: Option<u32>) -> Result<Vec<RouteSpec>> {
         let mut req = RouteMessage::default();
-        req.header.address_family = match family {
-            IpFamily::V4 => AddressFamily::Inet,
-            IpFamily::V6 => AddressFamily::Inet6,
-            IpFamily::Any => AddressFamily::Unspec,
-        };
+        req.header.address_family = address_family(family.into());
         let want = table.unwrap_or(RT_TABLE_MAIN);
         let msgs = self.dump(RouteNetlinkMessage::GetRoute(req)).map_err(|f| f.into_error("list routes"))?;
         Ok(msgs
@@ -278,13 +275,13 @@ impl Netlink {
     }
 
     /// The routes of `table` (default main) that go out through link `index`.
-    pub fn routes_of(&self, index: u32, family: IpFamily) -> Result<Vec<RouteSpec>> {
+    pub fn routes_of(&self, index: u32, family: impl Into<Option<Family>>) -> Result<Vec<RouteSpec>> {
         Ok(self.routes(family, None)?.into_iter().filter(|r| r.oif == Some(index)).collect())
     }
 
     /// Whether `route` (dst, and gw/oif/table when given) is present.
     pub fn has_route(&self, route: &RouteSpec) -> Result<bool> {
-        let family = if route.dst.is_ipv4() { IpFamily::V4 } else { IpFamily::V6 };
+        let family = Family::of_net(&route.dst);
         let table = route.table.or(Some(RT_TABLE_MAIN));
         let found = self.routes(family, table)?.into_iter().any(|r| {
             r.dst == route.dst

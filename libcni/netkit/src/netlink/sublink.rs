@@ -194,7 +194,7 @@ impl Netlink {
         sub: &SubLink,
         ns: &NetNs,
         mtu: Option<u32>,
-        mac: Option<[u8; 6]>,
+        mac: Option<crate::Mac>,
     ) -> Result<()> {
         super::link::check_ifname(sub.kind(), name)?;
         let mut msg = LinkMessage::default();
@@ -205,7 +205,7 @@ impl Netlink {
             msg.attributes.push(LinkAttribute::Mtu(mtu));
         }
         if let Some(mac) = mac {
-            msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+            msg.attributes.push(LinkAttribute::Address(mac.octets().to_vec()));
         }
         msg.attributes.push(LinkAttribute::LinkInfo(sub.info()));
         self.ack(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL).map_err(|f| {

@@ -10,7 +10,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkTuning {
     pub index: u32,
-    pub mac: Option<[u8; 6]>,
+    pub mac: Option<crate::Mac>,
     pub mtu: u32,
     /// IFF_PROMISC as set by the administrator (not the promiscuity counter).
     pub promisc: bool,
@@ -48,7 +48,7 @@ impl Netlink {
         };
         for attr in &reply.attributes {
             match attr {
-                LinkAttribute::Address(a) => t.mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
+                LinkAttribute::Address(a) => t.mac = crate::Mac::from_slice(a),
                 LinkAttribute::Mtu(m) => t.mtu = *m,
                 LinkAttribute::TxQueueLen(q) => t.txqlen = *q,
                 _ => {}
