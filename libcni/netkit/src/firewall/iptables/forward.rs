@@ -41,7 +41,7 @@
 
 use super::{cycle, host, lock, quote, Ipv};
 use crate::firewall::check_failed;
-use crate::firewall::nfnl::{self, BaseChain, Batch, ChainType, CmpOp, Expr, Family, Hook, Verdict};
+use crate::firewall::nfnl::{self, BaseChain, Batch, ChainType, CmpOp, Conn, Expr, Family, Hook, Verdict};
 use crate::firewall::xtables;
 use libcni::{Error, Errors, Result};
 use std::collections::BTreeMap;
@@ -272,12 +272,12 @@ pub(crate) struct Listed {
 }
 
 impl Listed {
-    fn read(ipv: Ipv, chains: &[&str]) -> Result<Listed> {
+    fn read(nl: &Conn, ipv: Ipv, chains: &[&str]) -> Result<Listed> {
         let family = ipv.pick(Family::Ip, Family::Ip6);
-        let generation = nfnl::generation()?;
+        let generation = nl.generation()?;
         let mut listed = Listed { family, generation, chains: BTreeMap::new() };
         for c in chains {
-            if let Some(l) = nfnl::list_chain(family, "filter", c)? {
+            if let Some(l) = nl.list_chain(family, "filter", c)? {
                 listed.chains.insert(c.to_string(), l);
             }
         }
@@ -335,8 +335,16 @@ fn transact(ipv: Ipv, chains: &[&str], what: &str, plan: impl Fn(&dyn View) -> V
         let write = |t: &xtables::Table, ops: Vec<Op>| changed(t, &ops)?.replace().map_err(|e| e.context(what));
         return cycle(what, read, |t| Ok(plan(t)), write, |e| e.errno == Some(libc::EAGAIN));
     }
-    let write = |l: &Listed, ops: Vec<Op>| l.batch(&ops).send().map_err(|e| e.context(what));
-    cycle(what, || Listed::read(ipv, chains), |l| Ok(plan(l)), write, |e| e.errno == Some(nfnl::GENERATION_CHANGED))
+    // One socket for the listings, the generation and the batch, every attempt.
+    let nl = Conn::new();
+    let write = |l: &Listed, ops: Vec<Op>| nl.send(&l.batch(&ops)).map_err(|e| e.context(what));
+    cycle(
+        what,
+        || Listed::read(&nl, ipv, chains),
+        |l| Ok(plan(l)),
+        write,
+        |e| e.errno == Some(nfnl::GENERATION_CHANGED),
+    )
 }
 
 fn priv_rule() -> XRule {
@@ -478,7 +486,7 @@ pub fn del(addresses: &[IpAddr]) -> Result<()> {
 pub fn check(r: &ForwardRules) -> Result<()> {
     for ipv in families(&r.addresses) {
         if super::nft_based() {
-            check_table(&Listed::read(ipv, &chains(&r.admin_chain))?, r, ipv)?;
+            check_table(&Listed::read(&Conn::new(), ipv, &chains(&r.admin_chain))?, r, ipv)?;
         } else {
             check_table(&xtables::Table::read(legacy_family(ipv), "filter")?, r, ipv)?;
         }

@@ -188,7 +188,7 @@ fn iptables_nft_on_this_node_writes_what_we_encode() {
                 }
             }
             let ipv = if tool == "iptables" { Ipv::V4 } else { Ipv::V6 };
-            let listed = Listed::read(ipv, &chains("CNI-ADMIN")).unwrap();
+            let listed = Listed::read(&Conn::new(), ipv, &chains("CNI-ADMIN")).unwrap();
             for op in &ops {
                 if let Op::Insert(r) | Op::Append(r) = op {
                     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();

@@ -55,7 +55,7 @@ fn list_chain_reads_rule_comments() {
     require_root_and_nft();
     in_netns(|| {
         let (f, t, _cleanup) = inet_table();
-        assert_eq!(list_chain(f, &t, "c").unwrap(), None);
+        assert_eq!(Conn::new().list_chain(f, &t, "c").unwrap(), None);
         let text = r#"
 add table inet {T}
 add chain inet {T} base { type nat hook postrouting priority 100; policy accept; }
@@ -67,21 +67,21 @@ add rule inet {T} c meta nfproto ipv4 tcp dport 8080 dnat ip to 10.0.0.3:80 comm
 add rule inet {T} base ip saddr 10.0.0.1 masquerade comment "x"
 "#;
         nft(&["-f", "-"], Some(&text.replace("{T}", &t)));
-        let c = list_chain(f, &t, "c").unwrap().unwrap();
+        let c = Conn::new().list_chain(f, &t, "c").unwrap().unwrap();
         assert!(!c.base);
         assert_eq!(
             c.comments,
             vec![Some("masq4=10.0.0.1".to_string()), None, Some("anyports4=tcp . 8080;snat4=10.0.0.3".to_string())]
         );
         assert_eq!(
-            list_chain(f, &t, "empty").unwrap(),
+            Conn::new().list_chain(f, &t, "empty").unwrap(),
             Some(ChainListing { base: false, comments: vec![], rules: vec![] })
         );
-        let base = list_chain(f, &t, "base").unwrap().unwrap();
+        let base = Conn::new().list_chain(f, &t, "base").unwrap().unwrap();
         assert!(base.base);
         assert_eq!(base.comments, vec![Some("x".to_string())]);
-        assert_eq!(list_chain(f, &t, "nosuch").unwrap(), None);
-        assert_eq!(list_chain(Family::Bridge, &t, "c").unwrap(), None);
+        assert_eq!(Conn::new().list_chain(f, &t, "nosuch").unwrap(), None);
+        assert_eq!(Conn::new().list_chain(Family::Bridge, &t, "c").unwrap(), None);
         // A comment written by a batch reads back the same; many rules take several messages.
         let mut b = Batch::new();
         for i in 0..300u32 {
@@ -89,7 +89,7 @@ add rule inet {T} base ip saddr 10.0.0.1 masquerade comment "x"
             b.add_rule_with_comment(f, &t, "empty", rule, Some(&format!("masq4={}", std::net::Ipv4Addr::from(i))));
         }
         b.send().unwrap();
-        let many = list_chain(f, &t, "empty").unwrap().unwrap();
+        let many = Conn::new().list_chain(f, &t, "empty").unwrap().unwrap();
         assert_eq!(many.comments.len(), 300);
         assert_eq!(many.comments[299].as_deref(), Some("masq4=0.0.1.43"));
     });
@@ -104,7 +104,7 @@ fn get_elements_reads_data_comments_and_expiry() {
         use KeyPart::{Addr, Port, Proto};
         let (f, t, _cleanup) = inet_table();
         let key = vec![Proto(TCP), Port(8080)];
-        assert_eq!(get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
+        assert_eq!(Conn::new().get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
         let mut b = Batch::new();
         b.add_table(f, &t);
         b.add_set(
@@ -126,24 +126,24 @@ fn get_elements_reads_data_comments_and_expiry() {
         b.add_elems(f, &t, "dnat4", &[e.clone()], false);
         b.add_elems(f, &t, "dnat4", &many, false);
         b.send().unwrap();
-        let got = get_elements(f, &t, "dnat4", Some(&key)).unwrap();
+        let got = Conn::new().get_elements(f, &t, "dnat4", Some(&key)).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].key, vec![6, 0, 0, 0, 0x1f, 0x90, 0, 0]);
         assert_eq!(got[0].data, Some(vec![10, 0, 0, 5, 0, 80, 0, 0]));
         assert_eq!(got[0].comment.as_deref(), Some("owner"));
         assert_eq!(got[0].expires_ms, None);
-        assert_eq!(get_elements(f, &t, "dnat4", None).unwrap().len(), 301);
-        assert_eq!(get_elements(f, &t, "dnat4", Some(&[Proto(TCP), Port(1)])).unwrap(), vec![]);
-        assert_eq!(get_elements(f, &t, "nosuch", Some(&key)).unwrap(), vec![]);
+        assert_eq!(Conn::new().get_elements(f, &t, "dnat4", None).unwrap().len(), 301);
+        assert_eq!(Conn::new().get_elements(f, &t, "dnat4", Some(&[Proto(TCP), Port(1)])).unwrap(), vec![]);
+        assert_eq!(Conn::new().get_elements(f, &t, "nosuch", Some(&key)).unwrap(), vec![]);
         // Re-adding it with an expiry (same data) makes it expire: gone without a delete.
         e.expires_ms = Some(50);
         let mut b = Batch::new();
         b.add_elems(f, &t, "dnat4", &[e.clone()], false);
         b.send().unwrap();
-        let soon = get_elements(f, &t, "dnat4", Some(&key)).unwrap();
+        let soon = Conn::new().get_elements(f, &t, "dnat4", Some(&key)).unwrap();
         assert!(soon.is_empty() || soon[0].expires_ms.is_some_and(|ms| ms <= 50), "{soon:?}");
         std::thread::sleep(Duration::from_millis(80));
-        assert_eq!(get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
+        assert_eq!(Conn::new().get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
         // Other data for the same key is a clash.
         let mut b = Batch::new();
         b.add_elems(
