@@ -39,10 +39,11 @@
 //! writes it back whole with the counters of the rules it kept, under the xtables lock; each rule
 //! encoded as iptables-legacy 1.8.9 encodes it, so `iptables -C`/`-D` find ours and we theirs.
 
-use super::{cycle, host, lock, quote, Ipv};
+use super::{cycle, lock, quote, subnet, Ipv};
 use crate::firewall::check_failed;
 use crate::firewall::nfnl::{self, BaseChain, Batch, ChainType, CmpOp, Conn, Expr, Family, Hook, Verdict};
 use crate::firewall::xtables;
+use ipnetwork::IpNetwork;
 use libcni::{Error, Errors, Result};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -56,8 +57,10 @@ const ADMIN_COMMENT: &str = "CNI firewall plugin admin overrides";
 const SAME_BRIDGE: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge)";
 const ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: isolated)";
 const SHARED_ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)";
-/// `IPT_INV_VIA_OUT` (the same bit for IPv6).
+/// `IPT_INV_VIA_OUT`, `IPT_INV_DSTIP` (the same bits for IPv6).
 const IPT_INV_VIA_OUT: u8 = 0x02;
+const IPT_INV_DSTIP: u8 = 0x10;
+const POSTROUTING: &str = "POSTROUTING";
 /// The reference's default admin chain.
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
 /// The chains the plugin fills itself: an admin chain by one of these names would mix the
@@ -92,14 +95,15 @@ pub(crate) struct XRule {
     pub iif: Option<String>,
     /// `-o <name>`, or `! -o <name>` when negated.
     pub oif: Option<(String, bool)>,
-    /// `-s <ip>/32`, `-d <ip>/32` (/128 for IPv6).
-    pub src: Option<IpAddr>,
-    pub dst: Option<IpAddr>,
+    /// `-s <net>`, `-d <net>` (a host as <ip>/32 or /128); `! -d <net>` when `not_dst`.
+    pub src: Option<IpNetwork>,
+    pub dst: Option<IpNetwork>,
+    pub not_dst: bool,
     /// `-m conntrack --ctstate RELATED,ESTABLISHED`.
     pub related: bool,
     /// `-m comment --comment <text>`.
     pub comment: Option<String>,
-    /// `-j <target>`: ACCEPT, DROP, RETURN or a chain.
+    /// `-j <target>`: ACCEPT, DROP, RETURN, MASQUERADE or a chain.
     pub target: String,
 }
 
@@ -111,8 +115,8 @@ impl XRule {
     /// The rule as iptables-save prints it after `-A <chain> `.
     pub(crate) fn text(&self) -> String {
         let mut s: Vec<String> = Vec::new();
-        s.extend(self.src.map(|ip| format!("-s {}", host(ip))));
-        s.extend(self.dst.map(|ip| format!("-d {}", host(ip))));
+        s.extend(self.src.map(|net| format!("-s {}", subnet(&net))));
+        s.extend(self.dst.map(|net| format!("{}-d {}", if self.not_dst { "! " } else { "" }, subnet(&net))));
         s.extend(self.iif.as_ref().map(|i| format!("-i {i}")));
         s.extend(self.oif.as_ref().map(|(o, not)| format!("{}-o {o}", if *not { "! " } else { "" })));
         s.extend(self.comment.as_ref().map(|c| format!("-m comment --comment {}", quote(c))));
@@ -127,8 +131,9 @@ impl XRule {
     pub(crate) fn nft(&self, family: Family) -> nfnl::Rule {
         let r = self.iif.iter().fold(nfnl::Rule::new(family), |r, i| r.ifname(false, i, CmpOp::Eq));
         let r = self.oif.iter().fold(r, |r, (o, not)| r.ifname(true, o, if *not { CmpOp::Neq } else { CmpOp::Eq }));
-        let r = self.src.into_iter().fold(r, nfnl::Rule::saddr);
-        let r = self.dst.into_iter().fold(r, nfnl::Rule::daddr);
+        let r = self.src.into_iter().fold(r, |r, net| r.addr_prefix(true, net, CmpOp::Eq));
+        let dst_op = if self.not_dst { CmpOp::Neq } else { CmpOp::Eq };
+        let r = self.dst.into_iter().fold(r, |r, net| r.addr_prefix(false, net, dst_op));
         let comment = |c: &String| Expr::Match { name: "comment", rev: 0, info: comment_info(c) };
         let r = self.comment.iter().map(comment).fold(r, nfnl::Rule::expr);
         let r = if self.related { r.expr(Expr::Match { name: "conntrack", rev: 3, info: related_info() }) } else { r };
@@ -136,27 +141,27 @@ impl XRule {
             "ACCEPT" => Verdict::Accept,
             "DROP" => Verdict::Drop,
             "RETURN" => Verdict::Return,
+            MASQUERADE => {
+                let info = masquerade_info(family == Family::Ip6);
+                return r.expr(Expr::Counter).expr(Expr::Target { name: MASQUERADE, rev: 0, info });
+            }
             chain => Verdict::Jump(chain.into()),
         };
         r.expr(Expr::Counter).verdict(verdict)
     }
 
     /// The rule as iptables-legacy 1.8.9 writes it into the kernel's table of `family`: an
-    /// address with an all-ones mask, an interface name with a mask over the name and its NUL,
-    /// `! -o` as IPT_INV_VIA_OUT, the comment (rev 0) and conntrack (rev 3) matches, and a
-    /// standard target.
+    /// address with its prefix's mask, an interface name with a mask over the name and its NUL,
+    /// `! -o` as IPT_INV_VIA_OUT, `! -d` as IPT_INV_DSTIP, the comment (rev 0) and conntrack
+    /// (rev 3) matches, and a standard target or MASQUERADE (rev 0).
     pub(crate) fn legacy(&self, family: xtables::Family) -> xtables::Rule {
         let v4 = family == xtables::Family::V4;
         let (len, ifaces) = if v4 { (4, 16) } else { (16, 64) };
         let mut ip = vec![0u8; family.ip_len()];
-        for (i, addr) in [self.src, self.dst].into_iter().enumerate() {
-            let octets = match addr {
-                Some(IpAddr::V4(a)) => a.octets().to_vec(),
-                Some(IpAddr::V6(a)) => a.octets().to_vec(),
-                None => continue,
-            };
-            ip[i * len..(i + 1) * len].copy_from_slice(&octets);
-            ip[(i + 2) * len..(i + 3) * len].fill(0xff);
+        for (i, net) in [self.src, self.dst].into_iter().enumerate() {
+            let Some(net) = net else { continue };
+            ip[i * len..(i + 1) * len].copy_from_slice(&nfnl::ip_bytes(net.network()));
+            ip[(i + 2) * len..(i + 3) * len].copy_from_slice(&nfnl::ip_bytes(net.mask()));
         }
         for (i, name) in [self.iif.as_ref(), self.oif.as_ref().map(|(o, _)| o)].into_iter().enumerate() {
             let Some(name) = name.map(|n| &n.as_bytes()[..n.len().min(15)]) else { continue };
@@ -164,8 +169,12 @@ impl XRule {
             ip[at..at + name.len()].copy_from_slice(name);
             ip[at + 32..at + 33 + name.len()].fill(0xff);
         }
+        let invflags = family.ip_len() - if v4 { 1 } else { 4 };
         if self.oif.as_ref().is_some_and(|(_, not)| *not) {
-            ip[family.ip_len() - if v4 { 1 } else { 4 }] = IPT_INV_VIA_OUT;
+            ip[invflags] |= IPT_INV_VIA_OUT;
+        }
+        if self.not_dst {
+            ip[invflags] |= IPT_INV_DSTIP;
         }
         let mut matches =
             self.comment.as_ref().map(|c| xtables::entry_match("comment", 0, &comment_info(c))).unwrap_or_default();
@@ -176,10 +185,25 @@ impl XRule {
             "ACCEPT" => xtables::Target::Verdict(xtables::ACCEPT),
             "DROP" => xtables::Target::Verdict(xtables::DROP),
             "RETURN" => xtables::Target::Verdict(xtables::RETURN),
+            MASQUERADE => xtables::Target::Other(xtables::entry_target(MASQUERADE, 0, &masquerade_info(!v4))),
             chain => xtables::Target::Jump(chain.into()),
         };
         xtables::Rule::new(family, &ip, &matches, target)
     }
+}
+
+const MASQUERADE: &str = "MASQUERADE";
+
+/// MASQUERADE rev 0's struct as iptables 1.8.9 fills it, padded to XT_ALIGN: for IPv4
+/// `nf_nat_ipv4_multi_range_compat` with rangesize 1 and an empty range (24 bytes), for IPv6
+/// an empty `nf_nat_range` (40 bytes).
+fn masquerade_info(v6: bool) -> Vec<u8> {
+    if v6 {
+        return vec![0; 40];
+    }
+    let mut info = vec![0; 24];
+    info[..4].copy_from_slice(&1u32.to_ne_bytes());
+    info
 }
 
 /// `struct xt_comment_info`: the text in 256 bytes, NUL padded.
@@ -196,11 +220,18 @@ fn related_info() -> Vec<u8> {
     info
 }
 
-/// A change to a family's filter table.
+/// A change to a family's filter or nat table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Op {
-    /// `-N <chain>`; for FORWARD (iptables-nft without it yet) the table and base chain.
+    /// `-N <chain>`; for a builtin chain (FORWARD, POSTROUTING: iptables-nft without it yet) the
+    /// table and base chain, as iptables-nft creates them.
     Chain(String),
+    /// `-F <chain>`.
+    Flush(String),
+    /// `-F <chain>` and `-X <chain>`.
+    DropChain(String),
+    /// `-D` of every rule of the table that jumps to `<chain>`, whatever else it matches.
+    Unjump(String),
     /// `-I <chain> 1 <rule>`.
     Insert(XRule),
     /// `-A <chain> <rule>`.
@@ -209,10 +240,13 @@ pub(crate) enum Op {
     Delete(XRule),
 }
 
-/// A family's filter table as read: the legacy table, or the chains listed over netlink.
+/// A family's filter or nat table as read: the legacy table, or the chains listed over netlink.
 pub(crate) trait View {
     fn has_chain(&self, chain: &str) -> bool;
     fn has(&self, r: &XRule) -> bool;
+    /// Each rule of `chain` (of every chain read when None): its chain, its `-m comment` text
+    /// and the chain it jumps to, if any.
+    fn rules_of(&self, chain: Option<&str>) -> Vec<(String, Option<String>, Option<String>)>;
     /// `r` with any of the isolation comments either upstream version writes.
     fn has_like(&self, r: &XRule) -> bool {
         [SAME_BRIDGE, ISOLATED, SHARED_ISOLATED]
@@ -229,6 +263,20 @@ impl View for xtables::Table {
         let want = r.legacy(self.family);
         self.chain(&r.chain).is_some_and(|c| c.rules.iter().any(|x| x.same(&want)))
     }
+    fn rules_of(&self, chain: Option<&str>) -> Vec<(String, Option<String>, Option<String>)> {
+        let comment = |r: &xtables::Rule| r.match_data(self.family, "comment").map(text_of);
+        let jump = |r: &xtables::Rule| match &r.target {
+            xtables::Target::Jump(c) => Some(c.clone()),
+            _ => None,
+        };
+        let chains = self.chains.iter().filter(|c| chain.is_none_or(|n| c.name == n));
+        chains.flat_map(|c| c.rules.iter().map(|r| (c.name.clone(), comment(r), jump(r)))).collect()
+    }
+}
+
+/// A NUL-terminated text in a fixed-size struct.
+fn text_of(b: &[u8]) -> String {
+    String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or_default()).into_owned()
 }
 
 /// `t` with `ops` applied at chain level (what the kernel is then given whole).
@@ -237,7 +285,21 @@ pub(crate) fn changed(t: &xtables::Table, ops: &[Op]) -> Result<xtables::Table> 
     for op in ops {
         let r = match op {
             Op::Chain(c) => {
+                // A builtin chain is always there.
                 t.add_chain(c);
+                continue;
+            }
+            Op::Flush(c) => {
+                t.chain_mut(c).iter_mut().for_each(|c| c.rules.clear());
+                continue;
+            }
+            Op::DropChain(c) => {
+                t.chains.retain(|x| x.hook.is_some() || x.name != *c);
+                continue;
+            }
+            Op::Unjump(c) => {
+                let jump = xtables::Target::Jump(c.clone());
+                t.chains.iter_mut().for_each(|x| x.rules.retain(|r| r.target != jump));
                 continue;
             }
             Op::Insert(r) | Op::Append(r) | Op::Delete(r) => r,
@@ -246,9 +308,10 @@ pub(crate) fn changed(t: &xtables::Table, ops: &[Op]) -> Result<xtables::Table> 
         let family = t.family;
         let Some(chain) = t.chain_mut(&r.chain) else {
             return Err(Error::network(format!(
-                "chain {} is missing from the {} filter table",
+                "chain {} is missing from the {} {} table",
                 r.chain,
-                family.tool()
+                family.tool(),
+                t.name
             )));
         };
         match op {
@@ -264,20 +327,36 @@ pub(crate) fn changed(t: &xtables::Table, ops: &[Op]) -> Result<xtables::Table> 
     Ok(t)
 }
 
-/// Chains of an `ip`/`ip6 filter` table listed over netlink, at one ruleset generation.
+/// Chains of an `ip`/`ip6` `filter` or `nat` table listed over netlink, at one ruleset generation.
 pub(crate) struct Listed {
     pub family: Family,
+    pub table: &'static str,
     pub generation: u32,
     pub chains: BTreeMap<String, nfnl::ChainListing>,
 }
 
+/// A builtin chain as iptables-nft 1.8.9 creates it: FORWARD of the filter table (hook forward,
+/// priority 0), POSTROUTING of the nat table (hook postrouting, priority 100, type nat), policy
+/// accept.
+fn builtin(table: &str, chain: &str) -> Option<BaseChain> {
+    match (table, chain) {
+        ("filter", FORWARD) => {
+            Some(BaseChain { hook: Hook::Forward, priority: 0, kind: ChainType::Filter, policy_accept: true })
+        }
+        ("nat", POSTROUTING) => {
+            Some(BaseChain { hook: Hook::Postrouting, priority: 100, kind: ChainType::Nat, policy_accept: true })
+        }
+        _ => None,
+    }
+}
+
 impl Listed {
-    fn read(nl: &Conn, ipv: Ipv, chains: &[&str]) -> Result<Listed> {
+    pub(crate) fn read(nl: &Conn, ipv: Ipv, table: &'static str, chains: &[&str]) -> Result<Listed> {
         let family = ipv.pick(Family::Ip, Family::Ip6);
         let generation = nl.generation()?;
-        let mut listed = Listed { family, generation, chains: BTreeMap::new() };
+        let mut listed = Listed { family, table, generation, chains: BTreeMap::new() };
         for c in chains {
-            if let Some(l) = nl.list_chain(family, "filter", c)? {
+            if let Some(l) = nl.list_chain(family, table, c)? {
                 listed.chains.insert(c.to_string(), l);
             }
         }
@@ -293,19 +372,34 @@ impl Listed {
     pub(crate) fn batch(&self, ops: &[Op]) -> Batch {
         let mut b = Batch::new();
         b.genid = Some(self.generation);
+        let (family, table) = (self.family, self.table);
         for op in ops {
             match op {
-                Op::Chain(c) if c == FORWARD => {
-                    b.add_table(self.family, "filter");
-                    let base =
-                        BaseChain { hook: Hook::Forward, priority: 0, kind: ChainType::Filter, policy_accept: true };
-                    b.add_chain(self.family, "filter", FORWARD, Some(base), None);
+                Op::Chain(c) => match builtin(table, c) {
+                    Some(base) => {
+                        b.add_table(family, table);
+                        b.add_chain(family, table, c, Some(base), None);
+                    }
+                    None => b.add_chain(family, table, c, None, None),
+                },
+                Op::Flush(c) => b.flush_chain(family, table, c),
+                Op::DropChain(c) => {
+                    b.flush_chain(family, table, c);
+                    b.delete_chain(family, table, c);
                 }
-                Op::Chain(c) => b.add_chain(self.family, "filter", c, None, None),
+                Op::Unjump(target) => {
+                    for (chain, listing) in &self.chains {
+                        for (handle, _) in
+                            listing.rules.iter().filter(|(_, e)| nfnl::rule_jump(e) == Some(target.clone()))
+                        {
+                            b.delete_rule((family, table, chain), *handle);
+                        }
+                    }
+                }
                 Op::Insert(r) | Op::Append(r) => {
-                    b.add_xt_rule((self.family, "filter", &r.chain), &r.nft(self.family), matches!(op, Op::Append(_)))
+                    b.add_xt_rule((family, table, &r.chain), &r.nft(family), matches!(op, Op::Append(_)))
                 }
-                Op::Delete(r) => b.delete_rule((self.family, "filter", &r.chain), self.handle(r).unwrap_or(0)),
+                Op::Delete(r) => b.delete_rule((family, table, &r.chain), self.handle(r).unwrap_or(0)),
             }
         }
         b
@@ -319,19 +413,31 @@ impl View for Listed {
     fn has(&self, r: &XRule) -> bool {
         self.handle(r).is_some()
     }
+    fn rules_of(&self, chain: Option<&str>) -> Vec<(String, Option<String>, Option<String>)> {
+        let chains = self.chains.iter().filter(|(c, _)| chain.is_none_or(|n| *c == n));
+        chains
+            .flat_map(|(c, l)| l.rules.iter().map(|(_, e)| (c.clone(), nfnl::rule_xt_comment(e), nfnl::rule_jump(e))))
+            .collect()
+    }
 }
 
-fn legacy_family(ipv: Ipv) -> xtables::Family {
+pub(crate) fn legacy_family(ipv: Ipv) -> xtables::Family {
     ipv.pick(xtables::Family::V4, xtables::Family::V6)
 }
 
-/// Reads the family's table, plans with `plan` and applies it, under the xtables lock: over
-/// netlink where iptables is iptables-nft, else by replacing the legacy table; again from a fresh
-/// read when the table changed in between.
-fn transact(ipv: Ipv, chains: &[&str], what: &str, plan: impl Fn(&dyn View) -> Vec<Op>) -> Result<()> {
+/// Reads the family's `table` (`filter`, `nat`; over netlink only `chains` of it), plans with
+/// `plan` and applies it, under the xtables lock: over netlink where iptables is iptables-nft,
+/// else by replacing the legacy table; again from a fresh read when the table changed in between.
+pub(crate) fn transact(
+    ipv: Ipv,
+    table: &'static str,
+    chains: &[&str],
+    what: &str,
+    plan: impl Fn(&dyn View) -> Vec<Op>,
+) -> Result<()> {
     let _guard = lock(super::XTABLES_LOCK);
     if !super::nft_based() {
-        let read = || xtables::Table::read(legacy_family(ipv), "filter");
+        let read = || xtables::Table::read(legacy_family(ipv), table);
         let write = |t: &xtables::Table, ops: Vec<Op>| changed(t, &ops)?.replace().map_err(|e| e.context(what));
         return cycle(what, read, |t| Ok(plan(t)), write, |e| e.errno == Some(libc::EAGAIN));
     }
@@ -340,7 +446,7 @@ fn transact(ipv: Ipv, chains: &[&str], what: &str, plan: impl Fn(&dyn View) -> V
     let write = |l: &Listed, ops: Vec<Op>| nl.send(&l.batch(&ops)).map_err(|e| e.context(what));
     cycle(
         what,
-        || Listed::read(&nl, ipv, chains),
+        || Listed::read(&nl, ipv, table, chains),
         |l| Ok(plan(l)),
         write,
         |e| e.errno == Some(nfnl::GENERATION_CHANGED),
@@ -357,8 +463,9 @@ fn admin_rule(admin: &str) -> XRule {
 
 /// The two per-IP rules.
 fn pod_rules(ip: &IpAddr) -> [XRule; 2] {
-    let related = XRule { dst: Some(*ip), related: true, ..rule(PRIV_CHAIN, None, "ACCEPT") };
-    [related, XRule { src: Some(*ip), ..rule(PRIV_CHAIN, None, "ACCEPT") }]
+    let host = Some(IpNetwork::from(*ip));
+    let related = XRule { dst: host, related: true, ..rule(PRIV_CHAIN, None, "ACCEPT") };
+    [related, XRule { src: host, ..rule(PRIV_CHAIN, None, "ACCEPT") }]
 }
 
 fn of_family(addresses: &[IpAddr], ipv: Ipv) -> Vec<&IpAddr> {
@@ -461,9 +568,9 @@ pub fn add(r: &ForwardRules) -> Result<()> {
     let what = "firewall: add the pod's forwarding rules";
     let mut done = Vec::new();
     for ipv in families(&r.addresses) {
-        if let Err(e) = transact(ipv, &chains(&r.admin_chain), what, |t| add_ops(t, r, ipv)) {
+        if let Err(e) = transact(ipv, "filter", &chains(&r.admin_chain), what, |t| add_ops(t, r, ipv)) {
             for undo in done {
-                let _ = transact(undo, &[PRIV_CHAIN], what, |t| del_ops(t, &r.addresses, undo));
+                let _ = transact(undo, "filter", &[PRIV_CHAIN], what, |t| del_ops(t, &r.addresses, undo));
             }
             return Err(e);
         }
@@ -477,7 +584,7 @@ pub fn del(addresses: &[IpAddr]) -> Result<()> {
     let mut errs = Errors::new();
     for ipv in families(addresses) {
         let what = "firewall: delete the pod's forwarding rules";
-        errs.record(transact(ipv, &[PRIV_CHAIN], what, |t| del_ops(t, addresses, ipv)));
+        errs.record(transact(ipv, "filter", &[PRIV_CHAIN], what, |t| del_ops(t, addresses, ipv)));
     }
     errs.finish()
 }
@@ -486,7 +593,7 @@ pub fn del(addresses: &[IpAddr]) -> Result<()> {
 pub fn check(r: &ForwardRules) -> Result<()> {
     for ipv in families(&r.addresses) {
         if super::nft_based() {
-            check_table(&Listed::read(&Conn::new(), ipv, &chains(&r.admin_chain))?, r, ipv)?;
+            check_table(&Listed::read(&Conn::new(), ipv, "filter", &chains(&r.admin_chain))?, r, ipv)?;
         } else {
             check_table(&xtables::Table::read(legacy_family(ipv), "filter")?, r, ipv)?;
         }
@@ -506,4 +613,4 @@ pub fn status() -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

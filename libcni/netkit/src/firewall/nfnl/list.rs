@@ -100,6 +100,7 @@ fn list_chain_on(nl: &Exchange, family: Family, table: &str, chain: &str) -> Res
             for (_, e) in attributes(&attr(r, NFTA_RULE_EXPRESSIONS).unwrap_or_default()) {
                 match attr(e, NFTA_EXPR_NAME) {
                     Some(name) if name == b"counter\0" => Expr::Counter.put(&mut exprs),
+                    Some(name) if name == b"bitwise\0" => exprs.bytes(NFTA_LIST_ELEM | NLA_F_NESTED, &bool_bitwise(e)),
                     _ => exprs.bytes(NFTA_LIST_ELEM | NLA_F_NESTED, e),
                 }
             }
@@ -218,6 +219,58 @@ pub(super) fn elem_info(elem: &[u8]) -> ElemInfo {
 pub(super) fn refused(what: &str, errno: i32, text: Option<String>) -> Error {
     let kernel = text.map(|t| format!(" ({t})")).unwrap_or_default();
     Error::os(errno, format_args!("nft {what}{kernel}"))
+}
+
+/// A listed `bitwise` expression without the NFTA_BITWISE_OP the kernel adds when it is the
+/// plain mask-and-xor one (NFT_BITWISE_BOOL, what nft and iptables-nft send without it).
+fn bool_bitwise(e: &[u8]) -> Vec<u8> {
+    const NFTA_BITWISE_OP: u16 = 6;
+    let mut out = Attrs::default();
+    for (t, v) in attributes(e) {
+        if t != NFTA_EXPR_DATA {
+            out.bytes(t, v);
+            continue;
+        }
+        let mut data = Attrs::default();
+        for (t, v) in attributes(v).filter(|(t, v)| !(*t == NFTA_BITWISE_OP && *v == [0; 4])) {
+            data.bytes(t, v);
+        }
+        out.bytes(NFTA_EXPR_DATA, &data.buf);
+    }
+    out.buf
+}
+
+/// Each expression of a rule in [`Rule::encoded`]'s form (as [`ChainListing::rules`] holds a
+/// listed one): its name and the attributes of its data.
+fn expressions(encoded: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    attributes(encoded).filter_map(|(_, e)| {
+        let find = |ty| attributes(e).find(|(t, _)| *t == ty).map(|(_, v)| v);
+        Some((find(NFTA_EXPR_NAME)?.split(|&c| c == 0).next()?, find(NFTA_EXPR_DATA)?))
+    })
+}
+
+fn nul_terminated(b: &[u8]) -> String {
+    String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or_default()).into_owned()
+}
+
+/// The chain a rule in [`Rule::encoded`]'s form jumps or goes to, when its verdict is one.
+pub(crate) fn rule_jump(encoded: &[u8]) -> Option<String> {
+    const NFT_JUMP: i32 = -3;
+    const NFT_GOTO: i32 = -4;
+    let (_, data) = expressions(encoded).find(|(name, _)| *name == b"immediate")?;
+    let find = |b, ty| attributes(b).find(|(t, _)| *t == ty).map(|(_, v)| v);
+    let verdict = find(find(data, 2)?, NFTA_DATA_VERDICT)?; // NFTA_IMMEDIATE_DATA
+    let code = i32::from_be_bytes(find(verdict, NFTA_VERDICT_CODE)?.try_into().ok()?);
+    [NFT_JUMP, NFT_GOTO].contains(&code).then(|| find(verdict, NFTA_VERDICT_CHAIN).map(nul_terminated)).flatten()
+}
+
+/// The text of the xtables `comment` match (iptables' `-m comment --comment`) of a rule in
+/// [`Rule::encoded`]'s form, when it has one.
+pub(crate) fn rule_xt_comment(encoded: &[u8]) -> Option<String> {
+    expressions(encoded).filter(|(name, _)| *name == b"match").find_map(|(_, data)| {
+        let find = |ty| attributes(data).find(|(t, _)| *t == ty).map(|(_, v)| v);
+        (nul_terminated(find(1)?) == "comment").then(|| find(3).map(nul_terminated)).flatten()
+    })
 }
 
 /// Attributes with NLA_F_NESTED cleared in every nest that has it (the kernel lists the nests
