@@ -679,8 +679,17 @@ impl Firewall for IptablesBackend {
         gc_portmaps(network, keep, &format!("garbage-collect port-mapping chains of network {network}"))
     }
 
+    /// In process: the kernel takes IPv4 nat rules the way this node's iptables writes them, and
+    /// the tools port mappings run are there (found, not run).
     fn status(&self) -> Result<()> {
-        usable(Ipv::V4).map_err(|e| Error::new(code::NOT_AVAILABLE, format!("iptables is not usable here: {}", e.msg)))
+        let unusable = |why: String| Error::new(code::NOT_AVAILABLE, format!("iptables is not usable here: {why}"));
+        masq::usable(Ipv::V4).map_err(|e| unusable(e.msg))?;
+        for tool in ["iptables-save", "iptables-restore"] {
+            if super::exec::find(tool).is_none() {
+                return Err(unusable(format!("{tool} is not installed")));
+            }
+        }
+        Ok(())
     }
 }
 

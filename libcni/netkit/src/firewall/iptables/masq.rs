@@ -111,7 +111,7 @@ pub(crate) fn stale(t: &dyn View, network: &str, keep: &[Attachment]) -> BTreeSe
 
 /// Whether the family's nat table can be written: nf_tables answers where iptables is
 /// iptables-nft, the legacy nat table is there otherwise (ip6tables' may be absent).
-fn usable(ipv: Ipv) -> Result<()> {
+pub(crate) fn usable(ipv: Ipv) -> Result<()> {
     if super::nft_based() {
         return nfnl::generation().map(|_| ()).map_err(|e| {
             Error::new(code::NOT_AVAILABLE, format!("iptables is iptables-nft, but nf_tables: {}", e.msg))
