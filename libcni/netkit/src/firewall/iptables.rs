@@ -1,7 +1,7 @@
 //! The iptables backend, compatible with the reference plugins' chains, marks and comments.
 //!
-//! One kernel transport for what needs no process: the firewall plugin's FORWARD rules
-//! ([`forward`]) and bridge's and ptp's masquerade ([`masq`]) are written in process, over
+//! One kernel transport ([`transport`]) for what needs no process: the firewall plugin's FORWARD
+//! rules ([`forward`]) and bridge's and ptp's masquerade ([`masq`]) are written in process, over
 //! nf_tables netlink encoded as iptables-nft 1.8.9 encodes them where `iptables` is iptables-nft,
 //! through the legacy tables' socket options ([`crate::firewall::xtables`]) where it is
 //! iptables-legacy. Port mappings still run `iptables-save` and `iptables-restore` (see "Why port
@@ -708,6 +708,7 @@ fn gc_portmaps(network: &str, keep: &[Attachment], what: &str) -> Result<()> {
 
 pub(crate) mod forward;
 pub(crate) mod masq;
+pub(crate) mod transport;
 
 #[cfg(test)]
 mod tests;

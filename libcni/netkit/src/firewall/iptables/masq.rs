@@ -7,7 +7,8 @@
 //! ```
 //! C is `name: "<net>" id: "<cid>"` and the hash the reference's ([`super::chain_name`]).
 //!
-//! Written in process as the firewall plugin's FORWARD rules are ([`super::forward`]): over
+//! Written in process on the transport the firewall plugin's FORWARD rules use
+//! ([`super::transport`]): over
 //! nf_tables netlink, each rule encoded as iptables-nft 1.8.9 encodes it (payload, bitwise for a
 //! prefix off a byte boundary, cmp; the `comment` match; a counter; the `MASQUERADE` rev 0 target
 //! or the jump; NFTA_RULE_COMPAT), creating the `ip`/`ip6 nat` table and its POSTROUTING base
@@ -21,7 +22,7 @@
 //! rules appended) in one transaction per family; DEL removes the jumps and the chain; GC removes
 //! those of the network's containers not kept, found from the comments of POSTROUTING's jumps.
 
-use super::forward::{legacy_family, transact, Listed, Op, View, XRule};
+use super::transport::{legacy_family, transact, Listed, Op, View, XRule};
 use super::{chain_name, masq_comment, parse_owner, Ipv};
 use crate::firewall::{check_failed, nfnl, xtables, Masquerade};
 use ipnetwork::IpNetwork;

@@ -3,7 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
+use crate::firewall::iptables::transport::changed;
 use crate::firewall::iptables::NatTable;
+use crate::firewall::nfnl::Family;
+use std::collections::BTreeMap;
 
 /// iptables-save text as a table to plan over.
 impl View for NatTable {
