@@ -157,3 +157,39 @@ fn get_elements_reads_data_comments_and_expiry() {
         assert_eq!(crate::errno(&err), Some(libc::EEXIST), "{err:?}");
     });
 }
+
+/// A rule's jump and xtables comment are read back from its expressions (as a listing holds
+/// them), and a listed bitwise loses only the NFTA_BITWISE_OP of a plain mask-and-xor.
+#[test]
+fn a_rules_jump_comment_and_bitwise_are_read_from_its_expressions() {
+    let comment = |c: &str| Expr::Match { name: "comment", rev: 0, info: c.bytes().chain([0; 8]).collect() };
+    let r =
+        Rule::new(Family::Ip).expr(comment("name: \"n\"")).expr(Expr::Counter).verdict(Verdict::Jump("CNI-x".into()));
+    assert_eq!(rule_jump(&r.encoded()).as_deref(), Some("CNI-x"));
+    assert_eq!(rule_xt_comment(&r.encoded()).as_deref(), Some("name: \"n\""));
+    let accept = Rule::new(Family::Ip).verdict(Verdict::Accept);
+    assert_eq!((rule_jump(&accept.encoded()), rule_xt_comment(&accept.encoded())), (None, None));
+
+    let mask = Rule::new(Family::Ip).daddr_not_in("224.0.0.0/4".parse().unwrap());
+    let Some(Expr::Bitwise { .. }) = mask.exprs.get(1) else { panic!("no bitwise: {:?}", mask.exprs) };
+    let mut e = Attrs::default();
+    mask.exprs[1].put(&mut e);
+    let listed_elem = |op: u32| {
+        // The element as the kernel lists it: NFTA_BITWISE_OP after the length.
+        let mut data = Attrs::default();
+        let Expr::Bitwise { sreg, dreg, mask, xor } = &mask.exprs[1] else { unreachable!() };
+        data.u32(1, sreg.0);
+        data.u32(2, dreg.0);
+        data.u32(3, mask.len() as u32);
+        data.u32(6, op);
+        data.nested(4, |a| a.bytes(NFTA_DATA_VALUE, mask));
+        data.nested(5, |a| a.bytes(NFTA_DATA_VALUE, xor));
+        let mut elem = Attrs::default();
+        elem.str(NFTA_EXPR_NAME, "bitwise");
+        elem.bytes(NFTA_EXPR_DATA, &unflag(&data.buf));
+        elem.buf
+    };
+    let ours = attributes(&unflag(&e.buf)).next().unwrap().1.to_vec();
+    assert_eq!(unflag(&bool_bitwise(&listed_elem(0))), ours);
+    assert_ne!(unflag(&bool_bitwise(&listed_elem(1))), ours, "a shift is not a mask-and-xor");
+}
