@@ -1,11 +1,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! What bandwidth, tuning and firewall start on a pod's ADD and DEL, counted with strace in the two
-//! chains users run (conf/bandwidth.conflist and conf/podman-firewall.conflist, through libcni):
-//! bandwidth and tuning start no process at all (their kernel work is netlink and /proc/sys writes
-//! in process), and neither does the firewall's iptables backend on a node whose iptables is
-//! iptables-nft (Debian's default): it writes the reference's rules over nf_tables netlink, on ADD,
-//! CHECK, DEL, GC and STATUS; nor on a node whose iptables is iptables-legacy, where it reads and
-//! replaces the kernel's legacy filter table through its socket options.
+//! What bandwidth, tuning, firewall and ptp start on a pod's ADD and DEL, counted with strace in the
+//! two chains users run (conf/bandwidth.conflist and conf/podman-firewall.conflist, through libcni)
+//! and a ptp network with `ipMasq` on the iptables backend: bandwidth and tuning start no process at
+//! all (their kernel work is netlink and /proc/sys writes in process), and neither does the
+//! firewall's iptables backend on a node whose iptables is iptables-nft (Debian's default): it
+//! writes the reference's rules over nf_tables netlink, on ADD, CHECK, DEL, GC and STATUS; nor on a
+//! node whose iptables is iptables-legacy, where it reads and replaces the kernel's legacy filter
+//! table through its socket options. ptp's (and bridge's) iptables masquerade is written the same
+//! way, in the nat table: ptp starts only its IPAM plugin.
 //!
 //! The whole test runs on a thread in a network namespace of its own (the chains' bridges, the
 //! host ends of the veths and the iptables tables live there), so the firewall's tables start
@@ -73,24 +75,26 @@ fn spawned(dir: &Path, prefix: &str, program: &Path) -> Spawned {
     out
 }
 
-/// A plugin directory for libcni: the plugins of `bin` as links, and `traced` ones as scripts that
-/// run the real plugin under strace, tracing into `traces` as `<plugin>.<CNI_COMMAND>.<tid>`,
-/// with `path_first` (if any) first in their PATH.
+/// A plugin directory for libcni: the `plain` plugins of `bin` as they are, and `traced` ones under
+/// strace, tracing into `traces` as `<plugin>.<CNI_COMMAND>.<tid>`; every one with `path_first` (if
+/// any) first in its PATH (links when there is none, scripts otherwise).
 fn plugin_dir(bin: &Path, dir: &Path, traces: &Path, plain: &[&str], traced: &[&str], path_first: Option<&Path>) {
     let path = path_first.map(|p| format!("PATH='{}':\"$PATH\" ", p.display())).unwrap_or_default();
+    let script = |p: &str, body: String| {
+        let path = dir.join(p);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
     for p in plain {
-        std::os::unix::fs::symlink(bin.join(p), dir.join(p)).unwrap();
+        match path_first {
+            None => std::os::unix::fs::symlink(bin.join(p), dir.join(p)).unwrap(),
+            Some(_) => script(p, format!("{path}exec '{}'", bin.join(p).display())),
+        }
     }
     for p in traced {
-        let script = format!(
-            "#!/bin/sh\n{path}exec strace {} -o '{}/{p}.'\"$CNI_COMMAND\" '{}'\n",
-            STRACE.map(|a| format!("'{a}'")).join(" "),
-            traces.display(),
-            bin.join(p).display()
-        );
-        let path = dir.join(p);
-        std::fs::write(&path, script).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let strace = STRACE.map(|a| format!("'{a}'")).join(" ");
+        let out = format!("'{}/{p}.'\"$CNI_COMMAND\"", traces.display());
+        script(p, format!("{path}exec strace {strace} -o {out} '{}'", bin.join(p).display()));
     }
 }
 
@@ -179,7 +183,7 @@ fn chains(bin: &Path, legacy: bool) {
         &dir,
         &traces,
         &["bridge", "host-local", "portmap", "loopback"],
-        &["bandwidth", "tuning", "firewall"],
+        &["bandwidth", "tuning", "firewall", "ptp"],
         legacy.then_some(fake.as_path()),
     );
     let cni = CniConfig::with_cache_dir(vec![dir.clone()], state.join("cache"));
@@ -208,6 +212,8 @@ fn chains(bin: &Path, legacy: bool) {
         c["cniVersion"] = json!("1.1.0");
         c["plugins"][3] = json!({"type": "tuning", "mtu": 1400, "dataDir": state.join("tuning"),
                                  "sysctl": {"net.ipv4.conf.IFNAME.arp_ignore": "1"}});
+        // bridge's masquerade in the reference's iptables chain.
+        c["plugins"][0]["ipMasqBackend"] = json!("iptables");
     });
     let pod = Netns::new("spawnpm");
     let rt = runtime(&pod, json!({"portMappings": [{"hostPort": 18081, "containerPort": 80, "protocol": "tcp"}]}));
@@ -218,11 +224,40 @@ fn chains(bin: &Path, legacy: bool) {
     assert_eq!(pod.sh("cat", &["/proc/sys/net/ipv4/conf/eth0/arp_ignore"]).trim(), "1", "tuning set no sysctl");
     let filter = sh(save, &["-t", "filter"]);
     assert!(filter.contains(&format!("-A CNI-FORWARD -d {ip}/32")), "firewall let nothing through for {ip}: {filter}");
+    let masquerade = |cid: &str, net: &str, ip: &str| {
+        let c = format!("-m comment --comment \"name: \\\"{net}\\\" id: \\\"{cid}\\\"\"");
+        let nat = sh(save, &["-t", "nat"]);
+        let chain = nat.lines().find(|l| l.starts_with(&format!("-A POSTROUTING -s {ip}/32 {c} -j CNI-")));
+        let chain = chain.and_then(|l| l.rsplit(' ').next()).unwrap_or_else(|| panic!("no masquerade of {ip}: {nat}"));
+        assert!(nat.contains(&format!("-A {chain} ! -d 224.0.0.0/4 {c} -j MASQUERADE")), "{nat}");
+    };
+    masquerade(&rt.container_id, "cnirs-podman-fw", &ip);
     cni.del_network_list(&podman, &rt).expect("podman chain DEL");
     let filter = sh(save, &["-t", "filter"]);
     assert!(!filter.contains(&format!("{ip}/32")), "DEL left {ip}'s rules: {filter}");
+    let nat = sh(save, &["-t", "nat"]);
+    assert!(!nat.contains(&rt.container_id), "DEL left the masquerade: {nat}");
     cni.gc_network_list(&podman, Some(&[])).expect("podman chain GC");
     cni.status_network_list(&podman).expect("podman chain STATUS");
+    drop(pod);
+
+    // ptp with masquerade on the iptables backend.
+    let ptp = json!({"cniVersion": "1.1.0", "name": "spawn-ptp", "plugins": [{
+        "type": "ptp", "ipMasq": true, "ipMasqBackend": "iptables",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.89.78.0/24"}]], "dataDir": state.join("ipam-ptp")}
+    }]});
+    let ptp = NetworkConfigList::from_bytes(ptp.to_string().as_bytes()).unwrap();
+    let pod = Netns::new("spawnpt");
+    let rt = runtime(&pod, json!({}));
+    let result = cni.add_network_list(&ptp, &rt).expect("ptp ADD");
+    cni.check_network_list(&ptp, &rt).expect("ptp CHECK");
+    let ip = result.ips[0].address.ip().to_string();
+    masquerade(&rt.container_id, "spawn-ptp", &ip);
+    cni.del_network_list(&ptp, &rt).expect("ptp DEL");
+    let nat = sh(save, &["-t", "nat"]);
+    assert!(!nat.contains(&rt.container_id) && !nat.contains(&ip), "ptp DEL left the masquerade: {nat}");
+    cni.gc_network_list(&ptp, Some(&[])).expect("ptp GC");
+    cni.status_network_list(&ptp).expect("ptp STATUS");
     drop(pod);
 
     let none = Spawned::default();
@@ -235,6 +270,14 @@ fn chains(bin: &Path, legacy: bool) {
             let got = spawned(&traces, &format!("{plugin}.{command}"), &bin.join(plugin));
             assert_eq!(got, none, "{plugin} {command} started a process");
         }
+    }
+    // ptp starts its IPAM plugin, once per verb, and nothing else (no iptables). Where the
+    // plugins' PATH is set, host-local is a script that executes it in the same process.
+    let execs = if legacy { 2 } else { 1 };
+    let ipam = Spawned { processes: 1, programs: vec!["host-local".into(); execs] };
+    for command in ["ADD", "CHECK", "DEL", "GC", "STATUS"] {
+        let got = spawned(&traces, &format!("ptp.{command}"), &bin.join("ptp"));
+        assert_eq!(got, ipam, "ptp {command} started something besides its IPAM");
     }
     // Nothing else of the chains ran traced (a CHECK or a second ADD would show here).
     let names: Vec<String> = std::fs::read_dir(&traces)
@@ -257,7 +300,12 @@ fn chains(bin: &Path, legacy: bool) {
                 "firewall.CHECK",
                 "firewall.DEL",
                 "firewall.GC",
-                "firewall.STATUS"
+                "firewall.STATUS",
+                "ptp.ADD",
+                "ptp.CHECK",
+                "ptp.DEL",
+                "ptp.GC",
+                "ptp.STATUS"
             ]
             .iter()
             .any(|k| n.starts_with(k)),

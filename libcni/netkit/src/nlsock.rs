@@ -36,6 +36,13 @@ pub(crate) const DUMP_ATTEMPTS: usize = 10;
 /// object is larger; a larger datagram grows it.
 pub(crate) const RECV_BUF: usize = 32 * 1024;
 
+/// Receive-buffer bytes one queued acknowledgement is counted for, with room to spare, and the
+/// room kept besides them: what [`Exchange::make_room`] plans with.
+const ACK_COST: usize = 2048;
+const ACK_HEADROOM: usize = 64 * 1024;
+/// The most acknowledgements independent requests queue at once (~2 MiB of receive buffer).
+const SPLIT_AT: usize = 1024;
+
 pub(crate) const NLMSG_HDRLEN: usize = 16;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
@@ -82,7 +89,7 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 }
 
 /// The (type, value) of each netlink attribute in `b` (NLA_F_NESTED and NLA_F_NET_BYTEORDER
-/// cleared from the type).
+/// cleared from the type): rtnetlink's, nf_tables' and ctnetlink's alike.
 pub(crate) fn attributes(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
         let len = usize::from(u16_at(b, 0));
@@ -226,13 +233,17 @@ impl Exchange {
     }
 
     /// Room for a request of `request_len` bytes and `answers` answers to it, all queued by the
-    /// kernel before `sendmsg` returns. Each acknowledgement counts about 1 KiB against the
-    /// receive buffer (~208 KiB by default), which would drop those past ~150. The FORCE
-    /// options need CAP_NET_ADMIN, which the requests need anyway; without it the plain option
-    /// is capped by rmem_max / wmem_max.
-    pub(crate) fn make_room(&self, answers: usize, request_len: usize) {
+    /// kernel before `sendmsg` returns; how many answers the receive buffer then holds (at least
+    /// one). Each acknowledgement counts about 1 KiB against the receive buffer (~208 KiB by
+    /// default, so about [`ACK_COST`] with room to spare), and the kernel drops those past it. The
+    /// FORCE options need CAP_NET_ADMIN, which the requests need anyway; without it the plain
+    /// option is capped by rmem_max / wmem_max. This is the one policy for many answers at once:
+    /// requests that are independent (rtnetlink's, conntrack deletes) are sent at most this many
+    /// per datagram ([`Exchange::requests_per_send`]); an nf_tables batch is one transaction and
+    /// relies on the growth alone.
+    pub(crate) fn make_room(&self, answers: usize, request_len: usize) -> usize {
         const DEFAULT_BUF: usize = 200 * 1024;
-        let rcv = answers.saturating_mul(2048).saturating_add(64 * 1024);
+        let rcv = answers.saturating_mul(ACK_COST).saturating_add(ACK_HEADROOM);
         if rcv > DEFAULT_BUF {
             let v = rcv.min(i32::MAX as usize);
             if socket::setsockopt(&self.fd, sockopt::RcvBufForce, &v).is_err() {
@@ -245,6 +256,16 @@ impl Exchange {
                 let _ = socket::setsockopt(&self.fd, sockopt::SndBuf, &v);
             }
         }
+        // The kernel reports the buffer it accounts against (twice what was asked for).
+        let held = socket::getsockopt(&self.fd, sockopt::RcvBuf).unwrap_or(DEFAULT_BUF);
+        (held.saturating_sub(ACK_HEADROOM) / ACK_COST).max(1)
+    }
+
+    /// How many independent requests to send per datagram when `answers` acknowledgements are
+    /// due in all: what [`Exchange::make_room`] makes room for, at most [`SPLIT_AT`] (kernel
+    /// memory is held for every queued answer until it is read).
+    pub(crate) fn requests_per_send(&self, answers: usize) -> usize {
+        self.make_room(answers.min(SPLIT_AT), 0)
     }
 
     /// Sends `buf` (one or more netlink messages) to the kernel, whole. No address: an

@@ -37,10 +37,6 @@ const AF_INET: u8 = libc::AF_INET as u8;
 const AF_INET6: u8 = libc::AF_INET6 as u8;
 const UDP: u8 = 17;
 
-/// Deletes per request datagram: their acknowledgements fit the receive buffer
-/// ([`Exchange::make_room`]) many times over.
-const DELETES_PER_SEND: usize = 256;
-
 /// What a conntrack entry is matched on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Filter {
@@ -114,7 +110,7 @@ pub(crate) fn delete(filter: Filter) -> Result<usize> {
         )
         .map_err(|f| f.into_error(format_args!("list {what}")))?;
     let mut deleted = 0;
-    for chunk in keys.chunks(DELETES_PER_SEND) {
+    for chunk in keys.chunks(nl.requests_per_send(keys.len())) {
         let first = nl.next_seqs(chunk.len() as u32);
         let mut batch = Vec::new();
         for (i, key) in chunk.iter().enumerate() {

@@ -1,5 +1,12 @@
 //! The iptables backend, compatible with the reference plugins' chains, marks and comments.
 //!
+//! One kernel transport ([`transport`]) for what needs no process: the firewall plugin's FORWARD
+//! rules ([`forward`]) and bridge's and ptp's masquerade ([`masq`]) are written in process, over
+//! nf_tables netlink encoded as iptables-nft 1.8.9 encodes them where `iptables` is iptables-nft,
+//! through the legacy tables' socket options ([`crate::firewall::xtables`]) where it is
+//! iptables-legacy. Port mappings still run `iptables-save` and `iptables-restore` (see "Why port
+//! mappings run iptables" below).
+//!
 //! Port mappings (nat table, per family):
 //! ```text
 //! PREROUTING, OUTPUT:  -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
@@ -11,8 +18,7 @@
 //! POSTROUTING (first): -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ
 //! CNI-HOSTPORT-MASQ:   -m mark --mark 0x2000/0x2000 -j MASQUERADE
 //! ```
-//! Masquerade: `POSTROUTING -s <pod>/32 -j CNI-<hash>` and in `CNI-<hash>`: `-d <subnet> -j ACCEPT`,
-//! `! -d 224.0.0.0/4 -j MASQUERADE`, all commented `name: "<net>" id: "<cid>"`.
+//! Masquerade: see [`masq`].
 //!
 //! Localhost hostPorts (filter table, IPv4): portmap turns `route_localnet` on, so the node drops
 //! what reaches its loopback from elsewhere, with kube-proxy's rule (CVE-2020-8558), in a chain of
@@ -24,10 +30,37 @@
 //! ```
 //!
 //! Hashes are the reference's: `CNI-` (or `CNI-DN-`) followed by sha512(network + container id) in
-//! hex, cut to 28 characters. Every operation reads the nat table once (`iptables-save -t nat`)
-//! and applies its whole change with one `iptables-restore --noflush`. Declaring a chain in a
-//! restore file flushes it, so shared chains are declared only when the save shows them missing,
-//! and a lock file keeps our own read-modify-write cycles from interleaving.
+//! hex, cut to 28 characters. Every port-mapping operation reads the nat table once
+//! (`iptables-save -t nat`) and applies its whole change with one `iptables-restore --noflush`.
+//! Declaring a chain in a restore file flushes it, so shared chains are declared only when the
+//! save shows them missing, and a lock file keeps our own read-modify-write cycles from
+//! interleaving.
+//!
+//! # Why port mappings run iptables
+//! In process, each of these rules would have to be encoded byte for byte as iptables 1.8.9
+//! encodes it, twice (nf_tables expressions for iptables-nft, x_tables entries for
+//! iptables-legacy), and decoded again from the kernel for the conflict check, which reads the
+//! ports other containers' (also the reference's) `CNI-DN-` chains DNAT; the masquerade rules
+//! needed only `-s`/`-d` with prefixes and negation, `comment` and the MASQUERADE target. What the
+//! port-mapping rules add, by rule:
+//! - PREROUTING and OUTPUT's jumps: the `addrtype` match (rev 1, `xt_addrtype_info_v1`).
+//! - `CNI-HOSTPORT-DNAT`'s jumps: `-p tcp|udp|sctp` (NFTA_RULE_COMPAT's protocol and a `meta
+//!   l4proto` compare for iptables-nft, the entry's protocol for legacy) and the `multiport` match
+//!   (rev 1, `xt_multiport_v1`), plus `conditionsV4`/`conditionsV6`, which are free iptables
+//!   arguments: any match iptables knows, which only iptables' own parser can turn into a rule.
+//! - `CNI-DN-<hash>`: `-m tcp|udp --dport` (native payload compares for iptables-nft, `xt_tcp` /
+//!   `xt_udp` for legacy), `-m sctp --dport` (`xt_sctp_info` for both), and the DNAT target (rev 2,
+//!   `nf_nat_range2`, the address and port to translate to, IPv6 in brackets).
+//! - `CNI-HOSTPORT-SETMARK`: the MARK target (rev 2, `xt_mark_tginfo2`); `CNI-HOSTPORT-MASQ`: the
+//!   `mark` match (rev 1, `xt_mark_mtinfo1`).
+//! - `CNI-LOCALNET` (filter table): `! -s` and the `conntrack` match (rev 3) with an inverted state
+//!   set including DNAT.
+//!
+//! What it takes: each encoding for both flavours, checked as [`masq`]'s tests check theirs
+//! (iptables writes the rule and we must read it back as we encode it; we write it and
+//! `iptables-save` must print the reference's line and `iptables -C` find it), decoders of the
+//! DNAT rules for the conflict check, and `iptables-restore` kept for mappings with conditions.
+//! On the default backend (nftables) no port mapping runs a process unless it has conditions.
 
 use super::exec::{one_line, run, run_ok};
 use super::{check_failed, host_port_text, sha512_hex, BackendKind, Firewall, Masquerade, PortMap, PortMapping};
@@ -89,7 +122,7 @@ pub(crate) fn chain_name(network: &str, container_id: &str, prefix: &str) -> Str
 }
 
 /// `FormatComment`: `name: "<net>" id: "<cid>"` (Go's %q; our names never need escapes).
-fn masq_comment(network: &str, container_id: &str) -> String {
+pub(crate) fn masq_comment(network: &str, container_id: &str) -> String {
     format!("name: \"{network}\" id: \"{container_id}\"")
 }
 
@@ -123,7 +156,7 @@ pub(crate) fn host(ip: IpAddr) -> String {
     format!("{ip}/{}", Ipv::of(&ip).pick(32, 128))
 }
 
-fn subnet(a: &IpNetwork) -> String {
+pub(crate) fn subnet(a: &IpNetwork) -> String {
     format!("{}/{}", a.network(), a.prefix())
 }
 
@@ -224,6 +257,10 @@ fn lock(path: &str) -> Option<nix::fcntl::Flock<File>> {
 /// Whether the `iptables` on PATH (or in the system directories) is iptables-nft: it resolves to
 /// `xtables-nft-multi` or `iptables-nft`. Found without running it; false when there is none.
 pub(crate) fn nft_based() -> bool {
+    #[cfg(test)]
+    if tests::LEGACY.get() {
+        return false;
+    }
     super::exec::find("iptables").is_some_and(|p| resolves_to_nft(&p))
 }
 
@@ -493,30 +530,6 @@ fn portmap_del_lines(t: &NatTable, network: &str, container_id: &str) -> Vec<Str
     out
 }
 
-pub(crate) fn masq_add_lines(t: &NatTable, m: &Masquerade, ipv: Ipv) -> Vec<String> {
-    let chain = chain_name(&m.network, &m.container_id, "");
-    let note = quote(&masq_comment(&m.network, &m.container_id));
-    let mut out = vec![format!(":{chain} - [0:0]")];
-    out.extend(unjump(t, &chain));
-    let mut rules: Vec<String> = Vec::new();
-    let mut entries: Vec<String> = Vec::new();
-    for a in m.addresses.iter().filter(|a| Ipv::of(&a.ip()) == ipv) {
-        let accept = format!("-A {chain} -d {} -m comment --comment {note} -j ACCEPT", subnet(a));
-        if !rules.contains(&accept) {
-            rules.push(accept);
-        }
-        let entry = format!("-A POSTROUTING -s {} -m comment --comment {note} -j {chain}", host(a.ip()));
-        if !entries.contains(&entry) {
-            entries.push(entry);
-        }
-    }
-    let multicast = ipv.pick("224.0.0.0/4", "ff00::/8");
-    rules.push(format!("-A {chain} ! -d {multicast} -m comment --comment {note} -j MASQUERADE"));
-    out.extend(rules);
-    out.extend(entries);
-    out
-}
-
 /// The `-m comment --comment <c>` match of a saved rule: `c` unescaped, and the match's byte
 /// range in the rule (from the blank before `-m` to the end of `c`).
 pub(crate) fn saved_comment(rule: &str) -> Option<(String, std::ops::Range<usize>)> {
@@ -540,7 +553,7 @@ pub(crate) fn saved_comment(rule: &str) -> Option<(String, std::ops::Range<usize
 }
 
 /// (network, container id) from a `[dnat ]name: "<net>" id: "<cid>"` comment.
-fn parse_owner(comment: &str) -> Option<(String, String)> {
+pub(crate) fn parse_owner(comment: &str) -> Option<(String, String)> {
     let rest = comment.strip_prefix("dnat ").unwrap_or(comment);
     let rest = rest.strip_prefix("name: \"")?;
     let (net, rest) = rest.split_once('"')?;
@@ -549,9 +562,8 @@ fn parse_owner(comment: &str) -> Option<(String, String)> {
     Some((net.to_string(), cid.to_string()))
 }
 
-/// Chains of `network`'s containers not in `keep`: masquerade chains (`CNI-<24 hex>`) when
-/// `dnat` is false, per-container DNAT chains otherwise.
-pub(crate) fn stale_chains(t: &NatTable, network: &str, keep: &[Attachment], dnat: bool) -> BTreeSet<String> {
+/// Per-container DNAT chains of `network`'s containers not in `keep`.
+pub(crate) fn stale_chains(t: &NatTable, network: &str, keep: &[Attachment]) -> BTreeSet<String> {
     let kept: HashSet<&str> = keep.iter().map(|a| a.container_id.as_str()).collect();
     let mut stale = BTreeSet::new();
     for r in &t.rules {
@@ -559,7 +571,7 @@ pub(crate) fn stale_chains(t: &NatTable, network: &str, keep: &[Attachment], dna
         if net != network || kept.contains(cid.as_str()) {
             continue;
         }
-        let chain = chain_name(network, &cid, if dnat { "DN-" } else { "" });
+        let chain = chain_name(network, &cid, "DN-");
         // Only chains whose name proves they are this container's.
         if t.has_chain(&chain) || t.jumps_to(&chain).next().is_some() {
             stale.insert(chain);
@@ -583,44 +595,20 @@ impl Firewall for IptablesBackend {
     }
 
     fn add_masquerade(&self, m: &Masquerade) -> Result<()> {
-        let what = format!("add masquerade for container {}", m.container_id);
-        for ipv in [Ipv::V4, Ipv::V6] {
-            if m.addresses.iter().any(|a| Ipv::of(&a.ip()) == ipv) {
-                transact(ipv, &what, |t| masq_add_lines(t, m, ipv))?;
-            }
-        }
-        Ok(())
+        masq::add(m)
     }
 
     fn del_masquerade(&self, network: &str, container_id: &str, _ifname: &str) -> Result<()> {
         // Like the reference, the chain is per (network, container): ifname plays no part.
-        let chain = chain_name(network, container_id, "");
-        let what = format!("delete masquerade of container {container_id}");
-        both_families(|ipv| {
-            transact(ipv, &what, |t| {
-                let mut out = Vec::new();
-                remove_chain_lines(t, &chain, &mut out);
-                out
-            })
-        })
+        masq::del(network, container_id)
     }
 
     fn check_masquerade(&self, m: &Masquerade) -> Result<()> {
-        let what = format!("masquerade of container {}", m.container_id);
-        for ipv in [Ipv::V4, Ipv::V6] {
-            if !m.addresses.iter().any(|a| Ipv::of(&a.ip()) == ipv) {
-                continue;
-            }
-            let t = save_table(ipv, "nat")?;
-            let wanted: Vec<String> =
-                masq_add_lines(&NatTable::default(), m, ipv).into_iter().filter(|l| l.starts_with("-A ")).collect();
-            check_lines(&t, &wanted, &what)?;
-        }
-        Ok(())
+        masq::check(m)
     }
 
     fn gc_masquerade(&self, network: &str, keep: &[Attachment]) -> Result<()> {
-        gc(network, keep, false, &format!("garbage-collect masquerade chains of network {network}"))
+        masq::gc(network, keep)
     }
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
@@ -688,20 +676,29 @@ impl Firewall for IptablesBackend {
     }
 
     fn gc_portmap(&self, network: &str, keep: &[Attachment]) -> Result<()> {
-        gc(network, keep, true, &format!("garbage-collect port-mapping chains of network {network}"))
+        gc_portmaps(network, keep, &format!("garbage-collect port-mapping chains of network {network}"))
     }
 
+    /// In process: the kernel takes IPv4 nat rules the way this node's iptables writes them, and
+    /// the tools port mappings run are there (found, not run).
     fn status(&self) -> Result<()> {
-        usable(Ipv::V4).map_err(|e| Error::new(code::NOT_AVAILABLE, format!("iptables is not usable here: {}", e.msg)))
+        let unusable = |why: String| Error::new(code::NOT_AVAILABLE, format!("iptables is not usable here: {why}"));
+        masq::usable(Ipv::V4).map_err(|e| unusable(e.msg))?;
+        for tool in ["iptables-save", "iptables-restore"] {
+            if super::exec::find(tool).is_none() {
+                return Err(unusable(format!("{tool} is not installed")));
+            }
+        }
+        Ok(())
     }
 }
 
-/// Removes the chains (port mappings, or masquerade) of every container of `network` not in `keep`.
-fn gc(network: &str, keep: &[Attachment], portmap: bool, what: &str) -> Result<()> {
+/// Removes the port-mapping chains of every container of `network` not in `keep`.
+fn gc_portmaps(network: &str, keep: &[Attachment], what: &str) -> Result<()> {
     both_families(|ipv| {
         transact(ipv, what, |t| {
             let mut out = Vec::new();
-            for chain in stale_chains(t, network, keep, portmap) {
+            for chain in stale_chains(t, network, keep) {
                 remove_chain_lines(t, &chain, &mut out);
             }
             out
@@ -710,6 +707,8 @@ fn gc(network: &str, keep: &[Attachment], portmap: bool, what: &str) -> Result<(
 }
 
 pub(crate) mod forward;
+pub(crate) mod masq;
+pub(crate) mod transport;
 
 #[cfg(test)]
 mod tests;

@@ -90,9 +90,10 @@ pub fn choose(requested: Option<&str>) -> Result<BackendKind> {
 /// removes the container's rules with the iptables backend. iptables-legacy rules are not looked for.
 pub fn del_reference_leftovers(network: &str, container_id: &str, ifname: &str, portmap: bool) -> Result<()> {
     let chain = iptables::chain_name(network, container_id, if portmap { "DN-" } else { "" });
+    let nl = nfnl::Conn::new();
     let present = [nfnl::Family::Ip, nfnl::Family::Ip6]
         .into_iter()
-        .any(|family| matches!(nfnl::list_chain(family, "nat", &chain), Ok(Some(_))));
+        .any(|family| matches!(nl.list_chain(family, "nat", &chain), Ok(Some(_))));
     if !present {
         return Ok(());
     }

@@ -14,7 +14,7 @@
 //! shape the backend uses. Objects are referred to by name (sets and chains added earlier in the
 //! same batch are found by name too).
 
-use crate::nlsock::{Answer as Ends, Exchange, Failure as NlFailure, Header, NLMSG_HDRLEN};
+use crate::nlsock::{attributes, Answer as Ends, Exchange, Failure as NlFailure, Header, NLMSG_HDRLEN};
 use ipnetwork::IpNetwork;
 use libcni::{Error, Result};
 use nix::sys::socket::SockProtocol;

@@ -56,7 +56,7 @@
 //! attachment on the same port (any host address) still applies.
 
 use super::nfnl::{
-    self, unmasked as key, BaseChain, Batch, ChainType, Family, Field, Hook, KeyType, SetData, SetSpec, Verdict,
+    self, unmasked as key, BaseChain, Batch, ChainType, Conn, Family, Field, Hook, KeyType, SetData, SetSpec, Verdict,
 };
 use super::{check_failed, BackendKind, Firewall, Masquerade, PortMap};
 use ipnetwork::IpNetwork;
@@ -236,22 +236,22 @@ fn localnet_rules() -> Vec<nfnl::Rule> {
 
 /// Whether the drop of packets to 127.0.0.0/8 from elsewhere is in place (its base chain with
 /// its two rules): one listing of a two-rule chain.
-fn localnet_present() -> Result<bool> {
-    let listed = nfnl::list_chain(PORTMAP.fam, PORTMAP.name, LOCALNET_CHAIN)?;
+fn localnet_present(nl: &Conn) -> Result<bool> {
+    let listed = nl.list_chain(PORTMAP.fam, PORTMAP.name, LOCALNET_CHAIN)?;
     Ok(listed.is_some_and(|c| c.base && c.comments.len() == 2))
 }
 
 /// Makes sure the portmap table drops packets that reach the node's loopback from elsewhere
 /// before portmap turns `route_localnet` on: when the chain is missing or changed, the table's
 /// setup is sent again (which refills the fixed chains and adds nothing of any attachment).
-fn ensure_localnet_drop(what: &str) -> Result<()> {
-    if localnet_present()? {
+fn ensure_localnet_drop(nl: &Conn, what: &str) -> Result<()> {
+    if localnet_present(nl)? {
         return Ok(());
     }
     let mut b = Batch::new();
     PORTMAP.setup(&mut b);
     let table = PORTMAP.full_name();
-    b.send().map_err(|e| {
+    nl.send(&b).map_err(|e| {
         e.context(format_args!("{what}: add the drop of packets to 127.0.0.0/8 from elsewhere to table {table}"))
     })
 }
@@ -314,46 +314,58 @@ impl Firewall for NftablesBackend {
     }
 
     fn add_masquerade(&self, m: &Masquerade) -> Result<()> {
-        flat::add_masquerade(m, &format!("add masquerade for container {}", m.container_id))
+        flat::add_masquerade(&Conn::new(), m, &format!("add masquerade for container {}", m.container_id))
     }
 
     fn del_masquerade(&self, network: &str, container_id: &str, ifname: &str) -> Result<()> {
-        flat::del_masquerade(network, container_id, ifname, &format!("delete masquerade of container {container_id}"))
+        flat::del_masquerade(
+            &Conn::new(),
+            network,
+            container_id,
+            ifname,
+            &format!("delete masquerade of container {container_id}"),
+        )
     }
 
     fn check_masquerade(&self, m: &Masquerade) -> Result<()> {
-        flat::check_masquerade(m, &format!("masquerade of container {}", m.container_id))
+        flat::check_masquerade(&Conn::new(), m, &format!("masquerade of container {}", m.container_id))
     }
 
     fn gc_masquerade(&self, network: &str, keep: &[Attachment]) -> Result<()> {
-        flat::gc_masquerade(network, keep, &format!("garbage-collect masquerade of network {network}"))
+        flat::gc_masquerade(&Conn::new(), network, keep, &format!("garbage-collect masquerade of network {network}"))
     }
 
     fn add_portmap(&self, p: &PortMap) -> Result<()> {
-        let what = format!("add port mappings for container {}", p.container_id);
+        let (nl, what) = (Conn::new(), format!("add port mappings for container {}", p.container_id));
         if p.localnet() {
-            ensure_localnet_drop(&what)?;
+            ensure_localnet_drop(&nl, &what)?;
         }
-        flat::add_portmap(p, &what)
+        flat::add_portmap(&nl, p, &what)
     }
 
     fn del_portmap(&self, network: &str, container_id: &str, ifname: &str) -> Result<()> {
-        flat::del_portmap(network, container_id, ifname, &format!("delete port mappings of container {container_id}"))
+        flat::del_portmap(
+            &Conn::new(),
+            network,
+            container_id,
+            ifname,
+            &format!("delete port mappings of container {container_id}"),
+        )
     }
 
     fn check_portmap(&self, p: &PortMap) -> Result<()> {
-        let what = format!("port mappings of container {}", p.container_id);
-        if p.localnet() && !localnet_present()? {
+        let (nl, what) = (Conn::new(), format!("port mappings of container {}", p.container_id));
+        if p.localnet() && !localnet_present(&nl)? {
             return Err(check_failed(format!(
                 "{what}: chain {LOCALNET_CHAIN} of table {} (the drop of packets to 127.0.0.0/8 from elsewhere) is missing or changed",
                 PORTMAP.full_name()
             )));
         }
-        flat::check_portmap(p, &what)
+        flat::check_portmap(&nl, p, &what)
     }
 
     fn gc_portmap(&self, network: &str, keep: &[Attachment]) -> Result<()> {
-        flat::gc_portmap(network, keep, &format!("garbage-collect port mappings of network {network}"))
+        flat::gc_portmap(&Conn::new(), network, keep, &format!("garbage-collect port mappings of network {network}"))
     }
 
     fn status(&self) -> Result<()> {

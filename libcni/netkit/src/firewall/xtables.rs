@@ -132,6 +132,20 @@ impl Rule {
     pub fn same(&self, other: &Rule) -> bool {
         self.spec == other.spec && self.target == other.target
     }
+
+    /// The data of the rule's first match named `name` (its struct, as aligned in the entry).
+    pub fn match_data(&self, family: Family, name: &str) -> Option<&[u8]> {
+        let mut rest = self.spec.get(family.entry_len()..)?;
+        while rest.len() >= EXT_HEAD {
+            let size = usize::from(u16_at(rest, 0));
+            let this = rest.get(..size).filter(|_| size >= EXT_HEAD)?;
+            if name_at(this, 2, EXT_NAME_LEN) == name {
+                return Some(&this[EXT_HEAD..]);
+            }
+            rest = &rest[size..];
+        }
+        None
+    }
 }
 
 /// An `xt_entry_match` of `name` and `revision` around `data`, aligned.
@@ -144,6 +158,12 @@ pub fn entry_match(name: &str, revision: u8, data: &[u8]) -> Vec<u8> {
     m[31] = revision;
     m[EXT_HEAD..EXT_HEAD + data.len()].copy_from_slice(data);
     m
+}
+
+/// An `xt_entry_target` of `name` and `revision` around `data`, aligned (the layout of a match):
+/// a [`Target::Other`] as the kernel holds it.
+pub fn entry_target(name: &str, revision: u8, data: &[u8]) -> Vec<u8> {
+    entry_match(name, revision, data)
 }
 
 /// A chain: builtin (with its hook and policy) or user-defined.

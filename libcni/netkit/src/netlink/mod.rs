@@ -36,11 +36,6 @@ use std::fmt;
 
 pub(crate) use crate::nlsock::Failure as RequestFailure;
 
-/// Requests per datagram in [`Netlink::batch`]: each acknowledgement counts about 1 KiB against
-/// the socket's receive buffer (~208 KiB by default) until it is read, and the kernel queues them
-/// all before `send` returns; past the buffer it would drop them.
-const BATCH_MAX: usize = 64;
-
 /// The rtnetlink family of a dump over `family` (`None`: both).
 fn address_family(family: Option<Family>) -> AddressFamily {
     match family {
@@ -135,7 +130,8 @@ impl Netlink {
         (buf, seq)
     }
 
-    /// Sends `ops` in one datagram (up to [`BATCH_MAX`] per datagram) and reads every
+    /// Sends `ops` in one datagram (as many per datagram as
+    /// [`Exchange::requests_per_send`] says the receive buffer holds the acknowledgements of) and reads every
     /// acknowledgement: one round trip instead of one per request. The kernel handles the messages
     /// of a datagram in order and goes on past one that fails, so each gets its own outcome, in
     /// `ops`' order, a failure naming its object as the one-request method does. A later request
@@ -143,7 +139,8 @@ impl Netlink {
     /// one failed: the caller reports the first failure.
     pub fn batch(&self, ops: Vec<BatchOp>) -> Result<Vec<Result<()>>> {
         let mut out = Vec::with_capacity(ops.len());
-        for chunk in ops.chunks(BATCH_MAX) {
+        let room = self.nl.requests_per_send(ops.len());
+        for chunk in ops.chunks(room) {
             let outcomes = self.batch_round(chunk)?;
             out.extend(chunk.iter().zip(outcomes).map(|(op, o)| o.map_err(|f| f.into_error((op.what)(self)))));
         }
@@ -162,6 +159,7 @@ impl Netlink {
                 first.wrapping_add(i as u32),
             );
         }
+        self.nl.make_room(ops.len(), buf.len());
         let mut outcomes: Vec<Option<std::result::Result<(), RequestFailure>>> = ops.iter().map(|_| None).collect();
         let mut pending = ops.len();
         self.nl

@@ -25,29 +25,22 @@
 //! The per-IP rules carry no owner (the reference's shape), so DEL removes the rules of the
 //! addresses it is given; the shared chains and the isolation rules stay (other pods use them).
 //!
-//! Where `iptables` is iptables-nft ([`super::nft_based`]), the rules are written over nf_tables
-//! netlink in process, each encoded as iptables-nft 1.8.9 encodes it (payload + cmp for `-s`/`-d`,
-//! meta + cmp of the name and its NUL for `-i`/`-o`, the xtables `comment` and `conntrack` (rev 3)
-//! matches, a counter, the verdict, and NFTA_RULE_COMPAT), into the `ip`/`ip6 filter` tables
-//! iptables-nft uses, creating the table and the FORWARD base chain (hook forward, priority 0,
-//! policy accept) as iptables-nft does when they are missing. Every operation lists the chains it
-//! touches and sends its change as one batch tied to the ruleset generation it read (a concurrent
-//! change makes the kernel refuse it, and it is read and planned again), under the xtables lock.
-//! A rule is found by comparing expressions, as `iptables -C`/`-D` find it, and deleted by handle.
-//! Where `iptables` is iptables-legacy, each operation reads the family's x_tables filter table
-//! from the kernel ([`crate::firewall::xtables`], the socket options libiptc uses), changes its chains and
-//! writes it back whole with the counters of the rules it kept, under the xtables lock; each rule
-//! encoded as iptables-legacy 1.8.9 encodes it, so `iptables -C`/`-D` find ours and we theirs.
+//! The rules go into the `ip`/`ip6 filter` tables in process, on the backend's transport
+//! ([`super::transport`]): over nf_tables netlink where `iptables` is iptables-nft (the table and
+//! the FORWARD base chain created as iptables-nft creates them when missing), into the legacy
+//! filter table through its socket options where it is iptables-legacy; each rule encoded as
+//! iptables 1.8.9 encodes it, so iptables' own `-C`/`-D` find ours and we theirs.
 
-use super::{cycle, host, lock, quote, Ipv};
+use super::transport::{legacy_family, transact, Listed, Op, View, XRule};
+use super::Ipv;
 use crate::firewall::check_failed;
-use crate::firewall::nfnl::{self, BaseChain, Batch, ChainType, CmpOp, Expr, Family, Hook, Verdict};
+use crate::firewall::nfnl::{self, Conn};
 use crate::firewall::xtables;
-use libcni::{Error, Errors, Result};
-use std::collections::BTreeMap;
+use ipnetwork::IpNetwork;
+use libcni::{Errors, Result};
 use std::net::IpAddr;
 
-const FORWARD: &str = "FORWARD";
+pub(crate) const FORWARD: &str = "FORWARD";
 const PRIV_CHAIN: &str = "CNI-FORWARD";
 const STAGE1: &str = "CNI-ISOLATION-STAGE-1";
 const STAGE2: &str = "CNI-ISOLATION-STAGE-2";
@@ -56,8 +49,6 @@ const ADMIN_COMMENT: &str = "CNI firewall plugin admin overrides";
 const SAME_BRIDGE: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge)";
 const ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: isolated)";
 const SHARED_ISOLATED: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)";
-/// `IPT_INV_VIA_OUT` (the same bit for IPv6).
-const IPT_INV_VIA_OUT: u8 = 0x02;
 /// The reference's default admin chain.
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
 /// The chains the plugin fills itself: an admin chain by one of these names would mix the
@@ -84,259 +75,13 @@ pub struct ForwardRules {
     pub isolation: Option<Isolation>,
 }
 
-/// One rule of the layout, in the shapes iptables takes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct XRule {
-    pub chain: String,
-    /// `-i <name>`.
-    pub iif: Option<String>,
-    /// `-o <name>`, or `! -o <name>` when negated.
-    pub oif: Option<(String, bool)>,
-    /// `-s <ip>/32`, `-d <ip>/32` (/128 for IPv6).
-    pub src: Option<IpAddr>,
-    pub dst: Option<IpAddr>,
-    /// `-m conntrack --ctstate RELATED,ESTABLISHED`.
-    pub related: bool,
-    /// `-m comment --comment <text>`.
-    pub comment: Option<String>,
-    /// `-j <target>`: ACCEPT, DROP, RETURN or a chain.
-    pub target: String,
-}
-
 fn rule(chain: &str, comment: Option<&str>, target: &str) -> XRule {
     XRule { chain: chain.into(), comment: comment.map(Into::into), target: target.into(), ..XRule::default() }
 }
 
-impl XRule {
-    /// The rule as iptables-save prints it after `-A <chain> `.
-    pub(crate) fn text(&self) -> String {
-        let mut s: Vec<String> = Vec::new();
-        s.extend(self.src.map(|ip| format!("-s {}", host(ip))));
-        s.extend(self.dst.map(|ip| format!("-d {}", host(ip))));
-        s.extend(self.iif.as_ref().map(|i| format!("-i {i}")));
-        s.extend(self.oif.as_ref().map(|(o, not)| format!("{}-o {o}", if *not { "! " } else { "" })));
-        s.extend(self.comment.as_ref().map(|c| format!("-m comment --comment {}", quote(c))));
-        if self.related {
-            s.push("-m conntrack --ctstate RELATED,ESTABLISHED".into());
-        }
-        s.push(format!("-j {}", self.target));
-        s.join(" ")
-    }
-
-    /// The rule's expressions as iptables-nft writes them into a table of `family`.
-    pub(crate) fn nft(&self, family: Family) -> nfnl::Rule {
-        let r = self.iif.iter().fold(nfnl::Rule::new(family), |r, i| r.ifname(false, i, CmpOp::Eq));
-        let r = self.oif.iter().fold(r, |r, (o, not)| r.ifname(true, o, if *not { CmpOp::Neq } else { CmpOp::Eq }));
-        let r = self.src.into_iter().fold(r, nfnl::Rule::saddr);
-        let r = self.dst.into_iter().fold(r, nfnl::Rule::daddr);
-        let comment = |c: &String| Expr::Match { name: "comment", rev: 0, info: comment_info(c) };
-        let r = self.comment.iter().map(comment).fold(r, nfnl::Rule::expr);
-        let r = if self.related { r.expr(Expr::Match { name: "conntrack", rev: 3, info: related_info() }) } else { r };
-        let verdict = match self.target.as_str() {
-            "ACCEPT" => Verdict::Accept,
-            "DROP" => Verdict::Drop,
-            "RETURN" => Verdict::Return,
-            chain => Verdict::Jump(chain.into()),
-        };
-        r.expr(Expr::Counter).verdict(verdict)
-    }
-
-    /// The rule as iptables-legacy 1.8.9 writes it into the kernel's table of `family`: an
-    /// address with an all-ones mask, an interface name with a mask over the name and its NUL,
-    /// `! -o` as IPT_INV_VIA_OUT, the comment (rev 0) and conntrack (rev 3) matches, and a
-    /// standard target.
-    pub(crate) fn legacy(&self, family: xtables::Family) -> xtables::Rule {
-        let v4 = family == xtables::Family::V4;
-        let (len, ifaces) = if v4 { (4, 16) } else { (16, 64) };
-        let mut ip = vec![0u8; family.ip_len()];
-        for (i, addr) in [self.src, self.dst].into_iter().enumerate() {
-            let octets = match addr {
-                Some(IpAddr::V4(a)) => a.octets().to_vec(),
-                Some(IpAddr::V6(a)) => a.octets().to_vec(),
-                None => continue,
-            };
-            ip[i * len..(i + 1) * len].copy_from_slice(&octets);
-            ip[(i + 2) * len..(i + 3) * len].fill(0xff);
-        }
-        for (i, name) in [self.iif.as_ref(), self.oif.as_ref().map(|(o, _)| o)].into_iter().enumerate() {
-            let Some(name) = name.map(|n| &n.as_bytes()[..n.len().min(15)]) else { continue };
-            let at = ifaces + 16 * i;
-            ip[at..at + name.len()].copy_from_slice(name);
-            ip[at + 32..at + 33 + name.len()].fill(0xff);
-        }
-        if self.oif.as_ref().is_some_and(|(_, not)| *not) {
-            ip[family.ip_len() - if v4 { 1 } else { 4 }] = IPT_INV_VIA_OUT;
-        }
-        let mut matches =
-            self.comment.as_ref().map(|c| xtables::entry_match("comment", 0, &comment_info(c))).unwrap_or_default();
-        if self.related {
-            matches.extend(xtables::entry_match("conntrack", 3, &related_info()));
-        }
-        let target = match self.target.as_str() {
-            "ACCEPT" => xtables::Target::Verdict(xtables::ACCEPT),
-            "DROP" => xtables::Target::Verdict(xtables::DROP),
-            "RETURN" => xtables::Target::Verdict(xtables::RETURN),
-            chain => xtables::Target::Jump(chain.into()),
-        };
-        xtables::Rule::new(family, &ip, &matches, target)
-    }
-}
-
-/// `struct xt_comment_info`: the text in 256 bytes, NUL padded.
-fn comment_info(c: &str) -> Vec<u8> {
-    c.bytes().take(255).chain(std::iter::repeat(0)).take(256).collect()
-}
-
-/// `struct xt_conntrack_mtinfo3` (168 bytes) of `--ctstate RELATED,ESTABLISHED`: match_flags
-/// XT_CONNTRACK_STATE at 146, state_mask RELATED|ESTABLISHED at 150 (host byte order).
-fn related_info() -> Vec<u8> {
-    let mut info = vec![0u8; 168];
-    info[146..148].copy_from_slice(&1u16.to_ne_bytes());
-    info[150..152].copy_from_slice(&6u16.to_ne_bytes());
-    info
-}
-
-/// A change to a family's filter table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// `-N <chain>`; for FORWARD (iptables-nft without it yet) the table and base chain.
-    Chain(String),
-    /// `-I <chain> 1 <rule>`.
-    Insert(XRule),
-    /// `-A <chain> <rule>`.
-    Append(XRule),
-    /// `-D <chain> <rule>`.
-    Delete(XRule),
-}
-
-/// A family's filter table as read: the legacy table, or the chains listed over netlink.
-pub(crate) trait View {
-    fn has_chain(&self, chain: &str) -> bool;
-    fn has(&self, r: &XRule) -> bool;
-    /// `r` with any of the isolation comments either upstream version writes.
-    fn has_like(&self, r: &XRule) -> bool {
-        [SAME_BRIDGE, ISOLATED, SHARED_ISOLATED]
-            .iter()
-            .any(|c| self.has(&XRule { comment: Some(c.to_string()), ..r.clone() }))
-    }
-}
-
-impl View for xtables::Table {
-    fn has_chain(&self, chain: &str) -> bool {
-        self.chain(chain).is_some()
-    }
-    fn has(&self, r: &XRule) -> bool {
-        let want = r.legacy(self.family);
-        self.chain(&r.chain).is_some_and(|c| c.rules.iter().any(|x| x.same(&want)))
-    }
-}
-
-/// `t` with `ops` applied at chain level (what the kernel is then given whole).
-pub(crate) fn changed(t: &xtables::Table, ops: &[Op]) -> Result<xtables::Table> {
-    let mut t = t.clone();
-    for op in ops {
-        let r = match op {
-            Op::Chain(c) => {
-                t.add_chain(c);
-                continue;
-            }
-            Op::Insert(r) | Op::Append(r) | Op::Delete(r) => r,
-        };
-        let rule = r.legacy(t.family);
-        let family = t.family;
-        let Some(chain) = t.chain_mut(&r.chain) else {
-            return Err(Error::network(format!(
-                "chain {} is missing from the {} filter table",
-                r.chain,
-                family.tool()
-            )));
-        };
-        match op {
-            Op::Insert(_) => chain.rules.insert(0, rule),
-            Op::Append(_) => chain.rules.push(rule),
-            _ => {
-                if let Some(at) = chain.rules.iter().position(|x| x.same(&rule)) {
-                    chain.rules.remove(at);
-                }
-            }
-        }
-    }
-    Ok(t)
-}
-
-/// Chains of an `ip`/`ip6 filter` table listed over netlink, at one ruleset generation.
-pub(crate) struct Listed {
-    pub family: Family,
-    pub generation: u32,
-    pub chains: BTreeMap<String, nfnl::ChainListing>,
-}
-
-impl Listed {
-    fn read(ipv: Ipv, chains: &[&str]) -> Result<Listed> {
-        let family = ipv.pick(Family::Ip, Family::Ip6);
-        let generation = nfnl::generation()?;
-        let mut listed = Listed { family, generation, chains: BTreeMap::new() };
-        for c in chains {
-            if let Some(l) = nfnl::list_chain(family, "filter", c)? {
-                listed.chains.insert(c.to_string(), l);
-            }
-        }
-        Ok(listed)
-    }
-
-    fn handle(&self, r: &XRule) -> Option<u64> {
-        let want = r.nft(self.family).encoded();
-        self.chains.get(&r.chain)?.rules.iter().find(|(_, e)| *e == want).map(|(h, _)| *h)
-    }
-
-    /// The batch that applies `ops`, tied to the generation read.
-    pub(crate) fn batch(&self, ops: &[Op]) -> Batch {
-        let mut b = Batch::new();
-        b.genid = Some(self.generation);
-        for op in ops {
-            match op {
-                Op::Chain(c) if c == FORWARD => {
-                    b.add_table(self.family, "filter");
-                    let base =
-                        BaseChain { hook: Hook::Forward, priority: 0, kind: ChainType::Filter, policy_accept: true };
-                    b.add_chain(self.family, "filter", FORWARD, Some(base), None);
-                }
-                Op::Chain(c) => b.add_chain(self.family, "filter", c, None, None),
-                Op::Insert(r) | Op::Append(r) => {
-                    b.add_xt_rule((self.family, "filter", &r.chain), &r.nft(self.family), matches!(op, Op::Append(_)))
-                }
-                Op::Delete(r) => b.delete_rule((self.family, "filter", &r.chain), self.handle(r).unwrap_or(0)),
-            }
-        }
-        b
-    }
-}
-
-impl View for Listed {
-    fn has_chain(&self, chain: &str) -> bool {
-        self.chains.contains_key(chain)
-    }
-    fn has(&self, r: &XRule) -> bool {
-        self.handle(r).is_some()
-    }
-}
-
-fn legacy_family(ipv: Ipv) -> xtables::Family {
-    ipv.pick(xtables::Family::V4, xtables::Family::V6)
-}
-
-/// Reads the family's table, plans with `plan` and applies it, under the xtables lock: over
-/// netlink where iptables is iptables-nft, else by replacing the legacy table; again from a fresh
-/// read when the table changed in between.
-fn transact(ipv: Ipv, chains: &[&str], what: &str, plan: impl Fn(&dyn View) -> Vec<Op>) -> Result<()> {
-    let _guard = lock(super::XTABLES_LOCK);
-    if !super::nft_based() {
-        let read = || xtables::Table::read(legacy_family(ipv), "filter");
-        let write = |t: &xtables::Table, ops: Vec<Op>| changed(t, &ops)?.replace().map_err(|e| e.context(what));
-        return cycle(what, read, |t| Ok(plan(t)), write, |e| e.errno == Some(libc::EAGAIN));
-    }
-    let write = |l: &Listed, ops: Vec<Op>| l.batch(&ops).send().map_err(|e| e.context(what));
-    cycle(what, || Listed::read(ipv, chains), |l| Ok(plan(l)), write, |e| e.errno == Some(nfnl::GENERATION_CHANGED))
+/// Whether `t` has `r` with any of the isolation comments either upstream version writes.
+fn has_like(t: &dyn View, r: &XRule) -> bool {
+    [SAME_BRIDGE, ISOLATED, SHARED_ISOLATED].iter().any(|c| t.has(&XRule { comment: Some(c.to_string()), ..r.clone() }))
 }
 
 fn priv_rule() -> XRule {
@@ -349,8 +94,9 @@ fn admin_rule(admin: &str) -> XRule {
 
 /// The two per-IP rules.
 fn pod_rules(ip: &IpAddr) -> [XRule; 2] {
-    let related = XRule { dst: Some(*ip), related: true, ..rule(PRIV_CHAIN, None, "ACCEPT") };
-    [related, XRule { src: Some(*ip), ..rule(PRIV_CHAIN, None, "ACCEPT") }]
+    let host = Some(IpNetwork::from(*ip));
+    let related = XRule { dst: host, related: true, ..rule(PRIV_CHAIN, None, "ACCEPT") };
+    [related, XRule { src: host, ..rule(PRIV_CHAIN, None, "ACCEPT") }]
 }
 
 fn of_family(addresses: &[IpAddr], ipv: Ipv) -> Vec<&IpAddr> {
@@ -396,9 +142,9 @@ fn isolation_ops(t: &dyn View, iso: &Isolation, out: &mut Vec<Op>) {
         first.push(bridge(STAGE1, Some((br.clone(), false)), pc, "DROP"));
     }
     first.push(bridge(STAGE2, Some((br.clone(), false)), sc, "DROP"));
-    out.extend(first.into_iter().filter(|r| !t.has_like(r)).map(Op::Insert));
+    out.extend(first.into_iter().filter(|r| !has_like(t, r)).map(Op::Insert));
     for chain in [STAGE1, STAGE2] {
-        if !t.has_like(&rule(chain, Some(sc), "RETURN")) {
+        if !has_like(t, &rule(chain, Some(sc), "RETURN")) {
             out.push(Op::Append(rule(chain, Some(sc), "RETURN")));
         }
     }
@@ -453,9 +199,9 @@ pub fn add(r: &ForwardRules) -> Result<()> {
     let what = "firewall: add the pod's forwarding rules";
     let mut done = Vec::new();
     for ipv in families(&r.addresses) {
-        if let Err(e) = transact(ipv, &chains(&r.admin_chain), what, |t| add_ops(t, r, ipv)) {
+        if let Err(e) = transact(ipv, "filter", &chains(&r.admin_chain), what, |t| add_ops(t, r, ipv)) {
             for undo in done {
-                let _ = transact(undo, &[PRIV_CHAIN], what, |t| del_ops(t, &r.addresses, undo));
+                let _ = transact(undo, "filter", &[PRIV_CHAIN], what, |t| del_ops(t, &r.addresses, undo));
             }
             return Err(e);
         }
@@ -469,7 +215,7 @@ pub fn del(addresses: &[IpAddr]) -> Result<()> {
     let mut errs = Errors::new();
     for ipv in families(addresses) {
         let what = "firewall: delete the pod's forwarding rules";
-        errs.record(transact(ipv, &[PRIV_CHAIN], what, |t| del_ops(t, addresses, ipv)));
+        errs.record(transact(ipv, "filter", &[PRIV_CHAIN], what, |t| del_ops(t, addresses, ipv)));
     }
     errs.finish()
 }
@@ -478,7 +224,7 @@ pub fn del(addresses: &[IpAddr]) -> Result<()> {
 pub fn check(r: &ForwardRules) -> Result<()> {
     for ipv in families(&r.addresses) {
         if super::nft_based() {
-            check_table(&Listed::read(ipv, &chains(&r.admin_chain))?, r, ipv)?;
+            check_table(&Listed::read(&Conn::new(), ipv, "filter", &chains(&r.admin_chain))?, r, ipv)?;
         } else {
             check_table(&xtables::Table::read(legacy_family(ipv), "filter")?, r, ipv)?;
         }
@@ -498,4 +244,4 @@ pub fn status() -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

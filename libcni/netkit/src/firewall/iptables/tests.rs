@@ -3,6 +3,11 @@
 use super::super::Protocol;
 use super::*;
 
+thread_local! {
+    /// Makes [`nft_based`] false on this thread: a test's in-process iptables-legacy node.
+    pub(crate) static LEGACY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 #[test]
 fn reference_chain_names() {
     // Values computed with the reference's utils.FormatChainName / MustFormatChainNameWithPrefix.
@@ -94,37 +99,13 @@ fn save_parsing_and_gc() {
     assert!(t.has_chain(&dn));
     assert!(!t.has_rule("-A FORWARD -j ACCEPT"));
     let keep = vec![Attachment { container_id: "kept".into(), ifname: "eth0".into() }];
-    assert_eq!(stale_chains(&t, "net", &keep, true).into_iter().collect::<Vec<_>>(), vec![dn.clone()]);
-    assert_eq!(stale_chains(&t, "net", &keep, false).into_iter().collect::<Vec<_>>(), vec![masq.clone()]);
-    assert!(stale_chains(&t, "other", &keep, true).is_empty());
+    assert_eq!(stale_chains(&t, "net", &keep).into_iter().collect::<Vec<_>>(), vec![dn.clone()]);
+    assert_eq!(masq::stale(&t, "net", &keep).into_iter().collect::<Vec<_>>(), vec![masq.clone()]);
+    assert!(stale_chains(&t, "other", &keep).is_empty());
     let del = portmap_del_lines(&t, "net", "gone");
     assert!(del[0].starts_with("-D CNI-HOSTPORT-DNAT -p tcp"));
     assert_eq!(del[1..], [format!("-F {dn}"), format!("-X {dn}")]);
     assert!(portmap_del_lines(&t, "net", "never").is_empty());
-}
-
-#[test]
-fn masquerade_lines() {
-    let m = Masquerade {
-        network: "net".into(),
-        container_id: "c".into(),
-        ifname: "eth0".into(),
-        addresses: vec!["10.1.0.5/16".parse().unwrap(), "fd00::5/64".parse().unwrap()],
-    };
-    let ch = chain_name("net", "c", "");
-    let v4 = masq_add_lines(&NatTable::default(), &m, Ipv::V4);
-    assert_eq!(
-        v4,
-        vec![
-            format!(":{ch} - [0:0]"),
-            format!("-A {ch} -d 10.1.0.0/16 -m comment --comment \"name: \\\"net\\\" id: \\\"c\\\"\" -j ACCEPT"),
-            format!("-A {ch} ! -d 224.0.0.0/4 -m comment --comment \"name: \\\"net\\\" id: \\\"c\\\"\" -j MASQUERADE"),
-            format!("-A POSTROUTING -s 10.1.0.5/32 -m comment --comment \"name: \\\"net\\\" id: \\\"c\\\"\" -j {ch}"),
-        ]
-    );
-    let v6 = masq_add_lines(&NatTable::default(), &m, Ipv::V6);
-    assert!(v6[2].contains("! -d ff00::/8"));
-    assert!(v6[3].contains("-s fd00::5/128"));
 }
 
 #[test]

@@ -124,9 +124,13 @@ impl Batch {
     /// Sends the batch as one transaction and reads every answer. Ok when the kernel applied it
     /// all; otherwise nothing was applied and the error (code 100) names the first message that
     /// failed, ending with its OS error (`... : File exists (os error 17)`). An empty batch sends
-    /// nothing.
+    /// nothing. One batch on a socket of its own: see [`Conn::send`].
     pub(crate) fn send(&self) -> Result<()> {
-        let failures = self.send_each()?;
+        self.send_on(&Conn::new())
+    }
+
+    pub(super) fn send_on(&self, nl: &Conn) -> Result<()> {
+        let failures = self.send_each_on(nl)?;
         match failures.first() {
             None => Ok(()),
             Some(first) => {
@@ -145,15 +149,19 @@ impl Batch {
     /// and send the rest again. Ok(empty): applied. Ok(failures): nothing was applied. Err: the
     /// batch could not be sent or answered, or the commit itself failed.
     pub(crate) fn send_each(&self) -> Result<Vec<Failure>> {
+        self.send_each_on(&Conn::new())
+    }
+
+    pub(super) fn send_each_on(&self, conn: &Conn) -> Result<Vec<Failure>> {
         if self.msgs.is_empty() {
             return Ok(Vec::new());
         }
-        let nl = open()?;
+        let nl = conn.exchange()?;
         // BATCH_BEGIN, the messages, BATCH_END.
         let first = nl.next_seqs(self.msgs.len() as u32 + 2);
         let buf = self.encode(first)?;
         nl.make_room(self.msgs.len(), buf.len());
-        self.read_answers(&nl, &buf, first)
+        self.read_answers(nl, &buf, first)
     }
 
     pub(super) fn read_answers(&self, nl: &Exchange, batch: &[u8], first: u32) -> Result<Vec<Failure>> {

@@ -105,6 +105,9 @@ pub(crate) enum Expr {
     Counter,
     /// An xtables match (iptables-nft's compat expression): its name, revision and struct.
     Match { name: &'static str, rev: u32, info: Vec<u8> },
+    /// An xtables target (iptables-nft's compat expression for `-j MASQUERADE` and the like):
+    /// its name, revision and struct (padded to XT_ALIGN, as iptables-nft sends it).
+    Target { name: &'static str, rev: u32, info: Vec<u8> },
 }
 
 impl Expr {
@@ -122,6 +125,7 @@ impl Expr {
             Expr::Masq => "masq",
             Expr::Counter => "counter",
             Expr::Match { .. } => "match",
+            Expr::Target { .. } => "target",
         }
     }
 
@@ -203,6 +207,11 @@ impl Expr {
                 a.u32(2, *rev); // NFTA_MATCH_REV
                 a.bytes(3, info); // NFTA_MATCH_INFO
             }
+            Expr::Target { name, rev, info } => {
+                a.str(1, name); // NFTA_TARGET_NAME
+                a.u32(2, *rev); // NFTA_TARGET_REV
+                a.bytes(3, info); // NFTA_TARGET_INFO
+            }
         }
     }
 }
@@ -277,8 +286,8 @@ impl Field {
 /// `meta l4proto tcp`), each added once per rule. For example
 ///
 /// ```text
-/// Rule::new(Inet).daddr(h).dport(UDP, 5353).dnat(pod, 53)
-///     == ip daddr H udp dport 5353 dnat ip to POD:53
+/// Rule::new(Inet).saddr_in(net).daddr_not_in(exempt).masquerade()
+///     == ip saddr NET ip daddr != EXEMPT masquerade
 /// Rule::new(Inet).vmap(&[Field::IpDaddr, Field::L4proto, Field::ThDport], "hostports4")
 ///     == ip daddr . meta l4proto . th dport vmap @hostports4
 /// ```
@@ -486,11 +495,6 @@ impl Rule {
     pub(crate) fn masquerade(mut self) -> Rule {
         self.exprs.push(Expr::Masq);
         self
-    }
-
-    /// `ip daddr A` / `ip6 daddr A`.
-    pub(crate) fn daddr(self, addr: IpAddr) -> Rule {
-        self.addr_cmp(false, addr, CmpOp::Eq)
     }
 
     /// `iifname` (`oifname` when `out`) compared with the name and its NUL, as iptables-nft

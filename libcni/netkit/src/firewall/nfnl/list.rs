@@ -11,34 +11,96 @@ pub(crate) struct ChainListing {
     pub rules: Vec<(u64, Vec<u8>)>,
 }
 
-/// Lists one chain: NFT_MSG_GETCHAIN (is it there, does it have a hook), then a dump of its
-/// rules (NFT_MSG_GETRULE with the table and chain), reading each rule's comment from its user
-/// data as nft writes it. None when the chain or its table does not exist. Two round trips,
-/// whatever else the table holds.
-pub(crate) fn list_chain(family: Family, table: &str, chain: &str) -> Result<Option<ChainListing>> {
+/// NETLINK_NETFILTER requests and batches on one socket, in the calling thread's network
+/// namespace, opened at the first of them: an operation that lists chains, reads the generation
+/// and sends a batch (every iptables-nft and nftables backend operation) opens one socket, not
+/// one per request. [`generation`], [`Batch::send`] and [`Batch::send_each`] are one request
+/// on a socket of their own, for callers that make only that one.
+#[derive(Debug, Default)]
+pub(crate) struct Conn {
+    nl: std::cell::OnceCell<Exchange>,
+}
+
+impl Conn {
+    /// A connection that opens its socket at its first request.
+    pub(crate) fn new() -> Conn {
+        Conn::default()
+    }
+
+    fn nl(&self) -> Result<&Exchange> {
+        if let Some(nl) = self.nl.get() {
+            return Ok(nl);
+        }
+        let nl = open()?;
+        Ok(self.nl.get_or_init(|| nl))
+    }
+
+    /// Lists one chain: NFT_MSG_GETCHAIN (is it there, does it have a hook), then a dump of its
+    /// rules (NFT_MSG_GETRULE with the table and chain), reading each rule's comment from its user
+    /// data as nft writes it. None when the chain or its table does not exist. Two round trips,
+    /// whatever else the table holds.
+    pub(crate) fn list_chain(&self, family: Family, table: &str, chain: &str) -> Result<Option<ChainListing>> {
+        list_chain_on(self.nl()?, family, table, chain)
+    }
+
+    /// [`generation`] on this socket.
+    pub(crate) fn generation(&self) -> Result<u32> {
+        generation_on(self.nl()?)
+    }
+
+    /// The elements of a set as the kernel lists them: the one with `key` (NFT_MSG_GETSETELEM for
+    /// that key: one round trip, whatever the set holds), or all of them (a dump) when `key` is None.
+    /// Empty when there is no such element, set or table (the kernel answers ENOENT to all three).
+    pub(crate) fn get_elements(
+        &self,
+        family: Family,
+        table: &str,
+        set: &str,
+        key: Option<&[KeyPart]>,
+    ) -> Result<Vec<ElemInfo>> {
+        get_elements_on(self.nl()?, family, table, set, key)
+    }
+
+    /// [`Batch::send`] on this socket.
+    pub(crate) fn send(&self, b: &Batch) -> Result<()> {
+        b.send_on(self)
+    }
+
+    /// [`Batch::send_each`] on this socket.
+    pub(crate) fn send_each(&self, b: &Batch) -> Result<Vec<Failure>> {
+        b.send_each_on(self)
+    }
+
+    pub(super) fn exchange(&self) -> Result<&Exchange> {
+        self.nl()
+    }
+}
+
+fn list_chain_on(nl: &Exchange, family: Family, table: &str, chain: &str) -> Result<Option<ChainListing>> {
     let what = format!("list chain {} {table} {chain}", family.name());
     let mut attrs = Attrs::default();
     attrs.str(NFTA_CHAIN_TABLE, table);
     attrs.str(NFTA_CHAIN_NAME, chain);
-    let answers = get(family, NFT_MSG_GETCHAIN, false, &attrs, &what)?.unwrap_or_default();
+    let answers = get_on(nl, family, NFT_MSG_GETCHAIN, false, &attrs, &what)?.unwrap_or_default();
     let Some((_, chain_attrs)) = answers.iter().find(|(ty, _)| *ty == NFT_MSG_NEWCHAIN) else { return Ok(None) };
-    let base = attr_iter(chain_attrs).any(|(t, _)| t == NFTA_CHAIN_HOOK);
+    let base = attributes(chain_attrs).any(|(t, _)| t == NFTA_CHAIN_HOOK);
     let mut attrs = Attrs::default();
     attrs.str(NFTA_RULE_TABLE, table);
     attrs.str(NFTA_RULE_CHAIN, chain);
     // None: gone since it was looked up (a parallel DEL).
-    let Some(rules) = get(family, NFT_MSG_GETRULE, true, &attrs, &what)? else { return Ok(None) };
+    let Some(rules) = get_on(nl, family, NFT_MSG_GETRULE, true, &attrs, &what)? else { return Ok(None) };
     let rules: Vec<&[u8]> = rules.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWRULE).map(|(_, r)| &r[..]).collect();
-    let attr = |rule: &[u8], ty: u16| attr_iter(rule).find(|(t, _)| *t == ty).map(|(_, v)| v.to_vec());
+    let attr = |rule: &[u8], ty: u16| attributes(rule).find(|(t, _)| *t == ty).map(|(_, v)| v.to_vec());
     let comments = rules.iter().map(|r| attr(r, NFTA_RULE_USERDATA).and_then(|v| udata_comment(&v))).collect();
     let rules = rules
         .iter()
         .map(|r| {
             let handle = attr(r, NFTA_RULE_HANDLE).and_then(|h| h.try_into().ok()).map_or(0, u64::from_be_bytes);
             let mut exprs = Attrs::default();
-            for (_, e) in attr_iter(&attr(r, NFTA_RULE_EXPRESSIONS).unwrap_or_default()) {
+            for (_, e) in attributes(&attr(r, NFTA_RULE_EXPRESSIONS).unwrap_or_default()) {
                 match attr(e, NFTA_EXPR_NAME) {
                     Some(name) if name == b"counter\0" => Expr::Counter.put(&mut exprs),
+                    Some(name) if name == b"bitwise\0" => exprs.bytes(NFTA_LIST_ELEM | NLA_F_NESTED, &bool_bitwise(e)),
                     _ => exprs.bytes(NFTA_LIST_ELEM | NLA_F_NESTED, e),
                 }
             }
@@ -56,11 +118,11 @@ pub(crate) fn chain_packets(family: Family, table: &str, chain: &str) -> Result<
     let mut attrs = Attrs::default();
     attrs.str(NFTA_RULE_TABLE, table);
     attrs.str(NFTA_RULE_CHAIN, chain);
-    let Some(rules) = get(family, NFT_MSG_GETRULE, true, &attrs, &what)? else { return Ok(None) };
-    let attr = |m: &[u8], ty: u16| attr_iter(m).find(|(t, _)| *t == ty).map(|(_, v)| v.to_vec());
+    let Some(rules) = get_on(&open()?, family, NFT_MSG_GETRULE, true, &attrs, &what)? else { return Ok(None) };
+    let attr = |m: &[u8], ty: u16| attributes(m).find(|(t, _)| *t == ty).map(|(_, v)| v.to_vec());
     let mut packets = 0;
     for (_, rule) in rules.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWRULE) {
-        for (_, e) in attr_iter(&attr(rule, NFTA_RULE_EXPRESSIONS).unwrap_or_default()) {
+        for (_, e) in attributes(&attr(rule, NFTA_RULE_EXPRESSIONS).unwrap_or_default()) {
             if attr(e, NFTA_EXPR_NAME).as_deref() == Some(b"counter\0") {
                 let count = attr(e, NFTA_EXPR_DATA).and_then(|d| attr(&d, NFTA_COUNTER_PACKETS));
                 packets += count.and_then(|c| <[u8; 8]>::try_from(c).ok()).map_or(0, u64::from_be_bytes);
@@ -76,19 +138,27 @@ pub(crate) const GENERATION_CHANGED: i32 = 85;
 /// The ruleset's generation (NFT_MSG_GETGEN), for [`Batch::genid`]; an error also when the
 /// kernel does not answer nf_tables requests.
 pub(crate) fn generation() -> Result<u32> {
-    let answers = get(Family::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation")?.unwrap_or_default();
+    Conn::new().generation()
+}
+
+fn generation_on(nl: &Exchange) -> Result<u32> {
+    let answers =
+        get_on(nl, Family::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation")?.unwrap_or_default();
     let id =
-        answers.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWGEN).flat_map(|(_, m)| attr_iter(m)).find(|(t, _)| *t == 1);
+        answers.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWGEN).flat_map(|(_, m)| attributes(m)).find(|(t, _)| *t == 1);
     match id.and_then(|(_, v)| <[u8; 4]>::try_from(v).ok()) {
         Some(v) => Ok(u32::from_be_bytes(v)),
         None => Err(Error::network("nft get generation: the kernel gave none")),
     }
 }
 
-/// The elements of a set as the kernel lists them: the one with `key` (NFT_MSG_GETSETELEM for
-/// that key: one round trip, whatever the set holds), or all of them (a dump) when `key` is None.
-/// Empty when there is no such element, set or table (the kernel answers ENOENT to all three).
-pub(crate) fn get_elements(family: Family, table: &str, set: &str, key: Option<&[KeyPart]>) -> Result<Vec<ElemInfo>> {
+fn get_elements_on(
+    nl: &Exchange,
+    family: Family,
+    table: &str,
+    set: &str,
+    key: Option<&[KeyPart]>,
+) -> Result<Vec<ElemInfo>> {
     let what = match key {
         Some(k) => format!("get element {} {table} {set} {{ {} }}", family.name(), key_text(k)),
         None => format!("list set {} {table} {set}", family.name()),
@@ -101,12 +171,12 @@ pub(crate) fn get_elements(family: Family, table: &str, set: &str, key: Option<&
             a.nested(NFTA_LIST_ELEM, |a| a.nested(NFTA_SET_ELEM_KEY, |a| a.bytes(NFTA_DATA_VALUE, &key_bytes(k))))
         });
     }
-    let answers = get(family, NFT_MSG_GETSETELEM, key.is_none(), &attrs, &what)?.unwrap_or_default();
+    let answers = get_on(nl, family, NFT_MSG_GETSETELEM, key.is_none(), &attrs, &what)?.unwrap_or_default();
     Ok(answers
         .iter()
         .filter(|(ty, _)| *ty == NFT_MSG_NEWSETELEM)
-        .flat_map(|(_, msg)| attr_iter(msg).filter(|(t, _)| *t == NFTA_SET_ELEM_LIST_ELEMENTS))
-        .flat_map(|(_, list)| attr_iter(list).map(|(_, elem)| elem_info(elem)))
+        .flat_map(|(_, msg)| attributes(msg).filter(|(t, _)| *t == NFTA_SET_ELEM_LIST_ELEMENTS))
+        .flat_map(|(_, list)| attributes(list).map(|(_, elem)| elem_info(elem)))
         .collect())
 }
 
@@ -115,10 +185,6 @@ pub(super) type Answer = (u16, Vec<u8>);
 
 /// Sends one GET request (a dump when `dump`) and collects the nf_tables messages that answer it
 /// (type, attributes). None when the kernel answers ENOENT (no such table, chain, set or element).
-pub(super) fn get(family: Family, ty: u16, dump: bool, attrs: &Attrs, what: &str) -> Result<Option<Vec<Answer>>> {
-    get_on(&open()?, family, ty, dump, attrs, what)
-}
-
 pub(super) fn get_on(
     nl: &Exchange,
     family: Family,
@@ -154,9 +220,9 @@ pub(super) fn get_on(
 }
 
 pub(super) fn elem_info(elem: &[u8]) -> ElemInfo {
-    let value = |v: &[u8]| attr_iter(v).find(|(t, _)| *t == NFTA_DATA_VALUE).map(|(_, b)| b.to_vec());
+    let value = |v: &[u8]| attributes(v).find(|(t, _)| *t == NFTA_DATA_VALUE).map(|(_, b)| b.to_vec());
     let mut info = ElemInfo::default();
-    for (t, v) in attr_iter(elem) {
+    for (t, v) in attributes(elem) {
         match t {
             NFTA_SET_ELEM_KEY => info.key = value(v).unwrap_or_default(),
             NFTA_SET_ELEM_DATA => info.data = value(v),
@@ -177,20 +243,55 @@ pub(super) fn refused(what: &str, errno: i32, text: Option<String>) -> Error {
     Error::os(errno, format_args!("nft {what}{kernel}"))
 }
 
-/// The (type, value) of each netlink attribute in `b`.
-pub(super) fn attr_iter(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if b.len() < 4 {
-            return None;
+/// A listed `bitwise` expression without the NFTA_BITWISE_OP the kernel adds when it is the
+/// plain mask-and-xor one (NFT_BITWISE_BOOL, what nft and iptables-nft send without it).
+fn bool_bitwise(e: &[u8]) -> Vec<u8> {
+    const NFTA_BITWISE_OP: u16 = 6;
+    let mut out = Attrs::default();
+    for (t, v) in attributes(e) {
+        if t != NFTA_EXPR_DATA {
+            out.bytes(t, v);
+            continue;
         }
-        let len = usize::from(u16::from_ne_bytes([b[0], b[1]]));
-        let ty = u16::from_ne_bytes([b[2], b[3]]) & !NLA_F_NESTED;
-        if len < 4 || len > b.len() {
-            return None;
+        let mut data = Attrs::default();
+        for (t, v) in attributes(v).filter(|(t, v)| !(*t == NFTA_BITWISE_OP && *v == [0; 4])) {
+            data.bytes(t, v);
         }
-        let value = &b[4..len];
-        b = &b[len.next_multiple_of(4).min(b.len())..];
-        Some((ty, value))
+        out.bytes(NFTA_EXPR_DATA, &data.buf);
+    }
+    out.buf
+}
+
+/// Each expression of a rule in [`Rule::encoded`]'s form (as [`ChainListing::rules`] holds a
+/// listed one): its name and the attributes of its data.
+fn expressions(encoded: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    attributes(encoded).filter_map(|(_, e)| {
+        let find = |ty| attributes(e).find(|(t, _)| *t == ty).map(|(_, v)| v);
+        Some((find(NFTA_EXPR_NAME)?.split(|&c| c == 0).next()?, find(NFTA_EXPR_DATA)?))
+    })
+}
+
+fn nul_terminated(b: &[u8]) -> String {
+    String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or_default()).into_owned()
+}
+
+/// The chain a rule in [`Rule::encoded`]'s form jumps or goes to, when its verdict is one.
+pub(crate) fn rule_jump(encoded: &[u8]) -> Option<String> {
+    const NFT_JUMP: i32 = -3;
+    const NFT_GOTO: i32 = -4;
+    let (_, data) = expressions(encoded).find(|(name, _)| *name == b"immediate")?;
+    let find = |b, ty| attributes(b).find(|(t, _)| *t == ty).map(|(_, v)| v);
+    let verdict = find(find(data, 2)?, NFTA_DATA_VERDICT)?; // NFTA_IMMEDIATE_DATA
+    let code = i32::from_be_bytes(find(verdict, NFTA_VERDICT_CODE)?.try_into().ok()?);
+    [NFT_JUMP, NFT_GOTO].contains(&code).then(|| find(verdict, NFTA_VERDICT_CHAIN).map(nul_terminated)).flatten()
+}
+
+/// The text of the xtables `comment` match (iptables' `-m comment --comment`) of a rule in
+/// [`Rule::encoded`]'s form, when it has one.
+pub(crate) fn rule_xt_comment(encoded: &[u8]) -> Option<String> {
+    expressions(encoded).filter(|(name, _)| *name == b"match").find_map(|(_, data)| {
+        let find = |ty| attributes(data).find(|(t, _)| *t == ty).map(|(_, v)| v);
+        (nul_terminated(find(1)?) == "comment").then(|| find(3).map(nul_terminated)).flatten()
     })
 }
 

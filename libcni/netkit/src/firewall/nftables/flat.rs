@@ -29,7 +29,7 @@
 //! rules (compiled by `nft`) match the conditions and DNAT. Its DEL deletes the elements, and then
 //! the chain (a chain that elements jump to cannot be deleted).
 
-use super::super::nfnl::{self, Batch, Elem, ElemData, ElemInfo, Field, KeyPart, SetData, SetSpec, Verdict};
+use super::super::nfnl::{self, Batch, Conn, Elem, ElemData, ElemInfo, Field, KeyPart, SetData, SetSpec, Verdict};
 use super::super::{check_failed, exec, host_port_text, sha512_hex, Masquerade, PortMap, Protocol};
 use super::{Table, MACSPOOF, MASQ, PORTMAP};
 use ipnetwork::IpNetwork;
@@ -436,18 +436,18 @@ fn parse_comment<I: Item>(c: &str) -> Option<(String, u16, Vec<I>)> {
     Some((net8, n, items))
 }
 
-fn get<I: Item>(set: &str, key: &[KeyPart]) -> Result<Option<ElemInfo>> {
-    Ok(nfnl::get_elements(I::TABLE.fam, I::TABLE.name, set, Some(key))?.into_iter().next())
+fn get<I: Item>(nl: &Conn, set: &str, key: &[KeyPart]) -> Result<Option<ElemInfo>> {
+    Ok(nl.get_elements(I::TABLE.fam, I::TABLE.name, set, Some(key))?.into_iter().next())
 }
 
 /// The attachment's owner record, None when it has none (or an unreadable one).
-fn read_record<I: Item>(tag: Ipv6Addr) -> Result<Option<Record<I>>> {
-    let Some(first) = get::<I>(OWNERS, &owner_key(tag, 0))? else { return Ok(None) };
+fn read_record<I: Item>(nl: &Conn, tag: Ipv6Addr) -> Result<Option<Record<I>>> {
+    let Some(first) = get::<I>(nl, OWNERS, &owner_key(tag, 0))? else { return Ok(None) };
     let Some(c0) = first.comment else { return Ok(None) };
     let Some((net8, n, mut items)) = parse_comment::<I>(&c0) else { return Ok(None) };
     let mut comments = vec![c0];
     for chunk in 1..n {
-        let Some(c) = get::<I>(OWNERS, &owner_key(tag, chunk))?.and_then(|e| e.comment) else { return Ok(None) };
+        let Some(c) = get::<I>(nl, OWNERS, &owner_key(tag, chunk))?.and_then(|e| e.comment) else { return Ok(None) };
         let Some((_, _, more)) = parse_comment::<I>(&c) else { return Ok(None) };
         items.extend(more);
         comments.push(c);
@@ -481,6 +481,7 @@ struct Msg {
 /// may have changed `msgs`), Ok(false) to fail. A message whose element or set is missing
 /// (ENOENT) is dropped when it deletes or `drop_missing` (a removal), and makes the sets otherwise.
 fn send<I: Item>(
+    nl: &Conn,
     msgs: &mut Vec<Msg>,
     drop_missing: bool,
     what: &str,
@@ -511,7 +512,7 @@ fn send<I: Item>(
                 Op::Delete => b.delete_elements(t.fam, t.name, &m.set, std::slice::from_ref(&m.elem.key)),
             }
         }
-        let failures = b.send_each()?;
+        let failures = nl.send_each(&b)?;
         if failures.is_empty() {
             return Ok(());
         }
@@ -567,14 +568,14 @@ fn send<I: Item>(
 }
 
 /// Whether `tag` owns `item` now (its first element names it).
-fn owns<I: Item>(item: &I, tag: Ipv6Addr) -> Result<bool> {
-    Ok(owner_element(item, tag)?.is_some_and(|i| names(&i, tag)))
+fn owns<I: Item>(nl: &Conn, item: &I, tag: Ipv6Addr) -> Result<bool> {
+    Ok(owner_element(nl, item, tag)?.is_some_and(|i| names(&i, tag)))
 }
 
 /// The item's first element (the one naming its owner) as the kernel has it, if it is there.
-fn owner_element<I: Item>(item: &I, tag: Ipv6Addr) -> Result<Option<ElemInfo>> {
+fn owner_element<I: Item>(nl: &Conn, item: &I, tag: Ipv6Addr) -> Result<Option<ElemInfo>> {
     let Some((set, elem)) = item.elems(tag).into_iter().next() else { return Ok(None) };
-    get::<I>(&set, &elem.key)
+    get::<I>(nl, &set, &elem.key)
 }
 
 /// Whether an owner element's data is `tag`.
@@ -587,13 +588,14 @@ fn names(info: &ElemInfo, tag: Ipv6Addr) -> bool {
 /// Err fails the ADD, Ok takes the item over. True when the record it replaced had items with a
 /// chain of their own.
 fn put<I: Item>(
+    nl: &Conn,
     network: &str,
     tag: Ipv6Addr,
     items: &[I],
     what: &str,
     taken: impl Fn(&I) -> Result<()>,
 ) -> Result<bool> {
-    let mut old = read_record::<I>(tag)?;
+    let mut old = read_record::<I>(nl, tag)?;
     if let Some(ms) = old.as_ref().and_then(|r| r.expiring) {
         wait_expiry(ms);
         old = None;
@@ -603,7 +605,7 @@ fn put<I: Item>(
     if let Some(old) = &old {
         // A repeated ADD: what is no longer wanted goes, and the record is rewritten.
         let gone = old.items.iter().filter(|e| !items.contains(e));
-        msgs.extend(deletions(tag, gone, old.comments.len())?);
+        msgs.extend(deletions(nl, tag, gone, old.comments.len())?);
     }
     for (i, e) in items.iter().enumerate() {
         for (set, elem) in e.elems(tag) {
@@ -615,10 +617,10 @@ fn put<I: Item>(
         elem.comment = Some(c);
         msgs.push(Msg { item: None, set: OWNERS.into(), elem, op: Op::Add });
     }
-    send::<I>(&mut msgs, false, what, |msgs, i| {
+    send::<I>(nl, &mut msgs, false, what, |msgs, i| {
         let m = msgs[i].clone();
         let Some(item) = m.item.and_then(|n| items.get(n)) else { return Ok(false) };
-        let info = match get::<I>(&m.set, &m.elem.key)? {
+        let info = match get::<I>(nl, &m.set, &m.elem.key)? {
             // Gone since (it was expiring).
             None => return Ok(true),
             Some(info) => info,
@@ -633,7 +635,7 @@ fn put<I: Item>(
             taken(item)?;
             // The other attachment's other elements of the item go too (a bridge port's old MAC).
             let other = info.data.as_deref().and_then(|d| <[u8; 16]>::try_from(d).ok()).map(Ipv6Addr::from);
-            if let Some((other, r)) = other.and_then(|o| read_record::<I>(o).ok().flatten().map(|r| (o, r))) {
+            if let Some((other, r)) = other.and_then(|o| read_record::<I>(nl, o).ok().flatten().map(|r| (o, r))) {
                 let mine = item.elems(tag);
                 for old in r.items.iter().filter(|o| first(o, other) == first(item, tag)) {
                     for (set, elem) in old.elems(other).into_iter().skip(1) {
@@ -653,7 +655,7 @@ fn put<I: Item>(
 
 /// Gives the elements of these attachments an expiry of 1 ms: each item the attachment still
 /// owns, and its owner record. On a kernel that ignores element updates, deletes them.
-fn expire<I: Item>(records: &[(Ipv6Addr, Record<I>)], what: &str) -> Result<()> {
+fn expire<I: Item>(nl: &Conn, records: &[(Ipv6Addr, Record<I>)], what: &str) -> Result<()> {
     let mut msgs = Vec::new();
     let mut n = 0;
     for (tag, r) in records {
@@ -671,7 +673,7 @@ fn expire<I: Item>(records: &[(Ipv6Addr, Record<I>)], what: &str) -> Result<()> 
             msgs.push(Msg { item: None, set: OWNERS.into(), elem, op: Op::Add });
         }
     }
-    send::<I>(&mut msgs, true, what, |msgs, i| {
+    send::<I>(nl, &mut msgs, true, what, |msgs, i| {
         match msgs[i].item {
             // The item (or a stale element of it) is another attachment's now: leave it be.
             Some(item) => msgs.retain(|m| m.item != Some(item)),
@@ -682,28 +684,33 @@ fn expire<I: Item>(records: &[(Ipv6Addr, Record<I>)], what: &str) -> Result<()> 
         Ok(true)
     })?;
     for (tag, _) in records {
-        if get::<I>(OWNERS, &owner_key(*tag, 0))?.is_some_and(|e| e.expires_ms.is_none()) {
-            return delete(records, what);
+        if get::<I>(nl, OWNERS, &owner_key(*tag, 0))?.is_some_and(|e| e.expires_ms.is_none()) {
+            return delete(nl, records, what);
         }
     }
     Ok(())
 }
 
 /// Deletes the elements of these attachments (a kernel without element updates).
-fn delete<I: Item>(records: &[(Ipv6Addr, Record<I>)], what: &str) -> Result<()> {
+fn delete<I: Item>(nl: &Conn, records: &[(Ipv6Addr, Record<I>)], what: &str) -> Result<()> {
     let mut msgs = Vec::new();
     for (tag, r) in records {
-        msgs.extend(deletions(*tag, r.items.iter(), r.comments.len())?);
+        msgs.extend(deletions(nl, *tag, r.items.iter(), r.comments.len())?);
     }
-    send::<I>(&mut msgs, true, what, |_, _| Ok(false))
+    send::<I>(nl, &mut msgs, true, what, |_, _| Ok(false))
 }
 
 /// Messages deleting the elements of `items` that `tag` still owns, and `chunks` chunks of its
 /// owner record.
-fn deletions<'a, I: Item + 'a>(tag: Ipv6Addr, items: impl Iterator<Item = &'a I>, chunks: usize) -> Result<Vec<Msg>> {
+fn deletions<'a, I: Item + 'a>(
+    nl: &Conn,
+    tag: Ipv6Addr,
+    items: impl Iterator<Item = &'a I>,
+    chunks: usize,
+) -> Result<Vec<Msg>> {
     let mut msgs = Vec::new();
     for e in items {
-        if owns(e, tag)? {
+        if owns(nl, e, tag)? {
             for (set, elem) in e.elems(tag) {
                 msgs.push(Msg { item: None, set, elem, op: Op::Delete });
             }
@@ -718,35 +725,35 @@ fn deletions<'a, I: Item + 'a>(tag: Ipv6Addr, items: impl Iterator<Item = &'a I>
 
 /// Removes these attachments' items: expired, or, for attachments with a chain of their own,
 /// deleted and then the chain (a chain that elements lead to cannot be deleted).
-fn remove<I: Item>(records: Vec<(Ipv6Addr, Record<I>)>, what: &str) -> Result<()> {
+fn remove<I: Item>(nl: &Conn, records: Vec<(Ipv6Addr, Record<I>)>, what: &str) -> Result<()> {
     let (chained, plain): (Vec<_>, Vec<_>) = records.into_iter().partition(|(_, r)| r.items.iter().any(I::chained));
     if !plain.is_empty() {
-        expire(&plain, what)?;
+        expire(nl, &plain, what)?;
     }
     if !chained.is_empty() {
-        delete(&chained, what)?;
+        delete(nl, &chained, what)?;
         for (tag, _) in &chained {
-            drop_chain(*tag, what)?;
+            drop_chain(nl, *tag, what)?;
         }
     }
     Ok(())
 }
 
 /// Removes an attachment's items; false when it has no record (nothing, or a DEL under way).
-fn del<I: Item>(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<bool> {
+fn del<I: Item>(nl: &Conn, network: &str, container_id: &str, ifname: &str, what: &str) -> Result<bool> {
     let tag = tag(network, container_id, ifname);
-    match read_record::<I>(tag)? {
-        Some(r) if r.expiring.is_none() => remove(vec![(tag, r)], what).map(|()| true),
+    match read_record::<I>(nl, tag)? {
+        Some(r) if r.expiring.is_none() => remove(nl, vec![(tag, r)], what).map(|()| true),
         _ => Ok(false),
     }
 }
 
 /// Deletes an attachment's chain (mappings with conditions); absent is success.
-fn drop_chain(tag: Ipv6Addr, what: &str) -> Result<()> {
+fn drop_chain(nl: &Conn, tag: Ipv6Addr, what: &str) -> Result<()> {
     let (mut b, chain) = (Batch::new(), chain_name(tag));
     b.flush_chain(PORTMAP.fam, PORTMAP.name, &chain);
     b.delete_chain(PORTMAP.fam, PORTMAP.name, &chain);
-    match b.send() {
+    match nl.send(&b) {
         Err(e) if !crate::is_not_found(&e) => Err(e.context(what)),
         _ => Ok(()),
     }
@@ -775,10 +782,10 @@ fn conflict(what: &str, m: &Mapping) -> Error {
 
 /// The attachment's record lists exactly `want`, and every element is there with the data it
 /// should have.
-fn check<I: Item>(network: &str, container_id: &str, ifname: &str, want: &[I], what: &str) -> Result<()> {
+fn check<I: Item>(nl: &Conn, network: &str, container_id: &str, ifname: &str, want: &[I], what: &str) -> Result<()> {
     let tag = tag(network, container_id, ifname);
     let t = I::TABLE.full_name();
-    let record = match read_record::<I>(tag)? {
+    let record = match read_record::<I>(nl, tag)? {
         Some(r) if r.expiring.is_none() => r,
         _ => return Err(check_failed(format!("{what}: no record of it in table {t}"))),
     };
@@ -789,7 +796,7 @@ fn check<I: Item>(network: &str, container_id: &str, ifname: &str, want: &[I], w
     for e in want {
         for (set, elem) in e.elems(tag) {
             let key = format!("of {}", e.text());
-            match (get::<I>(&set, &elem.key)?, &elem.data) {
+            match (get::<I>(nl, &set, &elem.key)?, &elem.data) {
                 (None, _) => return Err(check_failed(format!("{what}: {set} element {key} missing from table {t}"))),
                 (Some(i), _) if i.expires_ms.is_some() => {
                     return Err(check_failed(format!("{what}: {set} element {key} of table {t} is expiring")))
@@ -808,11 +815,11 @@ fn check<I: Item>(network: &str, container_id: &str, ifname: &str, want: &[I], w
 
 /// Removes the items of every attachment of `network` not in `keep`: one dump of the owner
 /// records, one batch.
-fn gc<I: Item>(network: &str, keep: &[Attachment], what: &str) -> Result<()> {
+fn gc<I: Item>(nl: &Conn, network: &str, keep: &[Attachment], what: &str) -> Result<()> {
     let net8 = network_hash(network);
     let kept: BTreeSet<Ipv6Addr> = keep.iter().map(|a| tag(network, &a.container_id, &a.ifname)).collect();
     let mut by_tag: BTreeMap<Ipv6Addr, BTreeMap<u16, (String, Option<u64>)>> = BTreeMap::new();
-    for e in nfnl::get_elements(I::TABLE.fam, I::TABLE.name, OWNERS, None)? {
+    for e in nl.get_elements(I::TABLE.fam, I::TABLE.name, OWNERS, None)? {
         let (Some(addr), Some(port)) = (e.key.get(..16), e.key.get(16..18)) else { continue };
         let Ok(bytes) = <[u8; 16]>::try_from(addr) else { continue };
         let (tag, chunk) = (Ipv6Addr::from(bytes), u16::from_be_bytes([port[0], port[1]]));
@@ -836,33 +843,33 @@ fn gc<I: Item>(network: &str, keep: &[Attachment], what: &str) -> Result<()> {
             stale.push((tag, record));
         }
     }
-    remove(stale, what)
+    remove(nl, stale, what)
 }
 
 /// Forwards the pod's mapped ports (replacing what the attachment had).
-pub(super) fn add_portmap(p: &PortMap, what: &str) -> Result<()> {
+pub(super) fn add_portmap(nl: &Conn, p: &PortMap, what: &str) -> Result<()> {
     let items = mappings(p);
     if items.is_empty() {
-        return del_portmap(&p.network, &p.container_id, &p.ifname, what);
+        return del_portmap(nl, &p.network, &p.container_id, &p.ifname, what);
     }
     let tag = tag(&p.network, &p.container_id, &p.ifname);
     let gated: Vec<&Mapping> = items.iter().filter(|m| m.gated).collect();
     // A port another attachment holds fails the ADD before the chain that would DNAT it is
     // written (put checks every port again, in the transaction).
     for e in &gated {
-        if owner_element(*e, tag)?.is_some_and(|i| i.expires_ms.is_none() && !names(&i, tag)) {
+        if owner_element(nl, *e, tag)?.is_some_and(|i| i.expires_ms.is_none() && !names(&i, tag)) {
             return Err(conflict(what, e));
         }
     }
     if !gated.is_empty() {
         fill_chain(p, tag, &gated, what)?;
     }
-    match put(&p.network, tag, &items, what, |e: &Mapping| Err(conflict(what, e))) {
-        Ok(had_chain) if had_chain && gated.is_empty() => drop_chain(tag, what),
+    match put(nl, &p.network, tag, &items, what, |e: &Mapping| Err(conflict(what, e))) {
+        Ok(had_chain) if had_chain && gated.is_empty() => drop_chain(nl, tag, what),
         Ok(_) => Ok(()),
         Err(e) => {
-            if !gated.is_empty() && read_record::<Mapping>(tag)?.is_none() {
-                let _ = drop_chain(tag, what);
+            if !gated.is_empty() && read_record::<Mapping>(nl, tag)?.is_none() {
+                let _ = drop_chain(nl, tag, what);
             }
             Err(e)
         }
@@ -871,20 +878,20 @@ pub(super) fn add_portmap(p: &PortMap, what: &str) -> Result<()> {
 
 /// Removes an attachment's port mappings; with no record, the chain an interrupted ADD may have
 /// written.
-pub(super) fn del_portmap(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
-    if !del::<Mapping>(network, container_id, ifname, what)? {
-        drop_chain(tag(network, container_id, ifname), what)?;
+pub(super) fn del_portmap(nl: &Conn, network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
+    if !del::<Mapping>(nl, network, container_id, ifname, what)? {
+        drop_chain(nl, tag(network, container_id, ifname), what)?;
     }
     Ok(())
 }
 
-pub(super) fn check_portmap(p: &PortMap, what: &str) -> Result<()> {
+pub(super) fn check_portmap(nl: &Conn, p: &PortMap, what: &str) -> Result<()> {
     let items = mappings(p);
-    check(&p.network, &p.container_id, &p.ifname, &items, what)?;
+    check(nl, &p.network, &p.container_id, &p.ifname, &items, what)?;
     let gated = items.iter().filter(|m| m.gated).count();
     if gated > 0 {
         let chain = chain_name(tag(&p.network, &p.container_id, &p.ifname));
-        let listed = nfnl::list_chain(PORTMAP.fam, PORTMAP.name, &chain)?;
+        let listed = nl.list_chain(PORTMAP.fam, PORTMAP.name, &chain)?;
         if listed.is_none_or(|c| c.comments.len() != gated) {
             return Err(check_failed(format!(
                 "{what}: chain {chain} of table {} is missing or does not hold {gated} rules",
@@ -895,30 +902,30 @@ pub(super) fn check_portmap(p: &PortMap, what: &str) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn gc_portmap(network: &str, keep: &[Attachment], what: &str) -> Result<()> {
-    gc::<Mapping>(network, keep, what)
+pub(super) fn gc_portmap(nl: &Conn, network: &str, keep: &[Attachment], what: &str) -> Result<()> {
+    gc::<Mapping>(nl, network, keep, what)
 }
 
 /// Masquerades the pod's traffic to outside its subnets; its addresses are its own from now on.
-pub(super) fn add_masquerade(m: &Masquerade, what: &str) -> Result<()> {
+pub(super) fn add_masquerade(nl: &Conn, m: &Masquerade, what: &str) -> Result<()> {
     let items = addresses(m);
     if items.is_empty() {
-        return del_masquerade(&m.network, &m.container_id, &m.ifname, what);
+        return del_masquerade(nl, &m.network, &m.container_id, &m.ifname, what);
     }
     let tag = tag(&m.network, &m.container_id, &m.ifname);
-    put(&m.network, tag, &items, what, |_: &Address| Ok(())).map(|_| ())
+    put(nl, &m.network, tag, &items, what, |_: &Address| Ok(())).map(|_| ())
 }
 
-pub(super) fn del_masquerade(network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
-    del::<Address>(network, container_id, ifname, what).map(|_| ())
+pub(super) fn del_masquerade(nl: &Conn, network: &str, container_id: &str, ifname: &str, what: &str) -> Result<()> {
+    del::<Address>(nl, network, container_id, ifname, what).map(|_| ())
 }
 
-pub(super) fn check_masquerade(m: &Masquerade, what: &str) -> Result<()> {
-    check(&m.network, &m.container_id, &m.ifname, &addresses(m), what)
+pub(super) fn check_masquerade(nl: &Conn, m: &Masquerade, what: &str) -> Result<()> {
+    check(nl, &m.network, &m.container_id, &m.ifname, &addresses(m), what)
 }
 
-pub(super) fn gc_masquerade(network: &str, keep: &[Attachment], what: &str) -> Result<()> {
-    gc::<Address>(network, keep, what)
+pub(super) fn gc_masquerade(nl: &Conn, network: &str, keep: &[Attachment], what: &str) -> Result<()> {
+    gc::<Address>(nl, network, keep, what)
 }
 
 /// Drops frames entering the bridge from `port` (the pod's host veth) unless their source MAC is
@@ -930,29 +937,30 @@ pub fn add_macspoof(network: &str, container_id: &str, ifname: &str, port: &str,
             "{what}: bridge port {port:?} with MAC {mac:?}: not a usable interface name and MAC address"
         )));
     };
-    put(network, tag(network, container_id, ifname), &[item], what, |_: &Port| Ok(())).map(|_| ())
+    put(&Conn::new(), network, tag(network, container_id, ifname), &[item], what, |_: &Port| Ok(())).map(|_| ())
 }
 
 /// Removes the spoof check of an attachment; absent is success.
 pub fn del_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
     let what = format!("delete MAC spoof check of container {container_id}");
-    del::<Port>(network, container_id, ifname, &what).map(|_| ())
+    del::<Port>(&Conn::new(), network, container_id, ifname, &what).map(|_| ())
 }
 
 /// Removes the spoof checks of every attachment of `network` that is not in `keep`.
 pub fn gc_macspoof(network: &str, keep: &[Attachment]) -> Result<()> {
-    gc::<Port>(network, keep, &format!("garbage-collect MAC spoof checks of network {network}"))
+    gc::<Port>(&Conn::new(), network, keep, &format!("garbage-collect MAC spoof checks of network {network}"))
 }
 
 /// The spoof check of an attachment is in place: its record names its port and MAC (CHECK is
 /// given neither), and the elements are there, its own.
 pub fn check_macspoof(network: &str, container_id: &str, ifname: &str) -> Result<()> {
     let what = &format!("MAC spoof check of container {container_id}");
-    let items = read_record::<Port>(tag(network, container_id, ifname))?.map(|r| r.items).unwrap_or_default();
+    let nl = &Conn::new();
+    let items = read_record::<Port>(nl, tag(network, container_id, ifname))?.map(|r| r.items).unwrap_or_default();
     if items.is_empty() {
         return Err(check_failed(format!("{what}: no record of it in table {}", MACSPOOF.full_name())));
     }
-    check(network, container_id, ifname, &items, what)
+    check(nl, network, container_id, ifname, &items, what)
 }
 
 #[cfg(test)]

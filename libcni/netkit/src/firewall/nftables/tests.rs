@@ -101,8 +101,12 @@ fn setup_lists_as_drawn() {
 fn add_puts_the_localnet_drop_back() {
     require_root_and_nft();
     in_netns(|| {
-        let rules =
-            || nfnl::list_chain(PORTMAP.fam, PORTMAP.name, LOCALNET_CHAIN).unwrap().map(|c| (c.base, c.comments.len()));
+        let rules = || {
+            nfnl::Conn::new()
+                .list_chain(PORTMAP.fam, PORTMAP.name, LOCALNET_CHAIN)
+                .unwrap()
+                .map(|c| (c.base, c.comments.len()))
+        };
         let plain = PortMap { conditions_v4: vec![], snat: false, ..pm() };
         NftablesBackend.add_portmap(&plain).unwrap();
         assert_eq!(rules(), Some((true, 2)), "a new table has the drop");
@@ -131,7 +135,8 @@ fn macspoof_elements() {
     require_root_and_nft();
     in_netns(|| {
         let elems = |set: &str| {
-            nfnl::get_elements(MACSPOOF.fam, MACSPOOF.name, set, None)
+            nfnl::Conn::new()
+                .get_elements(MACSPOOF.fam, MACSPOOF.name, set, None)
                 .unwrap()
                 .into_iter()
                 .filter(|e| e.expires_ms.is_none())

@@ -3,7 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
+use crate::firewall::iptables::transport::changed;
 use crate::firewall::iptables::NatTable;
+use crate::firewall::nfnl::Family;
+use std::collections::BTreeMap;
 
 /// iptables-save text as a table to plan over.
 impl View for NatTable {
@@ -12,6 +15,19 @@ impl View for NatTable {
     }
     fn has(&self, r: &XRule) -> bool {
         self.rules.contains(&format!("-A {} {}", r.chain, r.text()))
+    }
+    fn rules_of(&self, chain: Option<&str>) -> Vec<(String, Option<String>, Option<String>)> {
+        let verdicts = ["ACCEPT", "DROP", "RETURN", "MASQUERADE", "DNAT", "MARK"];
+        self.rules
+            .iter()
+            .filter_map(|r| {
+                let name = r.strip_prefix("-A ")?.split_whitespace().next()?;
+                let target = r.rsplit_once(" -j ").map(|(_, t)| t.split_whitespace().next().unwrap_or_default());
+                let jump = target.filter(|t| !verdicts.contains(t)).map(String::from);
+                let comment = crate::firewall::iptables::saved_comment(r).map(|(c, _)| c);
+                chain.is_none_or(|c| c == name).then(|| (name.to_string(), comment, jump))
+            })
+            .collect()
     }
 }
 
@@ -23,6 +39,9 @@ impl Op {
             Op::Insert(r) => format!("-I {} 1 {}", r.chain, r.text()),
             Op::Append(r) => format!("-A {} {}", r.chain, r.text()),
             Op::Delete(r) => format!("-D {} {}", r.chain, r.text()),
+            Op::Flush(c) => format!("-F {c}"),
+            Op::DropChain(c) => format!("-X {c}"),
+            Op::Unjump(c) => format!("-D * -j {c}"),
         }
     }
 }
@@ -118,7 +137,7 @@ fn captured() -> BTreeMap<String, Message> {
 
 /// The NEWRULE and base NEWCHAIN messages of an ADD into empty tables, named by shape.
 fn ours(family: Family, r: &ForwardRules, ipv: Ipv, names: &[&str]) -> Vec<(String, Message)> {
-    let empty = Listed { family, generation: 0, chains: BTreeMap::new() };
+    let empty = Listed { family, table: "filter", generation: 0, chains: BTreeMap::new() };
     let msgs = nfnl::tests::messages(&empty.batch(&add_ops(&empty, r, ipv)));
     // NFT_MSG_NEWCHAIN with a hook (the base chain) and NFT_MSG_NEWRULE, as iptables sends them.
     let wanted = msgs.into_iter().filter(|(ty, _, a)| *ty == 6 || (*ty == 3 && a.len() > 40));
@@ -159,7 +178,7 @@ fn rules_encode_byte_for_byte_as_iptables_nft_1_8_9_writes_them() {
 }
 
 /// Runs iptables (nft-based on this node) in the current network namespace.
-fn iptables(tool: &str, args: &[&str]) {
+pub(crate) fn iptables(tool: &str, args: &[&str]) {
     let out = super::super::super::exec::run(tool, args, None).unwrap();
     assert!(out.success, "{tool} {args:?}: {}", out.stderr);
 }
@@ -174,7 +193,7 @@ fn iptables_nft_on_this_node_writes_what_we_encode() {
     nfnl::tests::in_netns(|| {
         let same = rules(&["10.1.0.2", "fd00::2"], Some(("cni-br0", false)));
         let isolated = rules(&["10.1.0.2"], Some(("cni-br0", true)));
-        let empty = Listed { family: Family::Ip, generation: 0, chains: BTreeMap::new() };
+        let empty = Listed { family: Family::Ip, table: "filter", generation: 0, chains: BTreeMap::new() };
         let mut ops = add_ops(&empty, &same, Ipv::V4);
         let more: Vec<Op> = add_ops(&empty, &isolated, Ipv::V4).into_iter().filter(|o| !ops.contains(o)).collect();
         ops.extend(more);
@@ -188,7 +207,7 @@ fn iptables_nft_on_this_node_writes_what_we_encode() {
                 }
             }
             let ipv = if tool == "iptables" { Ipv::V4 } else { Ipv::V6 };
-            let listed = Listed::read(ipv, &chains("CNI-ADMIN")).unwrap();
+            let listed = Listed::read(&Conn::new(), ipv, "filter", &chains("CNI-ADMIN")).unwrap();
             for op in &ops {
                 if let Op::Insert(r) | Op::Append(r) = op {
                     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
@@ -205,11 +224,13 @@ fn iptables_nft_on_this_node_writes_what_we_encode() {
     });
 }
 
-/// An iptables-restore line split as a shell would (double quotes only).
-fn shell_words(line: &str) -> Vec<String> {
+/// An iptables-restore line split as a shell would (double quotes, with `\"` and `\\` in them).
+pub(crate) fn shell_words(line: &str) -> Vec<String> {
     let (mut out, mut cur, mut quoted) = (Vec::new(), String::new(), false);
-    for c in line.chars() {
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
         match c {
+            '\\' if quoted => cur.extend(chars.next()),
             '"' => quoted = !quoted,
             ' ' if !quoted => out.push(std::mem::take(&mut cur)),
             c => cur.push(c),

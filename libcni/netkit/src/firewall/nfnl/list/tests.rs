@@ -55,7 +55,7 @@ fn list_chain_reads_rule_comments() {
     require_root_and_nft();
     in_netns(|| {
         let (f, t, _cleanup) = inet_table();
-        assert_eq!(list_chain(f, &t, "c").unwrap(), None);
+        assert_eq!(Conn::new().list_chain(f, &t, "c").unwrap(), None);
         let text = r#"
 add table inet {T}
 add chain inet {T} base { type nat hook postrouting priority 100; policy accept; }
@@ -67,21 +67,21 @@ add rule inet {T} c meta nfproto ipv4 tcp dport 8080 dnat ip to 10.0.0.3:80 comm
 add rule inet {T} base ip saddr 10.0.0.1 masquerade comment "x"
 "#;
         nft(&["-f", "-"], Some(&text.replace("{T}", &t)));
-        let c = list_chain(f, &t, "c").unwrap().unwrap();
+        let c = Conn::new().list_chain(f, &t, "c").unwrap().unwrap();
         assert!(!c.base);
         assert_eq!(
             c.comments,
             vec![Some("masq4=10.0.0.1".to_string()), None, Some("anyports4=tcp . 8080;snat4=10.0.0.3".to_string())]
         );
         assert_eq!(
-            list_chain(f, &t, "empty").unwrap(),
+            Conn::new().list_chain(f, &t, "empty").unwrap(),
             Some(ChainListing { base: false, comments: vec![], rules: vec![] })
         );
-        let base = list_chain(f, &t, "base").unwrap().unwrap();
+        let base = Conn::new().list_chain(f, &t, "base").unwrap().unwrap();
         assert!(base.base);
         assert_eq!(base.comments, vec![Some("x".to_string())]);
-        assert_eq!(list_chain(f, &t, "nosuch").unwrap(), None);
-        assert_eq!(list_chain(Family::Bridge, &t, "c").unwrap(), None);
+        assert_eq!(Conn::new().list_chain(f, &t, "nosuch").unwrap(), None);
+        assert_eq!(Conn::new().list_chain(Family::Bridge, &t, "c").unwrap(), None);
         // A comment written by a batch reads back the same; many rules take several messages.
         let mut b = Batch::new();
         for i in 0..300u32 {
@@ -89,7 +89,7 @@ add rule inet {T} base ip saddr 10.0.0.1 masquerade comment "x"
             b.add_rule_with_comment(f, &t, "empty", rule, Some(&format!("masq4={}", std::net::Ipv4Addr::from(i))));
         }
         b.send().unwrap();
-        let many = list_chain(f, &t, "empty").unwrap().unwrap();
+        let many = Conn::new().list_chain(f, &t, "empty").unwrap().unwrap();
         assert_eq!(many.comments.len(), 300);
         assert_eq!(many.comments[299].as_deref(), Some("masq4=0.0.1.43"));
     });
@@ -104,7 +104,7 @@ fn get_elements_reads_data_comments_and_expiry() {
         use KeyPart::{Addr, Port, Proto};
         let (f, t, _cleanup) = inet_table();
         let key = vec![Proto(TCP), Port(8080)];
-        assert_eq!(get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
+        assert_eq!(Conn::new().get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
         let mut b = Batch::new();
         b.add_table(f, &t);
         b.add_set(
@@ -126,24 +126,24 @@ fn get_elements_reads_data_comments_and_expiry() {
         b.add_elems(f, &t, "dnat4", &[e.clone()], false);
         b.add_elems(f, &t, "dnat4", &many, false);
         b.send().unwrap();
-        let got = get_elements(f, &t, "dnat4", Some(&key)).unwrap();
+        let got = Conn::new().get_elements(f, &t, "dnat4", Some(&key)).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].key, vec![6, 0, 0, 0, 0x1f, 0x90, 0, 0]);
         assert_eq!(got[0].data, Some(vec![10, 0, 0, 5, 0, 80, 0, 0]));
         assert_eq!(got[0].comment.as_deref(), Some("owner"));
         assert_eq!(got[0].expires_ms, None);
-        assert_eq!(get_elements(f, &t, "dnat4", None).unwrap().len(), 301);
-        assert_eq!(get_elements(f, &t, "dnat4", Some(&[Proto(TCP), Port(1)])).unwrap(), vec![]);
-        assert_eq!(get_elements(f, &t, "nosuch", Some(&key)).unwrap(), vec![]);
+        assert_eq!(Conn::new().get_elements(f, &t, "dnat4", None).unwrap().len(), 301);
+        assert_eq!(Conn::new().get_elements(f, &t, "dnat4", Some(&[Proto(TCP), Port(1)])).unwrap(), vec![]);
+        assert_eq!(Conn::new().get_elements(f, &t, "nosuch", Some(&key)).unwrap(), vec![]);
         // Re-adding it with an expiry (same data) makes it expire: gone without a delete.
         e.expires_ms = Some(50);
         let mut b = Batch::new();
         b.add_elems(f, &t, "dnat4", &[e.clone()], false);
         b.send().unwrap();
-        let soon = get_elements(f, &t, "dnat4", Some(&key)).unwrap();
+        let soon = Conn::new().get_elements(f, &t, "dnat4", Some(&key)).unwrap();
         assert!(soon.is_empty() || soon[0].expires_ms.is_some_and(|ms| ms <= 50), "{soon:?}");
         std::thread::sleep(Duration::from_millis(80));
-        assert_eq!(get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
+        assert_eq!(Conn::new().get_elements(f, &t, "dnat4", Some(&key)).unwrap(), vec![]);
         // Other data for the same key is a clash.
         let mut b = Batch::new();
         b.add_elems(
@@ -156,4 +156,40 @@ fn get_elements_reads_data_comments_and_expiry() {
         let err = b.send().unwrap_err();
         assert_eq!(crate::errno(&err), Some(libc::EEXIST), "{err:?}");
     });
+}
+
+/// A rule's jump and xtables comment are read back from its expressions (as a listing holds
+/// them), and a listed bitwise loses only the NFTA_BITWISE_OP of a plain mask-and-xor.
+#[test]
+fn a_rules_jump_comment_and_bitwise_are_read_from_its_expressions() {
+    let comment = |c: &str| Expr::Match { name: "comment", rev: 0, info: c.bytes().chain([0; 8]).collect() };
+    let r =
+        Rule::new(Family::Ip).expr(comment("name: \"n\"")).expr(Expr::Counter).verdict(Verdict::Jump("CNI-x".into()));
+    assert_eq!(rule_jump(&r.encoded()).as_deref(), Some("CNI-x"));
+    assert_eq!(rule_xt_comment(&r.encoded()).as_deref(), Some("name: \"n\""));
+    let accept = Rule::new(Family::Ip).verdict(Verdict::Accept);
+    assert_eq!((rule_jump(&accept.encoded()), rule_xt_comment(&accept.encoded())), (None, None));
+
+    let mask = Rule::new(Family::Ip).daddr_not_in("224.0.0.0/4".parse().unwrap());
+    let Some(Expr::Bitwise { .. }) = mask.exprs.get(1) else { panic!("no bitwise: {:?}", mask.exprs) };
+    let mut e = Attrs::default();
+    mask.exprs[1].put(&mut e);
+    let listed_elem = |op: u32| {
+        // The element as the kernel lists it: NFTA_BITWISE_OP after the length.
+        let mut data = Attrs::default();
+        let Expr::Bitwise { sreg, dreg, mask, xor } = &mask.exprs[1] else { unreachable!() };
+        data.u32(1, sreg.0);
+        data.u32(2, dreg.0);
+        data.u32(3, mask.len() as u32);
+        data.u32(6, op);
+        data.nested(4, |a| a.bytes(NFTA_DATA_VALUE, mask));
+        data.nested(5, |a| a.bytes(NFTA_DATA_VALUE, xor));
+        let mut elem = Attrs::default();
+        elem.str(NFTA_EXPR_NAME, "bitwise");
+        elem.bytes(NFTA_EXPR_DATA, &unflag(&data.buf));
+        elem.buf
+    };
+    let ours = attributes(&unflag(&e.buf)).next().unwrap().1.to_vec();
+    assert_eq!(unflag(&bool_bitwise(&listed_elem(0))), ours);
+    assert_ne!(unflag(&bool_bitwise(&listed_elem(1))), ours, "a shift is not a mask-and-xor");
 }

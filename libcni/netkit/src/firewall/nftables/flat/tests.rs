@@ -113,7 +113,8 @@ mod privileged {
     }
 
     fn count(set: &str) -> usize {
-        nfnl::get_elements(PORTMAP.fam, PORTMAP.name, set, None)
+        nfnl::Conn::new()
+            .get_elements(PORTMAP.fam, PORTMAP.name, set, None)
             .unwrap()
             .iter()
             .filter(|e| e.expires_ms.is_none())
@@ -126,27 +127,27 @@ mod privileged {
         require_root_and_nft();
         in_netns(|| {
             let (a, b) = (pm("a", 8080), pm("b", 8081));
-            add_portmap(&a, "add a").unwrap();
-            add_portmap(&b, "add b").unwrap();
+            add_portmap(&Conn::new(), &a, "add a").unwrap();
+            add_portmap(&Conn::new(), &b, "add b").unwrap();
             let tag_a = tag("net1", "a", "eth0");
-            let record = read_record::<Mapping>(tag_a).unwrap().unwrap();
+            let record = read_record::<Mapping>(&Conn::new(), tag_a).unwrap().unwrap();
             assert_eq!(record.items, mappings(&a));
             assert_eq!(record.expiring, None);
-            delete(&[(tag_a, record)], "delete a").unwrap();
-            assert!(read_record::<Mapping>(tag_a).unwrap().is_none());
+            delete(&Conn::new(), &[(tag_a, record)], "delete a").unwrap();
+            assert!(read_record::<Mapping>(&Conn::new(), tag_a).unwrap().is_none());
             for (set, n) in
                 [("dnat4", 1), ("dnat6", 1), ("own4", 1), ("hp4-16", 1), ("hp6-64", 1), ("sp4", 1), ("owners", 1)]
             {
                 assert_eq!(count(set), n, "{set}");
             }
-            check_portmap(&b, "check b").unwrap();
+            check_portmap(&Conn::new(), &b, "check b").unwrap();
             // And a port taken over meanwhile by another attachment is left to it.
             let c = pm("c", 8081);
-            let record = read_record::<Mapping>(tag("net1", "b", "eth0")).unwrap().unwrap();
-            del_portmap("net1", "b", "eth0", "del b").unwrap();
-            add_portmap(&c, "add c").unwrap();
-            delete(&[(tag("net1", "b", "eth0"), record)], "delete b late").unwrap();
-            check_portmap(&c, "check c").unwrap();
+            let record = read_record::<Mapping>(&Conn::new(), tag("net1", "b", "eth0")).unwrap().unwrap();
+            del_portmap(&Conn::new(), "net1", "b", "eth0", "del b").unwrap();
+            add_portmap(&Conn::new(), &c, "add c").unwrap();
+            delete(&Conn::new(), &[(tag("net1", "b", "eth0"), record)], "delete b late").unwrap();
+            check_portmap(&Conn::new(), &c, "check c").unwrap();
         });
     }
 
@@ -160,16 +161,19 @@ mod privileged {
                 |id: &str, port| PortMap { conditions_v4: vec!["ip saddr != 10.0.0.0/8".into()], ..pm(id, port) };
             let chain = |id: &str| {
                 let t = tag("net1", id, "eth0");
-                nfnl::list_chain(PORTMAP.fam, PORTMAP.name, &chain_name(t)).unwrap().map(|c| c.comments.len())
+                nfnl::Conn::new()
+                    .list_chain(PORTMAP.fam, PORTMAP.name, &chain_name(t))
+                    .unwrap()
+                    .map(|c| c.comments.len())
             };
-            add_portmap(&cond("a", 8080), "add a").unwrap();
+            add_portmap(&Conn::new(), &cond("a", 8080), "add a").unwrap();
             assert_eq!(chain("a"), Some(1), "one rule: the IPv4 mapping (no IPv6 conditions)");
-            check_portmap(&cond("a", 8080), "check a").unwrap();
+            check_portmap(&Conn::new(), &cond("a", 8080), "check a").unwrap();
             assert_eq!((count("gate4"), count("dnat4"), count("dnat6")), (1, 0, 1));
-            let err = add_portmap(&pm("b", 8080), "add b").unwrap_err();
+            let err = add_portmap(&Conn::new(), &pm("b", 8080), "add b").unwrap_err();
             assert!(err.msg.contains("8080/tcp"), "{err}");
-            add_portmap(&pm("b", 8081), "add b").unwrap();
-            let err = add_portmap(&cond("c", 8081), "add c").unwrap_err();
+            add_portmap(&Conn::new(), &pm("b", 8081), "add b").unwrap();
+            let err = add_portmap(&Conn::new(), &cond("c", 8081), "add c").unwrap_err();
             assert!(err.msg.contains("8081/tcp"), "{err}");
             assert_eq!(chain("c"), None, "a conflict writes no chain");
             // CHECK sees a chain that lost its rule.
@@ -177,25 +181,28 @@ mod privileged {
             let mut b = Batch::new();
             b.flush_chain(PORTMAP.fam, PORTMAP.name, &name);
             b.send().unwrap();
-            assert_eq!(check_portmap(&cond("a", 8080), "check a").unwrap_err().code, 103);
-            add_portmap(&cond("a", 8080), "add a again").unwrap();
-            check_portmap(&cond("a", 8080), "check a").unwrap();
-            add_portmap(&pm("a", 8080), "add a without conditions").unwrap();
+            assert_eq!(check_portmap(&Conn::new(), &cond("a", 8080), "check a").unwrap_err().code, 103);
+            add_portmap(&Conn::new(), &cond("a", 8080), "add a again").unwrap();
+            check_portmap(&Conn::new(), &cond("a", 8080), "check a").unwrap();
+            add_portmap(&Conn::new(), &pm("a", 8080), "add a without conditions").unwrap();
             assert_eq!(chain("a"), None);
-            check_portmap(&pm("a", 8080), "check a").unwrap();
-            add_portmap(&cond("d", 9090), "add d").unwrap();
-            del_portmap("net1", "d", "eth0", "del d").unwrap();
+            check_portmap(&Conn::new(), &pm("a", 8080), "check a").unwrap();
+            add_portmap(&Conn::new(), &cond("d", 9090), "add d").unwrap();
+            del_portmap(&Conn::new(), "net1", "d", "eth0", "del d").unwrap();
             assert_eq!((chain("d"), count("gate4")), (None, 0));
-            del_portmap("net1", "d", "eth0", "del d again").unwrap();
-            add_portmap(&cond("e", 9091), "add e").unwrap();
-            gc_portmap("net1", &[], "gc").unwrap();
+            del_portmap(&Conn::new(), "net1", "d", "eth0", "del d again").unwrap();
+            add_portmap(&Conn::new(), &cond("e", 9091), "add e").unwrap();
+            gc_portmap(&Conn::new(), "net1", &[], "gc").unwrap();
             assert_eq!(chain("e"), None);
             // Conditions nft cannot compile fail the ADD and leave nothing.
             let bad = PortMap { conditions_v4: vec!["ip saddr !!! 10.0.0.0/8; flush ruleset".into()], ..pm("f", 9092) };
-            let err = add_portmap(&bad, "add f").unwrap_err();
+            let err = add_portmap(&Conn::new(), &bad, "add f").unwrap_err();
             assert_eq!(err.code, 100, "{err}");
-            assert_eq!((chain("f"), read_record::<Mapping>(tag("net1", "f", "eth0")).unwrap().is_none()), (None, true));
-            assert!(nfnl::list_chain(PORTMAP.fam, PORTMAP.name, "dispatch").unwrap().is_some());
+            assert_eq!(
+                (chain("f"), read_record::<Mapping>(&Conn::new(), tag("net1", "f", "eth0")).unwrap().is_none()),
+                (None, true)
+            );
+            assert!(nfnl::Conn::new().list_chain(PORTMAP.fam, PORTMAP.name, "dispatch").unwrap().is_some());
         });
     }
 
@@ -217,11 +224,11 @@ mod privileged {
                 ..pm("cond", 8080)
             };
             assert!(!reaches());
-            add_portmap(&with("ip saddr 127.0.0.1"), "add").unwrap();
+            add_portmap(&Conn::new(), &with("ip saddr 127.0.0.1"), "add").unwrap();
             assert!(reaches(), "conditions that hold");
-            add_portmap(&with("ip saddr 10.99.0.1"), "add again").unwrap();
+            add_portmap(&Conn::new(), &with("ip saddr 10.99.0.1"), "add again").unwrap();
             assert!(!reaches(), "conditions that do not hold");
-            add_portmap(&PortMap { conditions_v4: vec![], ..with("") }, "add without").unwrap();
+            add_portmap(&Conn::new(), &PortMap { conditions_v4: vec![], ..with("") }, "add without").unwrap();
             assert!(reaches(), "no conditions");
             drop(server);
         });
@@ -241,11 +248,11 @@ mod privileged {
                     host_ip: None,
                 })
                 .collect();
-            add_portmap(&p, "add").unwrap();
+            add_portmap(&Conn::new(), &p, "add").unwrap();
             assert!(count("owners") > 1);
-            check_portmap(&p, "check").unwrap();
+            check_portmap(&Conn::new(), &p, "check").unwrap();
             assert_eq!(count("dnat4"), 30);
-            del_portmap("net1", "many", "eth0", "del").unwrap();
+            del_portmap(&Conn::new(), "net1", "many", "eth0", "del").unwrap();
             std::thread::sleep(Duration::from_millis(20));
             assert_eq!((count("dnat4"), count("dnat6"), count("owners")), (0, 0, 0));
         });
@@ -261,7 +268,12 @@ mod privileged {
     }
 
     fn masq_count(set: &str) -> usize {
-        nfnl::get_elements(MASQ.fam, MASQ.name, set, None).unwrap().iter().filter(|e| e.expires_ms.is_none()).count()
+        nfnl::Conn::new()
+            .get_elements(MASQ.fam, MASQ.name, set, None)
+            .unwrap()
+            .iter()
+            .filter(|e| e.expires_ms.is_none())
+            .count()
     }
 
     /// Masquerade: an address belongs to the newest ADD; a stale attachment's DEL leaves it to
@@ -272,21 +284,21 @@ mod privileged {
         in_netns(|| {
             let stale = masq("stale", &["10.22.0.5/16", "fd00:22::5/64"]);
             let fresh = masq("fresh", &["10.22.0.5/16"]);
-            add_masquerade(&stale, "add stale").unwrap();
-            check_masquerade(&stale, "check stale").unwrap();
-            add_masquerade(&fresh, "add fresh").unwrap();
-            check_masquerade(&fresh, "check fresh").unwrap();
-            assert_eq!(check_masquerade(&stale, "check stale").unwrap_err().code, 103);
-            del_masquerade("net1", "stale", "eth0", "del stale").unwrap();
-            check_masquerade(&fresh, "check fresh").unwrap();
+            add_masquerade(&Conn::new(), &stale, "add stale").unwrap();
+            check_masquerade(&Conn::new(), &stale, "check stale").unwrap();
+            add_masquerade(&Conn::new(), &fresh, "add fresh").unwrap();
+            check_masquerade(&Conn::new(), &fresh, "check fresh").unwrap();
+            assert_eq!(check_masquerade(&Conn::new(), &stale, "check stale").unwrap_err().code, 103);
+            del_masquerade(&Conn::new(), "net1", "stale", "eth0", "del stale").unwrap();
+            check_masquerade(&Conn::new(), &fresh, "check fresh").unwrap();
             std::thread::sleep(Duration::from_millis(20));
             assert_eq!((masq_count("pods4"), masq_count("pods6"), masq_count("local4-16")), (1, 0, 1));
             // Two addresses of a family, different subnets: each its own.
             let two = masq("two", &["10.30.0.5/24", "10.31.0.5/20"]);
-            add_masquerade(&two, "add two").unwrap();
-            check_masquerade(&two, "check two").unwrap();
+            add_masquerade(&Conn::new(), &two, "add two").unwrap();
+            check_masquerade(&Conn::new(), &two, "check two").unwrap();
             assert_eq!((masq_count("local4-24"), masq_count("local4-20")), (1, 1));
-            gc_masquerade("net1", &[], "gc").unwrap();
+            gc_masquerade(&Conn::new(), "net1", &[], "gc").unwrap();
             std::thread::sleep(Duration::from_millis(20));
             assert_eq!((masq_count("pods4"), masq_count("pods6"), masq_count("owners")), (0, 0, 0));
         });
