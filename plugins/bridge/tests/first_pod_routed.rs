@@ -35,7 +35,7 @@ fn the_first_pod_of_a_node_answers_routed_ipv6_right_after_add() {
     let data = TempDir::new("cnfn-ipam");
 
     // Each round is a node's first pod: the plugin makes the bridge, the peer pings at once. The
-    // answer must come within a second (the DAD window it must not wait out is 1-2 s). In the first
+    // bridge's link-local must already be usable (not in its 1-2 s DAD window). In the first
     // round more pods follow on the same bridge, each pinged once right after its ADD (the node has
     // no neighbour entry for any of them).
     for round in 0..4 {
@@ -53,14 +53,23 @@ fn the_first_pod_of_a_node_answers_routed_ipv6_right_after_add() {
             let id = unique("ctr");
             let result = bridge_in(&node, "ADD", &conf, &id, &pod);
             let pod_ip = result["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
-            let answered = peer.exec("busybox", &["ping", "-c", "1", "-W", "1", &pod_ip]).status.success();
+            // The cause itself, read before any packet: a tentative link-local right after ADD is
+            // what drops the first forwarded packets.
             let link_local = node.ip(&["-6", "addr", "show", "dev", &bridge, "scope", "link"]);
+            assert!(
+                !link_local.contains("tentative"),
+                "round {round}: the bridge's link-local address is tentative right after ADD:\n{link_local}"
+            );
+            // Then the effect: one ping, answered. Its deadline allows for a loaded machine
+            // (scheduling alone can take a second there); DAD's window is checked above.
+            let answered = peer.exec("busybox", &["ping", "-c", "1", "-W", "5", &pod_ip]).status.success();
             let neigh = node.ip(&["-6", "neigh", "show", "dev", &bridge]);
             assert!(
                 answered,
                 "round {round}, pod {k}: {pod_ip} did not answer a routed ping right after ADD; bridge \
                  link-local:\n{link_local}neighbours: {neigh}"
             );
+            let link_local = node.ip(&["-6", "addr", "show", "dev", &bridge, "scope", "link"]);
             assert!(
                 link_local.contains("fe80::") && !link_local.contains("tentative"),
                 "round {round}: the bridge's link-local address is not usable:\n{link_local}"
