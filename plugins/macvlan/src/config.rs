@@ -5,8 +5,8 @@ use libcni::conf::lenient_bool;
 use libcni::gojson::Spelled;
 use libcni::skel::Request;
 use libcni::{Error, Result};
+use netkit::iface::keys;
 use netkit::iface::sublink::{self, SubLinkConf};
-use netkit::iface::{self as iface};
 use netkit::netlink::{MacvlanMode, SubLink};
 use serde::Deserialize;
 
@@ -37,11 +37,11 @@ pub fn parse(req: &Request) -> Result<SubLinkConf> {
         }
     };
     // The config's `mac` < CNI_ARGS MAC < runtimeConfig.mac; the reference reads no args.cni.mac.
-    let mac = iface::requested_mac(req, raw.mac.as_ref().map(|m| m.value.as_str()), false)?;
+    let mac = keys::requested_mac(req, raw.mac.as_ref().map(|m| m.value.as_str()), false)?;
     Ok(SubLinkConf {
         master: sublink::master_key(raw.master.as_ref())?,
         link_in_container: raw.link_in_container,
-        mtu: iface::mtu_key(raw.mtu.as_ref())?,
+        mtu: keys::mtu_key(raw.mtu.as_ref())?,
         sub: SubLink::Macvlan { mode, bc_queue_len },
         mac,
         ipam_type: req.conf.ipam_type().map(str::to_string),
