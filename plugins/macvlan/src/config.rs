@@ -126,7 +126,11 @@ mod tests {
         assert_eq!(parse_with(empty, "MAC=0a:00:00:00:00:02").unwrap().mac.unwrap().octets()[5], 2);
         // Every form Go's net.ParseMAC reads, as the reference's macvlan takes them.
         for form in ["0a-00-00-00-00-05", "0a00.0000.0005", "0A:00:00:00:00:05"] {
-            assert_eq!(parse_conf(json!({"mac": form})).unwrap().mac, Some(netkit::Mac([0x0a, 0, 0, 0, 0, 5])), "{form}");
+            assert_eq!(
+                parse_conf(json!({"mac": form})).unwrap().mac,
+                Some(netkit::Mac([0x0a, 0, 0, 0, 0, 5])),
+                "{form}"
+            );
         }
         assert_eq!(parse_with(json!({}), "MAC=0a00.0000.0006").unwrap().mac.unwrap().octets()[5], 6);
         // args.cni.mac is bridge's, not macvlan's (the reference's macvlan ignores it).
