@@ -107,7 +107,7 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
         _ => ("bridge".to_string(), "cni0".to_string()),
     };
     validate_ifname(&bridge).map_err(|e| Error::config(format!("{bridge_key} name: {}", e.msg)))?;
-    let mtu = netkit::iface::mtu_key(raw.mtu.as_ref())?;
+    let mtu = netkit::iface::keys::mtu_key(raw.mtu.as_ref())?;
     let vlan = match &raw.vlan {
         None | Some(Spelled { value: 0, .. }) => 0,
         Some(v) => vlan_id(v.value, v.key_or("vlan"))?,
@@ -177,7 +177,7 @@ pub fn parse(req: &Request) -> Result<BridgeConf> {
         ipam_type,
         dns: req.conf.dns.clone(),
         // CNI_ARGS MAC < args.cni.mac < runtimeConfig.mac.
-        mac: netkit::iface::requested_mac(req, None, true)?,
+        mac: netkit::iface::keys::requested_mac(req, None, true)?,
     })
 }
 

@@ -12,13 +12,16 @@ use libcni::invoke;
 use libcni::types::{CniResult, Interface, IpConfig};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
 use netkit::firewall::{self, BackendKind, Firewall};
+use netkit::iface::concurrent::{alongside, Deletion};
 use netkit::iface::hostnet::{HostNets, Reach};
-use netkit::iface::{self, is_v4, MasqueradeDel, Undo};
+use netkit::iface::masquerade::{self, MasqueradeDel};
+use netkit::iface::result::{is_v4, own_ips, pod_interface, set_gateways};
+use netkit::iface::{self, configure, ipam, veth, Pod, Undo};
 use netkit::sysctl;
 use netkit::Family;
 use netkit::{Link, NetNs, Netlink};
 
-pub use netkit::iface::host_veth_name;
+pub use netkit::iface::naming::host_veth_name;
 
 pub struct Bridge;
 
@@ -32,11 +35,11 @@ impl Plugin for Bridge {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
-        iface::ipam_ready(req, conf.ipam_type.as_deref())?;
-        iface::refuse_addressless_legacy(req, conf.ipam_type.as_deref())?;
-        let (ns, cont, host) = iface::open_pod_and_host_for_add(req)?;
+        ipam::ready(req, conf.ipam_type.as_deref())?;
+        ipam::refuse_addressless_legacy(req, conf.ipam_type.as_deref())?;
+        let pod = Pod::open_for_add(req)?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
-        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, fw.as_deref(), undo))
+        pod.add_chained(|undo| add(&pod, &conf, fw.as_deref(), undo))
     }
 
     fn del(&self, req: &Request) -> Result<()> {
@@ -46,67 +49,59 @@ impl Plugin for Bridge {
         // until the lease expires). Every other IPAM releases from its own state, alongside.
         let early = plan
             .ipam
-            .take_if(|t| iface::releases_through_link(t))
+            .take_if(|t| ipam::releases_through_link(t))
             .and_then(|ipam| invoke::delegate_del(&ipam, req).err());
         // Deleting a veth waits out RCU grace periods in the kernel (~20 ms), and so does removing
         // firewall rules that deletes something (iptables, the MAC spoof check's chain; nftables
-        // masquerade only gives its elements an expiry): the rules and the addresses go on a thread
-        // of their own, alongside the veth deletion. The rules' nf_tables commit waits until the veth deletion has been
+        // masquerade only gives its elements an expiry): the rules and the addresses go alongside
+        // the veth deletion. The rules' nf_tables commit waits until the veth deletion has been
         // under way for VETH_HEAD_START: committed just before it, its grace period made the
         // kernel's wait for the veth a grace period longer (DEL median 45 -> 39 ms, docs/bench).
-        let (started, veth_started) = std::sync::mpsc::channel::<std::time::Instant>();
-        std::thread::scope(|s| {
-            let others = s.spawn(move || {
+        let others = |deletion: &Deletion| {
+            let mut errs = Errors::new();
+            if let Some(e) = &plan.refused {
+                errs.push(e.clone());
+            }
+            if let Some(ipam) = &plan.ipam {
+                errs.record(invoke::delegate_del(ipam, req));
+            }
+            deletion.under_way_for(VETH_HEAD_START);
+            (errs, del_firewall(req, &plan, &firewall::open))
+        };
+        let (others, link_errs) = alongside("releasing the addresses or removing the rules", others, |starting| {
+            veth::del(req, || starting.now())
+        });
+        let mut errs = match others {
+            Ok((mut errs, fw_errs)) => {
+                fw_errs.into_iter().for_each(|e| errs.push(e));
+                errs
+            }
+            Err(e) => {
                 let mut errs = Errors::new();
-                if let Some(e) = &plan.refused {
-                    errs.push(e.clone());
-                }
-                if let Some(ipam) = &plan.ipam {
-                    errs.record(invoke::delegate_del(ipam, req));
-                }
-                // No message: there is no veth to delete (or the main thread failed first).
-                if let Ok(at) = veth_started.recv() {
-                    std::thread::sleep((at + VETH_HEAD_START).saturating_duration_since(std::time::Instant::now()));
-                }
-                (errs, del_firewall(req, &plan, &firewall::open))
-            });
-            // The sender moves into the call and is dropped when it returns, unsent when there is
-            // nothing to delete, so the other thread stops waiting either way.
-            let link_errs = iface::del_pod_link(req, move || {
-                let _ = started.send(std::time::Instant::now());
-            });
-            let mut errs = match others.join() {
-                Ok((mut errs, fw_errs)) => {
-                    fw_errs.into_iter().for_each(|e| errs.push(e));
-                    errs
-                }
-                Err(_) => {
-                    let mut errs = Errors::new();
-                    errs.push(Error::new(code::INTERNAL, "releasing the addresses or removing the rules panicked"));
-                    errs
-                }
-            };
-            link_errs.into_iter().for_each(|e| errs.push(e));
-            early.into_iter().for_each(|e| errs.push(e));
-            errs.finish()
-        })
+                errs.push(e);
+                errs
+            }
+        };
+        link_errs.into_iter().for_each(|e| errs.push(e));
+        early.into_iter().for_each(|e| errs.push(e));
+        errs.finish()
     }
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let (prev, ns) = iface::check_start(req, conf.ipam_type.as_deref())?;
+        let (prev, ns) = iface::check::start(req, conf.ipam_type.as_deref())?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
         check(req, &conf, prev, &ns, fw.as_deref())
     }
 
     fn status(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        iface::status_masquerading(req, conf.ipam_type.as_deref(), conf.ip_masq)
+        masquerade::status(req, conf.ipam_type.as_deref(), conf.ip_masq)
     }
 
     fn gc(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let (mut errs, keep) = iface::gc_masquerading(req, &conf.network, conf.ipam_type.as_deref(), conf.ip_masq);
+        let (mut errs, keep) = masquerade::gc(req, &conf.network, conf.ipam_type.as_deref(), conf.ip_masq);
         if let Some(keep) = keep.filter(|_| conf.macspoofchk) {
             errs.record(firewall::gc_macspoof(&conf.network, keep));
         }
@@ -170,22 +165,15 @@ impl DelPlan {
 /// errors, in order.
 fn del_firewall(req: &Request, plan: &DelPlan, open: &dyn Fn(BackendKind) -> Box<dyn Firewall>) -> Vec<Error> {
     let (network, id, ifname) = (&plan.network, &req.container_id, &req.ifname);
-    let mut errs = iface::del_masquerade(open, plan.masquerade, network, id, ifname);
+    let mut errs = masquerade::del(open, plan.masquerade, network, id, ifname);
     if plan.macspoof {
         errs.extend(firewall::del_macspoof(network, id, ifname).err());
     }
     errs
 }
 
-fn add<'a>(
-    req: &'a Request,
-    conf: &'a BridgeConf,
-    ns: &NetNs,
-    cont: &Netlink,
-    host: &'a Netlink,
-    fw: Option<&'a dyn Firewall>,
-    undo: &mut Undo<'a>,
-) -> Result<CniResult> {
+fn add<'a>(pod: &'a Pod, conf: &'a BridgeConf, fw: Option<&'a dyn Firewall>, undo: &mut Undo<'a>) -> Result<CniResult> {
+    let (req, ns, cont, host) = (pod.req, &pod.ns, &pod.nl, pod.host()?);
     let (br, created) =
         host.ensure_bridge_with(&conf.bridge, conf.mtu, conf.vlan_filtering(), conf.promisc, &|br| {
             skip_link_local_dad(&br.name)
@@ -197,7 +185,7 @@ fn add<'a>(
     }
     libcni::fault_point("bridge-ensured")?;
 
-    let (host_name, host_link) = iface::create_veth(host, &req.container_id, &req.ifname, ns, conf.mtu, conf.mac)?;
+    let (host_name, host_link) = veth::create(pod, conf.mtu, conf.mac)?;
     let created = host_name.clone();
     // Deleting one end removes the pair, the container end included.
     undo.push(move || {
@@ -227,16 +215,16 @@ fn add<'a>(
 
     let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
     if let Some(ipam) = &conf.ipam_type {
-        let r = iface::ipam_add(ipam, req, undo)?;
+        let r = ipam::add(ipam, req, undo)?;
         (result.ips, result.routes, result.dns) = (r.ips, r.routes, r.dns);
     }
     // Our interfaces are [bridge, host veth, pod interface]: the addresses are the pod's.
-    iface::set_gateways(&mut result, 2, conf.is_gateway, conf.is_default_gateway);
+    set_gateways(&mut result, 2, conf.is_gateway, conf.is_default_gateway);
     if conf.is_gateway && !result.ips.is_empty() {
         gateways_off_node_networks(conf, &result.ips)?;
     }
     if !conf.disable_container_interface {
-        iface::configure(cont, ns, &req.ifname, cont_link.index, &result, conf.enable_dad)?;
+        configure::apply(pod, cont_link.index, &result, conf.enable_dad)?;
     }
     libcni::fault_point("container-configured")?;
 
@@ -266,7 +254,7 @@ fn add<'a>(
     result.interfaces = vec![
         Interface { name: conf.bridge.clone(), mac: br_now.mac_string(), ..Default::default() },
         Interface { name: host_name, mac: host_link.mac_string(), ..Default::default() },
-        iface::pod_interface(&req.ifname, &cont_now, ns),
+        pod_interface(&req.ifname, &cont_now, ns),
     ];
     if let Some(l) = vlan_gateway {
         // Listed after the pod's interface, as the reference does: ips[].interface stays 2.
@@ -315,7 +303,7 @@ fn add_masquerade<'a>(
     undo.push(move || {
         let _ = fw.del_masquerade(&conf.network, &req.container_id, &req.ifname);
     });
-    fw.add_masquerade(&iface::masquerade(req, &conf.network, ips.iter()))?;
+    fw.add_masquerade(&masquerade::rules(req, &conf.network, ips.iter()))?;
     libcni::fault_point("masquerade-added")
 }
 
@@ -383,7 +371,7 @@ fn set_gateway(host: &Netlink, conf: &BridgeConf, br: &Link, ips: &[IpConfig]) -
             let _ = host.set_mac(br.index, mac);
         }
     }
-    iface::enable_forwarding(ips)?;
+    configure::enable_forwarding(ips)?;
     Ok(vlan_gateway)
 }
 
@@ -429,7 +417,7 @@ fn check(req: &Request, conf: &BridgeConf, prev: &CniResult, ns: &NetNs, fw: Opt
     if !br.is_bridge() {
         return Err(failed(format!("{} is not a bridge", conf.bridge)));
     }
-    let (_, sandbox_idx) = iface::check_pod(ns, &req.ifname, prev, !conf.disable_container_interface)?;
+    let (_, sandbox_idx) = iface::check::pod(ns, &req.ifname, prev, !conf.disable_container_interface)?;
     // Ours are [bridge, host veth, pod interface], after any earlier plugin's interfaces.
     let host_name = sandbox_idx
         .and_then(|i| i.checked_sub(1))
@@ -449,7 +437,7 @@ fn check(req: &Request, conf: &BridgeConf, prev: &CniResult, ns: &NetNs, fw: Opt
         firewall::check_macspoof(&conf.network, &req.container_id, &req.ifname)?;
     }
     if let Some(fw) = fw {
-        fw.check_masquerade(&iface::masquerade(req, &conf.network, iface::own_ips(prev, sandbox_idx)))?;
+        fw.check_masquerade(&masquerade::rules(req, &conf.network, own_ips(prev, sandbox_idx)))?;
     }
     Ok(())
 }

@@ -117,7 +117,7 @@ fn check_compares_masquerade_with_the_pods_own_addresses() {
     let conf = config::parse(&req).unwrap();
     let mut prev = CniResult { ips: ips(), ..Default::default() };
     prev.ips.push(IpConfig { address: "10.9.9.9/24".parse().unwrap(), gateway: None, interface: Some(0) });
-    let m = iface::masquerade(&req, &conf.network, iface::own_ips(&prev, Some(2)));
+    let m = masquerade::rules(&req, &conf.network, own_ips(&prev, Some(2)));
     let fw = RecordingFirewall::default();
     fw.check_masquerade(&m).unwrap();
     assert_eq!(fw.calls(), ["check_masquerade net c1 eth0 10.1.2.7/24"]);
@@ -181,16 +181,16 @@ fn add_masquerades_once_the_pod_holds_its_address_and_undo_removes_it() {
         &[("CNI_COMMAND", "ADD"), ("CNI_NETNS", &netns_path), ("CNI_PATH", &cni_path)],
     );
     let conf = config::parse(&req).unwrap();
-    let (ns, cont, host) = iface::open_pod_and_host_for_add(&req).unwrap();
-    let pod = s.netns.clone();
+    let pod = Pod::open_for_add(&req).unwrap();
+    let netns = s.netns.clone();
     let probe: netkit::fake::Probe = Arc::new(move || {
-        let out = std::process::Command::new("ip").args(["-n", &pod, "-o", "-4", "addr", "show", "eth0"]).output();
+        let out = std::process::Command::new("ip").args(["-n", &netns, "-o", "-4", "addr", "show", "eth0"]).output();
         out.map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().nth(3).unwrap_or("").to_string())
             .unwrap_or_default()
     });
     let fw = RecordingFirewall { probe: Some(probe), ..Default::default() };
     let mut undo = Undo::default();
-    let result = add(&req, &conf, &ns, &cont, &host, Some(&fw), &mut undo).unwrap();
+    let result = add(&pod, &conf, Some(&fw), &mut undo).unwrap();
     assert_eq!(result.ips[0].address.to_string(), "10.203.77.2/24");
     // Masquerade came after the pod's interface was configured: it already held its address.
     assert_eq!(fw.calls(), ["add_masquerade net c1 eth0 10.203.77.2/24 | 10.203.77.2/24"]);

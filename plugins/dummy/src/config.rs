@@ -10,7 +10,7 @@ pub struct DummyConf {
 }
 
 pub fn parse(conf: &NetConf) -> Result<DummyConf> {
-    match netkit::iface::ipam_type(conf)? {
+    match netkit::iface::ipam::plugin(conf)? {
         Some(t) => Ok(DummyConf { ipam_type: t.to_string() }),
         None => Err(Error::config(
             "ipam: the dummy plugin needs an IPAM configuration (\"ipam\": {\"type\": ...}): a dummy interface \

@@ -10,7 +10,7 @@
 pub mod config;
 
 use libcni::{invoke, CniResult, Error, Plugin, Request, Result};
-use netkit::iface::{self, Undo};
+use netkit::iface::{ipam, single, Pod, Undo};
 use netkit::netlink::NewLink;
 
 pub struct Dummy;
@@ -23,33 +23,33 @@ impl Plugin for Dummy {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(&req.conf)?;
-        iface::ipam_ready(req, Some(&conf.ipam_type))?;
-        let (ns, cont) = iface::open_pod_for_add(req)?;
+        ipam::ready(req, Some(&conf.ipam_type))?;
+        let pod = Pod::open_for_add(req)?;
         Undo::guarded(|undo| {
-            cont.create_link(&req.ifname, NewLink::Dummy, None, None)?;
+            pod.nl.create_link(&req.ifname, NewLink::Dummy, None, None)?;
             undo.push(|| {
-                let _ = cont.delete_link_by_name(&req.ifname);
+                let _ = pod.nl.delete_link_by_name(&req.ifname);
             });
-            let link = cont.link(&req.ifname)?.ok_or_else(|| {
+            let link = pod.nl.link(&req.ifname)?.ok_or_else(|| {
                 Error::network(format!(
                     "dummy {} is missing in {} right after creation",
                     req.ifname,
-                    ns.path().display()
+                    pod.ns.path().display()
                 ))
             })?;
-            iface::single_interface_result(req, Some(&conf.ipam_type), &cont, &ns, &link, None, undo)
+            single::result(&pod, Some(&conf.ipam_type), &link, None, undo)
         })
     }
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(&req.conf)?;
-        iface::check_single_interface(req, Some(&conf.ipam_type), "dummy").map(drop)
+        single::check(req, Some(&conf.ipam_type), "dummy").map(drop)
     }
 
     /// Releases the addresses and deletes the link, whatever else is wrong with the configuration:
     /// DEL never strands a pod.
     fn del(&self, req: &Request) -> Result<()> {
-        iface::del_single_interface(req)
+        single::del(req)
     }
 
     fn status(&self, req: &Request) -> Result<()> {

@@ -23,7 +23,8 @@ use config::{HostDeviceConf, Selector};
 use libcni::invoke;
 use libcni::types::{CniResult, Interface};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
-use netkit::iface::{self, Undo};
+use netkit::iface::result::{pod_interface, set_gateways};
+use netkit::iface::{self, configure, ipam, Pod, Undo};
 use netkit::netlink::{RawAddress, RawRoute};
 use netkit::{Link, Mac, NetNs, Netlink};
 use serde::{Deserialize, Serialize};
@@ -44,10 +45,10 @@ impl Plugin for HostDevice {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
-        iface::ipam_ready(req, conf.ipam_type.as_deref())?;
-        iface::refuse_addressless_legacy(req, conf.ipam_type.as_deref())?;
-        let (ns, cont, host) = iface::open_pod_and_host_for_add(req)?;
-        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, undo))
+        ipam::ready(req, conf.ipam_type.as_deref())?;
+        ipam::refuse_addressless_legacy(req, conf.ipam_type.as_deref())?;
+        let pod = Pod::open_for_add(req)?;
+        pod.add_chained(|undo| add(&pod, &conf, undo))
     }
 
     /// Releases the addresses and returns the device to this namespace, each best effort. With
@@ -88,10 +89,10 @@ impl Plugin for HostDevice {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let (prev, ns) = iface::check_start(req, conf.ipam_type.as_deref())?;
+        let (prev, ns) = iface::check::start(req, conf.ipam_type.as_deref())?;
         // A DPDK device was never moved: prevResult lists no interface of the pod.
         if recorded(req).is_some() {
-            iface::check_pod(&ns, &req.ifname, prev, true)?;
+            iface::check::pod(&ns, &req.ifname, prev, true)?;
         }
         Ok(())
     }
@@ -131,14 +132,8 @@ fn recorded(req: &Request) -> Option<&Interface> {
     prev.interfaces.iter().find(|i| i.name == req.ifname && i.sandbox.as_deref().is_some_and(|s| !s.is_empty()))
 }
 
-fn add<'a>(
-    req: &'a Request,
-    conf: &'a HostDeviceConf,
-    ns: &'a NetNs,
-    cont: &Netlink,
-    host: &'a Netlink,
-    undo: &mut Undo<'a>,
-) -> Result<CniResult> {
+fn add<'a>(pod: &'a Pod, conf: &'a HostDeviceConf, undo: &mut Undo<'a>) -> Result<CniResult> {
+    let (req, host) = (pod.req, pod.host()?);
     let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
     let dev = find_device(host, &conf.selector, Path::new("/sys"))?;
     if dev.as_ref().is_some_and(|d| d.name == "lo") {
@@ -147,22 +142,22 @@ fn add<'a>(
     // IPAM first, so that its failure leaves the device untouched; dhcp leases through the
     // device, so it runs once the device is in the pod.
     let mut leased = match &conf.ipam_type {
-        Some(ipam) if dev.is_none() || !iface::releases_through_link(ipam) => Some(iface::ipam_add(ipam, req, undo)?),
+        Some(t) if dev.is_none() || !ipam::releases_through_link(t) => Some(ipam::add(t, req, undo)?),
         _ => None,
     };
     let moved = match dev {
-        Some(dev) => Some(move_in(host, cont, ns, dev, &req.ifname, saved_path(&conf.data_dir, req), undo)?),
+        Some(dev) => Some(move_in(pod, dev, saved_path(&conf.data_dir, req), undo)?),
         None => None,
     };
-    if let (None, Some(ipam)) = (&leased, &conf.ipam_type) {
-        leased = Some(iface::ipam_add(ipam, req, undo)?);
+    if let (None, Some(t)) = (&leased, &conf.ipam_type) {
+        leased = Some(ipam::add(t, req, undo)?);
     }
     if let Some(r) = leased {
         (result.ips, result.routes, result.dns) = (r.ips, r.routes, r.dns);
         if let Some(link) = &moved {
-            iface::set_gateways(&mut result, 0, false, false);
+            set_gateways(&mut result, 0, false, false);
             // DAD off as in the other plugins: IPAM hands each address to one pod.
-            iface::configure(cont, ns, &req.ifname, link.index, &result, false)?;
+            configure::apply(pod, link.index, &result, false)?;
             libcni::fault_point("container-configured")?;
         }
     }
@@ -174,7 +169,7 @@ fn add<'a>(
                 Selector::Pci(addr) => Some(addr.clone()),
                 _ => None,
             },
-            ..iface::pod_interface(&link.name, &link, ns)
+            ..pod_interface(&link.name, &link, &pod.ns)
         }];
     }
     if let Some(dns) = &conf.dns {
@@ -183,18 +178,11 @@ fn add<'a>(
     Ok(result)
 }
 
-/// Moves `dev` into the pod as `ifname` and brings it up; the pod's link, with the MTU the
+/// Moves `dev` into the pod as its `ifname` and brings it up; the pod's link, with the MTU the
 /// device had on the host. The record at `saved` is written first, and `undo` gives the device
 /// back as it was from the first change on.
-fn move_in<'a>(
-    host: &'a Netlink,
-    cont: &Netlink,
-    ns: &'a NetNs,
-    dev: Link,
-    ifname: &'a str,
-    saved: PathBuf,
-    undo: &mut Undo<'a>,
-) -> Result<Link> {
+fn move_in<'a>(pod: &'a Pod, dev: Link, saved: PathBuf, undo: &mut Undo<'a>) -> Result<Link> {
+    let (host, cont, ns, ifname) = (pod.host()?, &pod.nl, &pod.ns, pod.ifname());
     // A record of ours naming this device is stale, as the device is on the host: another
     // plugin's DEL (the reference's) returned it. Its alias is the device's own, not the host name
     // that moving it in left.

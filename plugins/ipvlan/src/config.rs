@@ -5,7 +5,7 @@ use libcni::conf::lenient_bool;
 use libcni::gojson::Spelled;
 use libcni::skel::Request;
 use libcni::{Command, Error, Result};
-use netkit::iface;
+use netkit::iface::keys;
 use netkit::iface::sublink::{self, SubLinkConf};
 use netkit::netlink::{IpvlanMode, SubLink};
 use serde::Deserialize;
@@ -38,7 +38,7 @@ pub fn parse(req: &Request) -> Result<SubLinkConf> {
     Ok(SubLinkConf {
         master,
         link_in_container: raw.link_in_container,
-        mtu: iface::mtu_key(raw.mtu.as_ref())?,
+        mtu: keys::mtu_key(raw.mtu.as_ref())?,
         sub: SubLink::Ipvlan { mode },
         mac: None,
         ipam_type,

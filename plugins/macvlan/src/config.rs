@@ -5,8 +5,8 @@ use libcni::conf::lenient_bool;
 use libcni::gojson::Spelled;
 use libcni::skel::Request;
 use libcni::{Error, Result};
+use netkit::iface::keys;
 use netkit::iface::sublink::{self, SubLinkConf};
-use netkit::iface::{self as iface};
 use netkit::netlink::{MacvlanMode, SubLink};
 use serde::Deserialize;
 
@@ -37,11 +37,11 @@ pub fn parse(req: &Request) -> Result<SubLinkConf> {
         }
     };
     // The config's `mac` < CNI_ARGS MAC < runtimeConfig.mac; the reference reads no args.cni.mac.
-    let mac = iface::requested_mac(req, raw.mac.as_ref().map(|m| m.value.as_str()), false)?;
+    let mac = keys::requested_mac(req, raw.mac.as_ref().map(|m| m.value.as_str()), false)?;
     Ok(SubLinkConf {
         master: sublink::master_key(raw.master.as_ref())?,
         link_in_container: raw.link_in_container,
-        mtu: iface::mtu_key(raw.mtu.as_ref())?,
+        mtu: keys::mtu_key(raw.mtu.as_ref())?,
         sub: SubLink::Macvlan { mode, bc_queue_len },
         mac,
         ipam_type: req.conf.ipam_type().map(str::to_string),
@@ -126,7 +126,11 @@ mod tests {
         assert_eq!(parse_with(empty, "MAC=0a:00:00:00:00:02").unwrap().mac.unwrap().octets()[5], 2);
         // Every form Go's net.ParseMAC reads, as the reference's macvlan takes them.
         for form in ["0a-00-00-00-00-05", "0a00.0000.0005", "0A:00:00:00:00:05"] {
-            assert_eq!(parse_conf(json!({"mac": form})).unwrap().mac, Some(netkit::Mac([0x0a, 0, 0, 0, 0, 5])), "{form}");
+            assert_eq!(
+                parse_conf(json!({"mac": form})).unwrap().mac,
+                Some(netkit::Mac([0x0a, 0, 0, 0, 0, 5])),
+                "{form}"
+            );
         }
         assert_eq!(parse_with(json!({}), "MAC=0a00.0000.0006").unwrap().mac.unwrap().octets()[5], 6);
         // args.cni.mac is bridge's, not macvlan's (the reference's macvlan ignores it).

@@ -40,7 +40,7 @@ pub fn parse(req: &Request) -> Result<PtpConf> {
     Ok(PtpConf {
         network: req.conf.name.clone(),
         ip_masq: firewall::ip_masq(raw.ip_masq, raw.ip_masq_backend.as_ref())?,
-        mtu: netkit::iface::mtu_key(raw.mtu.as_ref())?,
+        mtu: netkit::iface::keys::mtu_key(raw.mtu.as_ref())?,
         ipam_type: ipam_type.to_string(),
         dns: req.conf.dns.clone(),
     })

@@ -14,8 +14,12 @@ use libcni::invoke;
 use libcni::types::{CniResult, Interface, IpConfig};
 use libcni::{code, Error, Errors, Plugin, Request, Result};
 use netkit::firewall::{self, Firewall};
+use netkit::iface::concurrent::alongside;
 use netkit::iface::hostnet::{HostNets, Reach};
-use netkit::iface::{self, is_v4, MasqueradeDel, Undo};
+use netkit::iface::masquerade::{self, MasqueradeDel};
+use netkit::iface::naming::host_veth_name;
+use netkit::iface::result::{is_v4, own_ips, pod_interface, set_gateways, subnet_gateway};
+use netkit::iface::{self, configure, ipam, veth, Pod, Undo};
 use netkit::sysctl;
 use netkit::{Family, Link, NetNs, Netlink, RouteSpec};
 use std::net::IpAddr;
@@ -35,28 +39,28 @@ impl Plugin for Ptp {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(req)?;
-        iface::ipam_ready(req, Some(&conf.ipam_type))?;
-        let (ns, cont, host) = iface::open_pod_and_host_for_add(req)?;
+        ipam::ready(req, Some(&conf.ipam_type))?;
+        let pod = Pod::open_for_add(req)?;
         let fw = conf.ip_masq.map(|m| firewall::open(m.backend));
-        iface::add_or_undo(req, |undo| add(req, &conf, &ns, &cont, &host, fw.as_deref(), undo))
+        pod.add_chained(|undo| add(&pod, &conf, fw.as_deref(), undo))
     }
 
     /// Releases the addresses, removes the masquerade rules and the veth (which takes the host
     /// end's gateway address and the host route with it), each best effort. A configuration that
     /// no longer validates still removes all three: the rules from every backend. The veth's
     /// deletion waits out RCU grace periods in the kernel, so the release and the rules go
-    /// alongside it ([`iface::alongside`]); a release through the pod's interface (dhcp) first.
+    /// alongside it ([`alongside`]); a release through the pod's interface (dhcp) first.
     fn del(&self, req: &Request) -> Result<()> {
         let mut errs = Errors::new();
         let conf = config::parse(req);
         // invoke refuses a type that names a path.
-        let ipam = req.conf.ipam_type();
-        if let Some(t) = ipam.filter(|t| iface::releases_through_link(t)) {
+        let ipam_type = req.conf.ipam_type();
+        if let Some(t) = ipam_type.filter(|t| ipam::releases_through_link(t)) {
             errs.record(invoke::delegate_del(t, req));
         }
-        let others = || {
+        let others = |_: &_| {
             let mut errs = Errors::new();
-            if let Some(t) = ipam.filter(|t| !iface::releases_through_link(t)) {
+            if let Some(t) = ipam_type.filter(|t| !ipam::releases_through_link(t)) {
                 errs.record(invoke::delegate_del(t, req));
             }
             let masq = match &conf {
@@ -69,12 +73,11 @@ impl Plugin for Ptp {
                 }
             };
             let (network, id, ifname) = (&req.conf.name, &req.container_id, &req.ifname);
-            iface::del_masquerade(&firewall::open, masq, network, id, ifname).into_iter().for_each(|e| errs.push(e));
+            masquerade::del(&firewall::open, masq, network, id, ifname).into_iter().for_each(|e| errs.push(e));
             errs
         };
-        let (others, link_errs) = iface::alongside("releasing the addresses or removing the rules", others, || {
-            iface::del_pod_link(req, || {})
-        });
+        let (others, link_errs) =
+            alongside("releasing the addresses or removing the rules", others, |_| veth::del(req, || {}));
         // Its errors, joined into one, keep their place (after a dhcp release's, before the link's).
         errs.record(others.and_then(Errors::finish));
         link_errs.into_iter().for_each(|e| errs.push(e));
@@ -83,41 +86,35 @@ impl Plugin for Ptp {
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        let (prev, ns) = iface::check_start(req, Some(&conf.ipam_type))?;
+        let (prev, ns) = iface::check::start(req, Some(&conf.ipam_type))?;
         check(req, &conf, prev, &ns)
     }
 
     fn status(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        iface::status_masquerading(req, Some(&conf.ipam_type), conf.ip_masq)
+        masquerade::status(req, Some(&conf.ipam_type), conf.ip_masq)
     }
 
     fn gc(&self, req: &Request) -> Result<()> {
         let conf = config::parse(req)?;
-        iface::gc_masquerading(req, &conf.network, Some(&conf.ipam_type), conf.ip_masq).0.finish()
+        masquerade::gc(req, &conf.network, Some(&conf.ipam_type), conf.ip_masq).0.finish()
     }
 }
 
-fn add<'a>(
-    req: &'a Request,
-    conf: &'a PtpConf,
-    ns: &NetNs,
-    cont: &Netlink,
-    host: &'a Netlink,
-    fw: Option<&'a dyn Firewall>,
-    undo: &mut Undo<'a>,
-) -> Result<CniResult> {
+fn add<'a>(pod: &'a Pod, conf: &'a PtpConf, fw: Option<&'a dyn Firewall>, undo: &mut Undo<'a>) -> Result<CniResult> {
+    let (req, ns, cont) = (pod.req, &pod.ns, &pod.nl);
     // IPAM first, as the reference: a pool that is full costs no veth.
-    let r = iface::ipam_add(&conf.ipam_type, req, undo)?;
+    let r = ipam::add(&conf.ipam_type, req, undo)?;
     let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
     (result.ips, result.routes, result.dns) = (r.ips, r.routes, r.dns);
     // Our interfaces are [host veth, pod interface]. The gateways are checked against the node's
     // networks before anything is made, and one IPAM did not give is filled in there.
-    iface::set_gateways(&mut result, 1, false, false);
+    set_gateways(&mut result, 1, false, false);
     gateways_off_node_networks(&mut result.ips)?;
-    iface::enable_forwarding(&result.ips)?;
+    configure::enable_forwarding(&result.ips)?;
 
-    let (host_name, host_link) = iface::create_veth(host, &req.container_id, &req.ifname, ns, conf.mtu, None)?;
+    let host = pod.host()?;
+    let (host_name, host_link) = veth::create(pod, conf.mtu, None)?;
     let created = host_name.clone();
     // Deleting one end removes the pair, the pod's end included.
     undo.push(move || {
@@ -126,7 +123,7 @@ fn add<'a>(
     let cont_link = cont
         .link(&req.ifname)?
         .ok_or_else(|| Error::network(format!("veth peer {} is missing in {}", req.ifname, ns.path().display())))?;
-    iface::configure(cont, ns, &req.ifname, cont_link.index, &result, false)?;
+    configure::apply(pod, cont_link.index, &result, false)?;
     route_through_gateway(cont, ns, cont_link.index, &result.ips)?;
     if result.ips.iter().any(|ip| !is_v4(&ip.address)) {
         // Without a usable link-local address the host sends no neighbour solicitation on this
@@ -141,12 +138,12 @@ fn add<'a>(
         undo.push(move || {
             let _ = fw.del_masquerade(&conf.network, &req.container_id, &req.ifname);
         });
-        fw.add_masquerade(&iface::masquerade(req, &conf.network, result.ips.iter()))?;
+        fw.add_masquerade(&masquerade::rules(req, &conf.network, result.ips.iter()))?;
     }
     let cont_now = cont.link_by_index(cont_link.index)?.unwrap_or(cont_link);
     result.interfaces = vec![
         Interface { name: host_name, mac: host_link.mac_string(), ..Default::default() },
-        iface::pod_interface(&req.ifname, &cont_now, ns),
+        pod_interface(&req.ifname, &cont_now, ns),
     ];
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
@@ -155,7 +152,7 @@ fn add<'a>(
 }
 
 /// Whether `name` is a ptp host veth's: `veth` + 8 lowercase hex digits, as ours
-/// ([`iface::host_veth_name`]) and the reference's (random) are named.
+/// ([`host_veth_name`]) and the reference's (random) are named.
 fn is_host_veth_name(name: &str) -> bool {
     name.strip_prefix("veth")
         .is_some_and(|hex| hex.len() == 8 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
@@ -178,7 +175,7 @@ fn gateways_off_node_networks(ips: &mut [IpConfig]) -> Result<()> {
         let pod = ip.address.ip();
         let (gw, given) = match ip.gateway {
             Some(gw) => (gw, true),
-            None => (iface::subnet_gateway(&ip.address), false),
+            None => (subnet_gateway(&ip.address), false),
         };
         if let Some(reach) = nets.reach(gw)?.filter(|r| !own(r.oif())) {
             let whose = if given {
@@ -283,11 +280,11 @@ fn configure_host_end(host: &Netlink, link: &Link, ips: &[IpConfig]) -> Result<(
 }
 
 /// CHECK (code 103 on a difference): the pod's interface, addresses and routes as prevResult
-/// says ([`iface::check_pod`]), the host end with each gateway and a route to each pod address,
+/// says ([`iface::check::pod`]), the host end with each gateway and a route to each pod address,
 /// and the masquerade rules.
 fn check(req: &Request, conf: &PtpConf, prev: &CniResult, ns: &NetNs) -> Result<()> {
     let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);
-    let (link, sandbox_idx) = iface::check_pod(ns, &req.ifname, prev, true)?;
+    let (link, sandbox_idx) = iface::check::pod(ns, &req.ifname, prev, true)?;
     if link.kind.as_deref() != Some("veth") {
         return Err(failed(format!("{} is not a veth", req.ifname)));
     }
@@ -297,10 +294,10 @@ fn check(req: &Request, conf: &PtpConf, prev: &CniResult, ns: &NetNs) -> Result<
         .iter()
         .find(|i| i.sandbox.as_deref().is_none_or(str::is_empty))
         .map(|i| i.name.clone())
-        .unwrap_or_else(|| iface::host_veth_name(&req.container_id, &req.ifname, 0));
+        .unwrap_or_else(|| host_veth_name(&req.container_id, &req.ifname, 0));
     let host_link = host.link(&host_name)?.ok_or_else(|| failed(format!("host veth {host_name} is missing")))?;
     let addrs = host.addresses(host_link.index)?;
-    let own: Vec<&IpConfig> = iface::own_ips(prev, sandbox_idx).collect();
+    let own: Vec<&IpConfig> = own_ips(prev, sandbox_idx).collect();
     for ip in &own {
         if let Some(gw) = ip.gateway.map(host_prefix) {
             if !addrs.contains(&gw) {
@@ -314,7 +311,7 @@ fn check(req: &Request, conf: &PtpConf, prev: &CniResult, ns: &NetNs) -> Result<
         }
     }
     if let Some(m) = conf.ip_masq {
-        firewall::open(m.backend).check_masquerade(&iface::masquerade(req, &conf.network, own.into_iter()))?;
+        firewall::open(m.backend).check_masquerade(&masquerade::rules(req, &conf.network, own.into_iter()))?;
     }
     Ok(())
 }

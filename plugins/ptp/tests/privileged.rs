@@ -76,7 +76,7 @@ fn host_veth(r: &CniResult, rt: &RuntimeConf) -> String {
         .iter()
         .find(|i| i.sandbox.is_none())
         .map(|i| i.name.clone())
-        .unwrap_or_else(|| netkit::iface::host_veth_name(&rt.container_id, &rt.ifname, 0))
+        .unwrap_or_else(|| netkit::iface::naming::host_veth_name(&rt.container_id, &rt.ifname, 0))
 }
 
 fn link_exists(name: &str) -> bool {
@@ -224,7 +224,7 @@ fn failed_add_leaves_nothing() {
     assert_eq!(e.code, libcni::code::RANGE_EXHAUSTED, "{e}");
     assert!(!pod2.exec("ip", &["link", "show", "eth0"]).status.success(), "eth0 left after the failed ADD");
     for attempt in 0..8 {
-        let name = netkit::iface::host_veth_name(&rt2.container_id, "eth0", attempt);
+        let name = netkit::iface::naming::host_veth_name(&rt2.container_id, "eth0", attempt);
         assert!(!link_exists(&name), "host veth {name} left after the failed ADD");
     }
     let rules = String::from_utf8_lossy(&run("nft", &["list", "ruleset"]).stdout).into_owned();

@@ -104,7 +104,7 @@ fn parse_with(raw: &Value, conf: &NetConf, args_mac: Option<&str>, selinux: bool
         owner: r.owner.map(|o| id(o, "owner")).transpose()?,
         group: r.group.map(|g| id(g, "group")).transpose()?,
         bridge,
-        ipam_type: netkit::iface::ipam_type(conf)?.map(str::to_string),
+        ipam_type: netkit::iface::ipam::plugin(conf)?.map(str::to_string),
         dns: conf.dns.clone(),
     })
 }

@@ -11,9 +11,8 @@ pub mod config;
 
 use config::TapConf;
 use libcni::{invoke, CniResult, Error, Plugin, Request, Result};
-use netkit::iface::{self, Undo};
+use netkit::iface::{ipam, single, Pod, Undo};
 use netkit::tuntap::{self, TapOptions};
-use netkit::{NetNs, Netlink};
 
 pub struct Tap;
 
@@ -21,13 +20,8 @@ fn conf_of(req: &Request) -> Result<TapConf> {
     config::parse(&req.raw, &req.conf, req.args.get("MAC"))
 }
 
-fn add<'a>(
-    req: &'a Request,
-    conf: &'a TapConf,
-    ns: &NetNs,
-    cont: &'a Netlink,
-    undo: &mut Undo<'a>,
-) -> Result<CniResult> {
+fn add<'a>(pod: &'a Pod, conf: &'a TapConf, undo: &mut Undo<'a>) -> Result<CniResult> {
+    let (req, ns, cont) = (pod.req, &pod.ns, &pod.nl);
     let bridge = match &conf.bridge {
         Some(name) => {
             let br = cont.link(name)?.ok_or_else(|| {
@@ -59,7 +53,7 @@ fn add<'a>(
         cont.set_master(link.index, br.index)
             .map_err(|e| e.context(format_args!("make {} a port of bridge {}", req.ifname, br.name)))?;
     }
-    iface::single_interface_result(req, conf.ipam_type.as_deref(), cont, ns, &link, conf.dns.as_ref(), undo)
+    single::result(pod, conf.ipam_type.as_deref(), &link, conf.dns.as_ref(), undo)
 }
 
 impl Plugin for Tap {
@@ -70,20 +64,20 @@ impl Plugin for Tap {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = conf_of(req)?;
-        iface::ipam_ready(req, conf.ipam_type.as_deref())?;
-        iface::refuse_addressless_legacy(req, conf.ipam_type.as_deref())?;
-        let (ns, cont) = iface::open_pod_for_add(req)?;
-        Undo::guarded(|undo| add(req, &conf, &ns, &cont, undo))
+        ipam::ready(req, conf.ipam_type.as_deref())?;
+        ipam::refuse_addressless_legacy(req, conf.ipam_type.as_deref())?;
+        let pod = Pod::open_for_add(req)?;
+        Undo::guarded(|undo| add(&pod, &conf, undo))
     }
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = conf_of(req)?;
-        iface::check_single_interface(req, conf.ipam_type.as_deref(), "tun").map(drop)
+        single::check(req, conf.ipam_type.as_deref(), "tun").map(drop)
     }
 
     /// Releases the addresses and deletes the tap whatever else is wrong with the configuration.
     fn del(&self, req: &Request) -> Result<()> {
-        iface::del_single_interface(req)
+        single::del(req)
     }
 
     fn status(&self, req: &Request) -> Result<()> {

@@ -65,7 +65,7 @@ pub fn parse(raw: &Value, conf: &NetConf) -> Result<VlanConf> {
             )))
         }
     };
-    let ipam_type = netkit::iface::ipam_type(conf)?.map(str::to_string).ok_or_else(|| {
+    let ipam_type = netkit::iface::ipam::plugin(conf)?.map(str::to_string).ok_or_else(|| {
         Error::config("ipam: the vlan plugin needs an IPAM configuration (\"ipam\": {\"type\": ...})")
     })?;
     Ok(VlanConf {

@@ -2,7 +2,7 @@
 //! the addresses IPAM gives. Pods on the same `vlanId` of one master share a layer-2 segment.
 //!
 //! ADD finds `master` on the host (in the pod with `linkInContainer`), creates the VLAN link into
-//! the pod as `CNI_IFNAME` ([`netkit::iface::create_in_pod`]: under a temporary name renamed there
+//! the pod as `CNI_IFNAME` ([`netkit::iface::inpod::create`]: under a temporary name renamed there
 //! on a kernel that confuses the new name with a host link's), then configures IPAM's result on it; a failure
 //! removes the link and releases the addresses. CHECK wants the master, a VLAN link with the
 //! configured id and MTU, and prevResult's addresses and routes. DEL releases the addresses and
@@ -12,7 +12,7 @@ pub mod config;
 
 use config::VlanConf;
 use libcni::{invoke, CniResult, Error, Plugin, Request, Result};
-use netkit::iface::{self, Undo};
+use netkit::iface::{inpod, ipam, single, Pod, Undo};
 use netkit::netlink::NewLink;
 use netkit::{Link, NetNs, Netlink};
 
@@ -52,17 +52,15 @@ fn usable_master(conf: &VlanConf, nl: &Netlink, ns: Option<&NetNs>) -> Result<Li
 /// ADD's changes: the VLAN link on `parent` (in the namespace `creator` speaks to) created into
 /// the pod, then IPAM's result on it.
 fn add<'a>(
-    req: &'a Request,
+    pod: &'a Pod,
     conf: &'a VlanConf,
-    ns: &NetNs,
-    cont: &'a Netlink,
     creator: &Netlink,
     parent: &Link,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
     let kind = NewLink::Vlan { parent: parent.index, id: conf.vlan_id };
-    let link = iface::create_in_pod(creator, cont, ns, &req.container_id, &req.ifname, |name| {
-        creator.create_link(name, kind, conf.mtu, Some(ns)).map_err(|e| {
+    let link = inpod::create(creator, pod, |name| {
+        creator.create_link(name, kind, conf.mtu, Some(&pod.ns)).map_err(|e| {
             if netkit::is_exists(&e) {
                 e.with_details(format!(
                     "master {} may already have a link for VLAN {}: the kernel allows one per id and master",
@@ -74,9 +72,9 @@ fn add<'a>(
         })
     })?;
     undo.push(move || {
-        let _ = cont.delete_link_by_name(&req.ifname);
+        let _ = pod.nl.delete_link_by_name(pod.ifname());
     });
-    iface::single_interface_result(req, Some(&conf.ipam_type), cont, ns, &link, conf.dns.as_ref(), undo)
+    single::result(pod, Some(&conf.ipam_type), &link, conf.dns.as_ref(), undo)
 }
 
 impl Plugin for Vlan {
@@ -87,7 +85,7 @@ impl Plugin for Vlan {
 
     fn add(&self, req: &Request) -> Result<CniResult> {
         let conf = config::parse(&req.raw, &req.conf)?;
-        iface::ipam_ready(req, Some(&conf.ipam_type))?;
+        ipam::ready(req, Some(&conf.ipam_type))?;
         // A master on the host is checked before the pod's namespace is opened: a configuration
         // it refuses (an MTU above the master's) fails before anything is touched.
         let host = match conf.link_in_container {
@@ -98,17 +96,21 @@ impl Plugin for Vlan {
             }
             true => None,
         };
-        let (ns, cont) = iface::open_pod_for_add(req)?;
-        let (creator, parent) = match &host {
-            Some((host, parent)) => (host, parent.clone()),
-            None => (&cont, usable_master(&conf, &cont, Some(&ns))?),
+        let pod = Pod::open_for_add(req)?;
+        let (pod, parent) = match host {
+            Some((host, parent)) => (pod.with_host(host), parent),
+            None => {
+                let parent = usable_master(&conf, &pod.nl, Some(&pod.ns))?;
+                (pod, parent)
+            }
         };
-        Undo::guarded(|undo| add(req, &conf, &ns, &cont, creator, &parent, undo))
+        let creator = if conf.link_in_container { &pod.nl } else { pod.host()? };
+        Undo::guarded(|undo| add(&pod, &conf, creator, &parent, undo))
     }
 
     fn check(&self, req: &Request) -> Result<()> {
         let conf = config::parse(&req.raw, &req.conf)?;
-        let (ns, link) = iface::check_single_interface(req, Some(&conf.ipam_type), "vlan")?;
+        let (ns, link) = single::check(req, Some(&conf.ipam_type), "vlan")?;
         let failed = |msg: String| Error::new(libcni::code::CHECK_FAILED, msg);
         let host = if conf.link_in_container { Netlink::open_in(&ns)? } else { Netlink::open()? };
         master(&conf, &host, conf.link_in_container.then_some(&ns)).map_err(|e| failed(e.msg))?;
@@ -133,7 +135,7 @@ impl Plugin for Vlan {
     /// Releases the addresses and deletes the link whatever else is wrong with the configuration
     /// (the master gone, a key that no longer validates): DEL never strands a pod.
     fn del(&self, req: &Request) -> Result<()> {
-        iface::del_single_interface(req)
+        single::del(req)
     }
 
     fn status(&self, req: &Request) -> Result<()> {

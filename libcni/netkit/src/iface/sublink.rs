@@ -2,7 +2,7 @@
 //!
 //! ADD finds the master (`master`, else the interface of the default route) in the host's
 //! namespace, or in the pod's with `linkInContainer`; creates the link as `CNI_IFNAME` directly in
-//! the pod's namespace ([`super::create_in_pod`]: under a temporary name renamed there only on a
+//! the pod's namespace ([`super::inpod::create`]: under a temporary name renamed there only on a
 //! kernel that would confuse the new name with a host link's, as the reference always does);
 //! then, when there are addresses (from IPAM, or for a chained ipvlan from prevResult), configures
 //! them as Go's `ipam.ConfigureIface` does, duplicate address detection included (the link shares
@@ -10,7 +10,9 @@
 //! releases its lease through the interface), then deletes the link in the pod; the kernel removes
 //! it with the namespace, so a namespace that is gone leaves nothing else to do.
 
-use super::{chained, check_pod, configure, ipam_add, is_v4, set_gateways, Undo};
+use super::concurrent::alongside;
+use super::result::{chained, is_v4, pod_interface, set_gateways};
+use super::{check, configure, inpod, ipam, Pod, Undo};
 use crate::netlink::SubLink;
 use crate::sysctl;
 use crate::Family;
@@ -115,7 +117,7 @@ pub fn add(req: &Request, conf: &SubLinkConf) -> Result<CniResult> {
             req.conf.cni_version
         )));
     }
-    super::ipam_ready(req, conf.ipam_type.as_deref())?;
+    ipam::ready(req, conf.ipam_type.as_deref())?;
     let kind = conf.sub.kind();
     // A master on the host is checked before the pod's namespace is opened: a configuration it
     // refuses (no such master, an MTU above its) fails before anything is touched.
@@ -128,48 +130,40 @@ pub fn add(req: &Request, conf: &SubLinkConf) -> Result<CniResult> {
         true => None,
     };
     // No lookup of CNI_IFNAME in the pod first: creating the link under that name fails when it
-    // is taken, with the same error ([`super::create_in_pod`]).
-    let ns = crate::container_netns(req)?;
-    let cont = Netlink::open_in(&ns)?;
-    let (at, master) = match &host {
-        Some((host, master)) => (on_host(host), master.clone()),
+    // is taken, with the same error ([`inpod::create`]).
+    let pod = Pod::open(req)?;
+    let (pod, master) = match host {
+        Some((host, master)) => (pod.with_host(host), master),
         None => {
-            let at = in_pod(&cont, &ns);
-            let master = usable_master(&at, conf, kind)?;
-            (at, master)
+            let master = usable_master(&in_pod(&pod.nl, &pod.ns), conf, kind)?;
+            (pod, master)
         }
     };
-    let mut undo = Undo::default();
-    match add_link(req, conf, &ns, &cont, &at, &master, &mut undo) {
-        Ok(r) => Ok(r),
-        Err(e) => {
-            undo.run();
-            Err(e)
-        }
-    }
+    let at = match conf.link_in_container {
+        false => on_host(pod.host()?),
+        true => in_pod(&pod.nl, &pod.ns),
+    };
+    Undo::guarded(|undo| add_link(&pod, conf, &at, &master, undo))
 }
 
 fn add_link<'a>(
-    req: &'a Request,
+    pod: &'a Pod,
     conf: &'a SubLinkConf,
-    ns: &NetNs,
-    cont: &'a Netlink,
     at: &MasterNs,
     master: &Link,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
+    let (req, ns) = (pod.req, &pod.ns);
     let sub = &conf.sub;
-    let link = super::create_in_pod(at.nl, cont, ns, &req.container_id, &req.ifname, |name| {
-        at.nl.create_sublink(name, master.index, sub, ns, conf.mtu, conf.mac)
-    })?;
+    let link = inpod::create(at.nl, pod, |name| at.nl.create_sublink(name, master.index, sub, ns, conf.mtu, conf.mac))?;
     let index = link.index;
     undo.push(move || {
-        let _ = cont.delete_link(index);
+        let _ = pod.nl.delete_link(index);
     });
     libcni::fault_point("link-created")?;
     let mut result = CniResult { cni_version: req.conf.cni_version.clone(), ..Default::default() };
     if let Some(ipam) = &conf.ipam_type {
-        let r = ipam_add(ipam, req, undo)?;
+        let r = ipam::add(ipam, req, undo)?;
         (result.ips, result.routes, result.dns) = (r.ips, r.routes, r.dns);
     } else if let Some(prev) = req.conf.prev_result.as_ref().filter(|_| conf.ips_from_prev) {
         (result.ips, result.routes) = (prev.ips.clone(), prev.routes.clone());
@@ -177,20 +171,20 @@ fn add_link<'a>(
     // Our one interface is the pod's: every address is on it.
     set_gateways(&mut result, 0, false, false);
     if result.ips.is_empty() {
-        cont.set_up(index)?;
+        pod.nl.set_up(index)?;
     } else {
         if result.ips.iter().any(|ip| !is_v4(&ip.address)) {
             // Unsolicited neighbour advertisements when the link comes up, as the reference sets them.
             let _ = ns.run(|| sysctl::set_if(&req.ifname, Family::V6, "ndisc_notify", "1"));
         }
-        configure(cont, ns, &req.ifname, index, &result, true)?;
+        configure::apply(pod, index, &result, true)?;
         if result.ips.iter().any(|ip| !is_v4(&ip.address)) {
-            cont.wait_dad(index, DAD_TIMEOUT)?;
+            pod.nl.wait_dad(index, DAD_TIMEOUT)?;
         }
     }
     libcni::fault_point("container-configured")?;
     // The link as read right after its creation: configuring it changes neither name nor MAC.
-    result.interfaces = vec![super::pod_interface(&req.ifname, &link, ns)];
+    result.interfaces = vec![pod_interface(&req.ifname, &link, ns)];
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
     }
@@ -207,12 +201,12 @@ fn add_link<'a>(
 /// addresses and routes; the master still exists.
 pub fn check(req: &Request, conf: &SubLinkConf) -> Result<()> {
     let failed = |msg: String| Error::new(code::CHECK_FAILED, msg);
-    let (prev, ns) = super::check_start(req, conf.ipam_type.as_deref())?;
+    let (prev, ns) = check::start(req, conf.ipam_type.as_deref())?;
     let netns = ns.path().display().to_string();
     if !prev.interfaces.iter().any(|i| i.name == req.ifname && i.sandbox.as_deref() == Some(netns.as_str())) {
         return Err(failed(format!("prevResult lists no interface {} in {netns}", req.ifname)));
     }
-    let (link, _) = check_pod(&ns, &req.ifname, prev, true)?;
+    let (link, _) = check::pod(&ns, &req.ifname, prev, true)?;
     let cont = Netlink::open_in(&ns)?;
     let kind = conf.sub.kind();
     match cont.sublink(link.index)? {
@@ -238,12 +232,12 @@ pub fn check(req: &Request, conf: &SubLinkConf) -> Result<()> {
 
 /// DEL: IPAM's release (when `ipam` names a plugin) and the link in the pod; every step runs,
 /// and the errors are reported together. A release through the link (dhcp) runs before the link
-/// goes; any other runs alongside the deletion ([`super::alongside`]). Needs no other key, so a
+/// goes; any other runs alongside the deletion ([`alongside`]). Needs no other key, so a
 /// configuration that no longer validates never strands an attachment.
 pub fn del(req: &Request, ipam: Option<&str>) -> Result<()> {
     let mut errs = Errors::new();
     let (early, late) = match ipam {
-        Some(t) if super::releases_through_link(t) => (Some(t), None),
+        Some(t) if ipam::releases_through_link(t) => (Some(t), None),
         other => (None, other),
     };
     if let Some(ipam) = early {
@@ -251,12 +245,12 @@ pub fn del(req: &Request, ipam: Option<&str>) -> Result<()> {
     }
     let deleted = match late {
         Some(ipam) => {
-            let release = || invoke::delegate_del(ipam, req);
-            let (released, deleted) = super::alongside("releasing the addresses", release, || super::del_in_pod(req));
+            let release = |_: &_| invoke::delegate_del(ipam, req);
+            let (released, deleted) = alongside("releasing the addresses", release, |_| inpod::del(req));
             errs.record(released.and_then(|r| r));
             deleted
         }
-        None => super::del_in_pod(req),
+        None => inpod::del(req),
     };
     errs.record(deleted);
     errs.finish()

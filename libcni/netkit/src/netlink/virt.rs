@@ -63,7 +63,7 @@ impl Netlink {
     /// The kernel looks `name` up in the namespace the request is sent in before creating anything
     /// (an existing link of that name turns the request into a change, refused by NLM_F_EXCL): a
     /// link created from the host for a pod needs a name free on the host too
-    /// ([`crate::iface::create_in_pod_renamed`]).
+    /// ([`crate::iface::inpod::create_renamed`]).
     pub fn create_link(&self, name: &str, kind: NewLink, mtu: Option<u32>, ns: Option<&NetNs>) -> Result<()> {
         super::link::check_ifname(kind.kind_name(), name)?;
         let mut msg = LinkMessage::default();
