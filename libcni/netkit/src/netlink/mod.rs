@@ -130,8 +130,8 @@ impl Netlink {
         (buf, seq)
     }
 
-    /// Sends `ops` in one datagram (as many per datagram as
-    /// [`Exchange::requests_per_send`] says the receive buffer holds the acknowledgements of) and reads every
+    /// Sends `ops` in one datagram (as many per datagram as the socket's receive buffer holds the
+    /// acknowledgements of) and reads every
     /// acknowledgement: one round trip instead of one per request. The kernel handles the messages
     /// of a datagram in order and goes on past one that fails, so each gets its own outcome, in
     /// `ops`' order, a failure naming its object as the one-request method does. A later request
