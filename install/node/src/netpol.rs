@@ -26,8 +26,9 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
-use netkit::firewall::netpol::{self, Elements, Ruleset};
+use netkit::firewall::netpol::{self, Element, Elements, Ruleset};
 use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -145,15 +146,22 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
             let mut why = None;
             let plan = match compiled.as_mut() {
                 Some(c) if !swap && !all => {
-                    let (mut before, mut after) = (Elements::new(), Elements::new());
+                    // Netted over the batch: an element that came and went again is not sent.
+                    let mut net: BTreeMap<(String, Element), i32> = BTreeMap::new();
                     for (old, new) in &changes.pods {
-                        let (b, a) = c.pod_changed(&known.cluster, &node, old.as_ref(), new.as_ref());
-                        for (set, elems) in b {
-                            before.entry(set).or_insert(elems);
+                        for (key, d) in c.pod_changed(&known.cluster, &node, old.as_ref(), new.as_ref()) {
+                            *net.entry(key).or_insert(0) += d;
                         }
-                        after.extend(a);
                     }
-                    Plan::Elements(diff(&before, &after))
+                    let (mut del, mut add) = (Elements::new(), Elements::new());
+                    for ((set, e), d) in net {
+                        match d {
+                            1 => add.entry(set).or_default().insert(e),
+                            -1 => del.entry(set).or_default().insert(e),
+                            _ => continue,
+                        };
+                    }
+                    Plan::Elements((del, add))
                 }
                 Some(c) if !swap => {
                     let new = policy::compile(&known.cluster, &node);

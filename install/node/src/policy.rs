@@ -30,7 +30,7 @@ use netkit::firewall::netpol::{
     empty_ruleset, Element, Elements, Peer, Ports, Rule, Ruleset, SetKind, EGRESS_ISOLATED, INGRESS_ISOLATED, SCTP,
     TCP, UDP,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 pub type Labels = BTreeMap<String, String>;
@@ -232,44 +232,43 @@ impl Compiled {
             .collect()
     }
 
-    /// Takes a pod's change (`old` to `new`; `None` is absent) into the elements, and returns
-    /// the elements of the sets it touched, before and after. Costs one check per set and
-    /// policy, however many pods there are.
+    /// Takes a pod's change (`old` to `new`; `None` is absent) into the elements, and returns what
+    /// changed in the sets: each (set, element) with +1 when it came into its set, -1 when it
+    /// left it (an address another pod still gives stays). Costs one check per set and policy,
+    /// however many pods there are and however large the sets.
     pub fn pod_changed(
         &mut self,
         cluster: &Cluster,
         node: &Node,
         old: Option<&PodInfo>,
         new: Option<&PodInfo>,
-    ) -> (Elements, Elements) {
+    ) -> Vec<((String, Element), i32)> {
         let gone = old.map(|p| self.contributions(cluster, node, p)).unwrap_or_default();
         let came = new.map(|p| self.contributions(cluster, node, p)).unwrap_or_default();
-        let touched: BTreeSet<&String> = gone.iter().chain(&came).map(|(set, _)| set).collect();
-        let snapshot = |c: &Compiled| -> Elements {
-            touched
-                .iter()
-                .map(|set| {
-                    let elems = c.counts.get(*set).map(|m| m.keys().copied().collect()).unwrap_or_default();
-                    ((*set).clone(), elems)
-                })
-                .collect()
-        };
-        let before = snapshot(self);
+        let present = |c: &Compiled, (set, e): &(String, Element)| c.counts.get(set).is_some_and(|m| m.contains_key(e));
+        let touched: std::collections::BTreeSet<(String, Element)> = gone.iter().chain(&came).cloned().collect();
+        let before: Vec<bool> = touched.iter().map(|k| present(self, k)).collect();
         for (set, e) in &gone {
-            if let Some(m) = self.counts.get_mut(set) {
-                if let Some(n) = m.get_mut(e) {
-                    *n -= 1;
-                    if *n == 0 {
-                        m.remove(e);
-                    }
+            let Some(m) = self.counts.get_mut(set) else { continue };
+            if let Some(n) = m.get_mut(e) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(e);
                 }
             }
         }
-        for (set, e) in &came {
-            *self.counts.entry(set.clone()).or_default().entry(*e).or_insert(0) += 1;
+        for (set, e) in came {
+            *self.counts.entry(set).or_default().entry(e).or_insert(0) += 1;
         }
-        let after = snapshot(self);
-        (before, after)
+        touched
+            .into_iter()
+            .zip(before)
+            .filter_map(|(k, was)| match (was, present(self, &k)) {
+                (false, true) => Some((k, 1)),
+                (true, false) => Some((k, -1)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// (set, element) for every element `pod` puts in a set.
