@@ -7,6 +7,7 @@ use super::{
 use serde_json::json;
 use std::path::Path;
 
+/// The rows of bridge's own keys, run after the rows every plugin gets.
 pub fn rows(f: &Fixture) -> Vec<Case> {
     let b = f.base("bridge");
     let mut cases = Vec::new();
@@ -99,6 +100,7 @@ pub fn rows(f: &Fixture) -> Vec<Case> {
     cases
 }
 
+/// Every row of bridge's table through its binary in `bins`: each refused with its code, nothing left behind.
 pub fn refuses_hostile_input(bins: &Path) {
     let f = Fixture::new(bins);
     let mut cases = common_cases(&f, "bridge");

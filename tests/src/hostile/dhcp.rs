@@ -8,6 +8,7 @@ use serde_json::json;
 use serde_json::Value;
 use std::path::Path;
 
+/// The rows of dhcp's own keys, run after the rows every plugin gets.
 pub fn rows(f: &Fixture) -> Vec<Case> {
     let b = f.base("dhcp");
     let ipam = |k: &str, v: Value| with(&b, &format!("ipam.{k}"), v);
@@ -40,6 +41,7 @@ pub fn rows(f: &Fixture) -> Vec<Case> {
     ]
 }
 
+/// Every row of dhcp's table through its binary in `bins`: each refused with its code, nothing left behind.
 pub fn refuses_hostile_input(bins: &Path) {
     let f = Fixture::new(bins);
     let mut cases = common_cases(&f, "dhcp");

@@ -8,6 +8,7 @@ use crate::Netns;
 use serde_json::json;
 use std::path::Path;
 
+/// The rows of firewall's own keys, run after the rows every plugin gets.
 pub fn rows(f: &Fixture) -> Vec<Case> {
     let b = f.base("firewall");
     let bridge_named = |name: &str| {

@@ -6,6 +6,7 @@ use serde_json::json;
 use serde_json::Value;
 use std::path::Path;
 
+/// The rows of host-device's own keys, run after the rows every plugin gets.
 pub fn rows(f: &Fixture) -> Vec<Case> {
     let b = without_keys(&f.base("host-device"), &["device"]);
     let set = |k: &str, v: Value| with(&b, k, v);
@@ -32,6 +33,7 @@ pub fn rows(f: &Fixture) -> Vec<Case> {
     ]
 }
 
+/// Every row of host-device's table through its binary in `bins`: each refused with its code, nothing left behind.
 pub fn refuses_hostile_input(bins: &Path) {
     let f = Fixture::new(bins);
     let mut cases = common_cases(&f, "host-device");

@@ -10,6 +10,7 @@ use serde_json::json;
 use serde_json::Value;
 use std::path::Path;
 
+/// The rows of host-local's own keys, run after the rows every plugin gets.
 pub fn rows(f: &Fixture) -> Vec<Case> {
     let b = f.base("host-local");
     let dd = f.data_dir();
@@ -167,6 +168,7 @@ pub fn rows(f: &Fixture) -> Vec<Case> {
     ]
 }
 
+/// Every row of host-local's table through its binary in `bins`: each refused with its code, nothing left behind.
 pub fn refuses_hostile_input(bins: &Path) {
     let f = Fixture::new(bins);
     let mut cases = common_cases(&f, "host-local");

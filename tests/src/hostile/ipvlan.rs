@@ -5,6 +5,7 @@ use super::{case, sublink, with, without, Case, Fixture, CONFIG};
 use serde_json::json;
 use std::path::Path;
 
+/// The rows of ipvlan's own keys, run after the rows every plugin gets.
 pub fn rows(f: &Fixture) -> Vec<Case> {
     let b = f.base("ipvlan");
     let mut cases = sublink::rows(f, "ipvlan");
@@ -35,6 +36,7 @@ pub fn rows(f: &Fixture) -> Vec<Case> {
     cases
 }
 
+/// Every row of ipvlan's table through its binary in `bins`: each refused with its code, nothing left behind.
 pub fn refuses_hostile_input(bins: &Path) {
     sublink::table(bins, "ipvlan", rows);
 }

@@ -4,6 +4,7 @@
 use super::{common_cases, netns_cases, run_table, Fixture};
 use std::path::Path;
 
+/// Every row of loopback's table through its binary in `bins`: each refused with its code, nothing left behind.
 pub fn refuses_hostile_input(bins: &Path) {
     let f = Fixture::new(bins);
     let mut cases = common_cases(&f, "loopback");

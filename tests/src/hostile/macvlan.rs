@@ -5,6 +5,7 @@ use super::{case, env_case, sublink, with, Case, Fixture, CONFIG, VERSION};
 use serde_json::json;
 use std::path::Path;
 
+/// The rows of macvlan's own keys, run after the rows every plugin gets.
 pub fn rows(f: &Fixture) -> Vec<Case> {
     let b = f.base("macvlan");
     let mut cases = sublink::rows(f, "macvlan");
@@ -37,6 +38,7 @@ pub fn rows(f: &Fixture) -> Vec<Case> {
     cases
 }
 
+/// Every row of macvlan's table through its binary in `bins`: each refused with its code, nothing left behind.
 pub fn refuses_hostile_input(bins: &Path) {
     sublink::table(bins, "macvlan", rows);
 }

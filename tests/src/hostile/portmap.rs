@@ -8,6 +8,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// The rows of portmap's own keys, run after the rows every plugin gets.
 pub fn rows(f: &Fixture) -> Vec<Case> {
     let b = f.base("portmap");
     let maps = |m: Value| with(&b, "runtimeConfig", json!({ "portMappings": m }));
@@ -47,6 +48,7 @@ pub fn rows(f: &Fixture) -> Vec<Case> {
     ]
 }
 
+/// Every row of portmap's table through its binary in `bins`: each refused with its code, nothing left behind.
 pub fn refuses_hostile_input(bins: &Path) {
     let f = Fixture::new(bins);
     let mut cases = common_cases(&f, "portmap");

@@ -5,6 +5,7 @@ use super::{case, common_cases, netns_cases, run_table, with, without, Case, Fix
 use serde_json::json;
 use std::path::Path;
 
+/// The rows of ptp's own keys, run after the rows every plugin gets.
 pub fn rows(f: &Fixture) -> Vec<Case> {
     let b = f.base("ptp");
     vec![
@@ -23,6 +24,7 @@ pub fn rows(f: &Fixture) -> Vec<Case> {
     ]
 }
 
+/// Every row of ptp's table through its binary in `bins`: each refused with its code, nothing left behind.
 pub fn refuses_hostile_input(bins: &Path) {
     let f = Fixture::new(bins);
     let mut cases = common_cases(&f, "ptp");

@@ -5,6 +5,7 @@ use super::{case, common_cases, env_case, netns_cases, run_table, with, Case, Fi
 use serde_json::json;
 use std::path::Path;
 
+/// The rows of tap's own keys, run after the rows every plugin gets.
 pub fn rows(f: &Fixture) -> Vec<Case> {
     let b = f.base("tap");
     let mut cases = vec![
@@ -35,6 +36,7 @@ pub fn rows(f: &Fixture) -> Vec<Case> {
     cases
 }
 
+/// Every row of tap's table through its binary in `bins`: each refused with its code, nothing left behind.
 pub fn refuses_hostile_input(bins: &Path) {
     let f = Fixture::new(bins);
     let mut cases = common_cases(&f, "tap");

@@ -5,6 +5,7 @@ use super::{case, common_cases, env_case, netns_cases, run_table, with, without,
 use serde_json::json;
 use std::path::Path;
 
+/// The rows of tuning's own keys, run after the rows every plugin gets.
 pub fn rows(f: &Fixture) -> Vec<Case> {
     let b = f.base("tuning");
     let sysctl = |k: &str| with(&b, "sysctl", json!({ k: "1" }));
@@ -56,6 +57,7 @@ pub fn rows(f: &Fixture) -> Vec<Case> {
     cases
 }
 
+/// Every row of tuning's table through its binary in `bins`: each refused with its code, nothing left behind.
 pub fn refuses_hostile_input(bins: &Path) {
     let f = Fixture::new(bins);
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
