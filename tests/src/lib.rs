@@ -13,6 +13,7 @@
 
 pub mod exec;
 pub mod gojson;
+pub mod hostile;
 pub mod noop;
 pub mod vm;
 
@@ -94,14 +95,8 @@ pub fn in_shipped_run() -> bool {
 /// unless all pass and at least `min_passed` of them ran.
 pub fn holds_for_the_shipped_binary(plugins: &[&str], helpers: &[&str], min_passed: usize) {
     require_root();
-    let links = TempDir::new("cnts");
+    let links = shipped_bin_dir(plugins, helpers);
     let shipped = vm::static_cni_rs();
-    for plugin in plugins {
-        std::os::unix::fs::symlink(&shipped, links.path().join(plugin)).expect("link the static cni-rs");
-    }
-    for helper in helpers {
-        std::os::unix::fs::symlink(bin_dir().join(helper), links.path().join(helper)).expect("link a helper");
-    }
     let out = Command::new(std::env::current_exe().expect("this test binary"))
         .env("CNI_RS_BIN_DIR", links.path())
         .env(SHIPPED_RUN, "1")
@@ -117,6 +112,20 @@ pub fn holds_for_the_shipped_binary(plugins: &[&str], helpers: &[&str], min_pass
     );
     let passed = stdout.lines().filter(|l| l.starts_with("test ") && l.ends_with(" ok")).count();
     assert!(passed >= min_passed, "only {passed} tests passed with the shipped binary:\n{stdout}");
+}
+
+/// A directory where each of `plugins` is the static multi-call binary (a link to it) and each of
+/// `helpers` the debug build from [`bin_dir`]: what a node runs, under every plugin name.
+pub fn shipped_bin_dir(plugins: &[&str], helpers: &[&str]) -> TempDir {
+    let links = TempDir::new("cnts");
+    let shipped = vm::static_cni_rs();
+    for plugin in plugins {
+        std::os::unix::fs::symlink(&shipped, links.path().join(plugin)).expect("link the static cni-rs");
+    }
+    for helper in helpers {
+        std::os::unix::fs::symlink(bin_dir().join(helper), links.path().join(helper)).expect("link a helper");
+    }
+    links
 }
 
 /// Fails the test unless we are root; privileged tests never skip silently.
