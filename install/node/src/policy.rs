@@ -331,8 +331,7 @@ pub fn compile(cluster: &Cluster, node: &Node) -> Compiled {
     }
     c.rules.ingress.dedup();
     c.rules.egress.dedup();
-    // Counted directly: `pod_changed` would also copy every set a pod touches, before and after,
-    // which for a whole cluster is pods × members of the sets they are in.
+    // Counted directly: nothing is in the table yet, so there is no change to report.
     for pod in cluster.pods.values() {
         for (set, e) in c.contributions(cluster, node, pod) {
             *c.counts.entry(set).or_default().entry(e).or_insert(0) += 1;
