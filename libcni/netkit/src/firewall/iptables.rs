@@ -64,6 +64,7 @@
 
 use super::exec::{one_line, run, run_ok};
 use super::{check_failed, host_port_text, sha512_hex, BackendKind, Firewall, Masquerade, PortMap, PortMapping};
+use crate::Family;
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
 use libcni::{code, Error, Errors, Result};
@@ -86,33 +87,6 @@ const ATTEMPTS: usize = 3;
 /// The iptables backend (stateless; every call runs iptables-save/-restore).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IptablesBackend;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ipv {
-    V4,
-    V6,
-}
-
-impl Ipv {
-    pub(crate) fn of(ip: &IpAddr) -> Ipv {
-        if ip.is_ipv6() {
-            Ipv::V6
-        } else {
-            Ipv::V4
-        }
-    }
-    /// `v4` for IPv4, `v6` for IPv6.
-    pub(crate) fn pick<T>(self, v4: T, v6: T) -> T {
-        match self {
-            Ipv::V4 => v4,
-            Ipv::V6 => v6,
-        }
-    }
-    /// `iptables<suffix>` or `ip6tables<suffix>`.
-    fn tool(self, suffix: &str) -> String {
-        format!("{}{suffix}", self.pick("iptables", "ip6tables"))
-    }
-}
 
 /// `MustFormatChainNameWithPrefix`: "CNI-" + prefix + sha512(network + id) in hex, 28 characters.
 pub(crate) fn chain_name(network: &str, container_id: &str, prefix: &str) -> String {
@@ -153,7 +127,7 @@ fn quote(token: &str) -> String {
 
 /// `<ip>/32` or `<ip>/128`.
 pub(crate) fn host(ip: IpAddr) -> String {
-    format!("{ip}/{}", Ipv::of(&ip).pick(32, 128))
+    format!("{ip}/{}", Family::of(&ip).pick(32, 128))
 }
 
 pub(crate) fn subnet(a: &IpNetwork) -> String {
@@ -236,13 +210,14 @@ fn restore_text(table: &str, lines: &[String]) -> String {
     s
 }
 
-fn save_table(ipv: Ipv, table: &str) -> Result<NatTable> {
-    let out = run_ok(&ipv.tool("-save"), &["-t", table], None, &format!("read the {table} table"))?;
+fn save_table(ipv: Family, table: &str) -> Result<NatTable> {
+    let out = run_ok(&format!("{}-save", ipv.tool()), &["-t", table], None, &format!("read the {table} table"))?;
     Ok(NatTable::parse(&out, table))
 }
 
-fn restore(ipv: Ipv, table: &str, lines: &[String], what: &str) -> Result<()> {
-    run_ok(&ipv.tool("-restore"), &["--noflush", "-w"], Some(&restore_text(table, lines)), what).map(|_| ())
+fn restore(ipv: Family, table: &str, lines: &[String], what: &str) -> Result<()> {
+    run_ok(&format!("{}-restore", ipv.tool()), &["--noflush", "-w"], Some(&restore_text(table, lines)), what)
+        .map(|_| ())
 }
 
 /// Serializes our read-modify-write cycles with [`LOCK_FILE`] (the xtables lock covers one
@@ -273,7 +248,7 @@ fn resolves_to_nft(iptables: &std::path::Path) -> bool {
 
 /// Reads the table and applies the lines `plan` derives from it; a failed restore (someone else
 /// changed the table between the two) is retried from a fresh read.
-fn transact(ipv: Ipv, what: &str, plan: impl Fn(&NatTable) -> Vec<String>) -> Result<()> {
+fn transact(ipv: Family, what: &str, plan: impl Fn(&NatTable) -> Vec<String>) -> Result<()> {
     let _guard = lock(LOCK_FILE);
     apply(ipv, "nat", what, None, |t| Ok(plan(t)))
 }
@@ -281,7 +256,7 @@ fn transact(ipv: Ipv, what: &str, plan: impl Fn(&NatTable) -> Vec<String>) -> Re
 /// [`transact`]'s cycle for a caller that holds the lock, on `table` (`nat`, `filter`), starting
 /// from `saved` when the caller has just read the table. An error from `plan` ends it.
 fn apply(
-    ipv: Ipv,
+    ipv: Family,
     table: &str,
     what: &str,
     mut saved: Option<NatTable>,
@@ -318,20 +293,20 @@ fn cycle<T, C>(
 }
 
 /// Whether the family's nat table can be read at all (ip6tables may be absent or IPv6 disabled).
-fn usable(ipv: Ipv) -> std::result::Result<(), Error> {
-    let out = run(&ipv.tool("-save"), &["-t", "nat"], None)?;
+fn usable(ipv: Family) -> std::result::Result<(), Error> {
+    let out = run(&format!("{}-save", ipv.tool()), &["-t", "nat"], None)?;
     if out.success {
         Ok(())
     } else {
-        Err(Error::new(code::NOT_AVAILABLE, format!("{} -t nat failed: {}", ipv.tool("-save"), one_line(&out.stderr))))
+        Err(Error::new(code::NOT_AVAILABLE, format!("{}-save -t nat failed: {}", ipv.tool(), one_line(&out.stderr))))
     }
 }
 
 /// Runs a teardown on both families, tolerating a family whose tools are unusable as long as one works.
-fn both_families(mut f: impl FnMut(Ipv) -> Result<()>) -> Result<()> {
+fn both_families(mut f: impl FnMut(Family) -> Result<()>) -> Result<()> {
     let mut errs = Errors::new();
     let mut unusable = Vec::new();
-    for ipv in [Ipv::V4, Ipv::V6] {
+    for ipv in [Family::V4, Family::V6] {
         if let Err(e) = usable(ipv) {
             unusable.push(e);
             continue;
@@ -618,8 +593,8 @@ impl Firewall for IptablesBackend {
         // added, so a refused ADD adds nothing; each restore then checks again on what it applies to.
         let mut saved = Vec::new();
         for addr in p.targets() {
-            let ipv = Ipv::of(&addr.ip());
-            if !p.mappings.iter().any(|m| m.applies_to(ipv == Ipv::V6)) {
+            let ipv = Family::of(&addr.ip());
+            if !p.mappings.iter().any(|m| m.applies_to(ipv == Family::V6)) {
                 continue;
             }
             let t = save_table(ipv, "nat").map_err(|e| e.context(&what))?;
@@ -628,7 +603,7 @@ impl Firewall for IptablesBackend {
         }
         if p.localnet() {
             let what = format!("{what}: drop packets to 127.0.0.0/8 from elsewhere");
-            apply(Ipv::V4, "filter", &what, None, |t| Ok(localnet_lines(t)))?;
+            apply(Family::V4, "filter", &what, None, |t| Ok(localnet_lines(t)))?;
         }
         for (ipv, addr, t) in saved {
             apply(ipv, "nat", &what, Some(t), |t| {
@@ -646,14 +621,14 @@ impl Firewall for IptablesBackend {
 
     fn check_portmap(&self, p: &PortMap) -> Result<()> {
         let what = format!("port mappings of container {}", p.container_id);
-        if p.localnet() && !localnet_lines(&save_table(Ipv::V4, "filter")?).is_empty() {
+        if p.localnet() && !localnet_lines(&save_table(Family::V4, "filter")?).is_empty() {
             return Err(check_failed(format!(
                 "{what}: the filter table's {LOCALNET} chain (the drop of packets to 127.0.0.0/8 from elsewhere) or INPUT's jump to it is missing or changed"
             )));
         }
         for addr in p.targets() {
-            let ipv = Ipv::of(&addr.ip());
-            if !p.mappings.iter().any(|m| m.applies_to(ipv == Ipv::V6)) {
+            let ipv = Family::of(&addr.ip());
+            if !p.mappings.iter().any(|m| m.applies_to(ipv == Family::V6)) {
                 continue;
             }
             let t = save_table(ipv, "nat")?;
@@ -683,7 +658,7 @@ impl Firewall for IptablesBackend {
     /// the tools port mappings run are there (found, not run).
     fn status(&self) -> Result<()> {
         let unusable = |why: String| Error::new(code::NOT_AVAILABLE, format!("iptables is not usable here: {why}"));
-        masq::usable(Ipv::V4).map_err(|e| unusable(e.msg))?;
+        masq::usable(Family::V4).map_err(|e| unusable(e.msg))?;
         for tool in ["iptables-save", "iptables-restore"] {
             if super::exec::find(tool).is_none() {
                 return Err(unusable(format!("{tool} is not installed")));

@@ -91,7 +91,7 @@ pub fn choose(requested: Option<&str>) -> Result<BackendKind> {
 pub fn del_reference_leftovers(network: &str, container_id: &str, ifname: &str, portmap: bool) -> Result<()> {
     let chain = iptables::chain_name(network, container_id, if portmap { "DN-" } else { "" });
     let nl = nfnl::Conn::new();
-    let present = [nfnl::Family::Ip, nfnl::Family::Ip6]
+    let present = [nfnl::TableFamily::Ip, nfnl::TableFamily::Ip6]
         .into_iter()
         .any(|family| matches!(nl.list_chain(family, "nat", &chain), Ok(Some(_))));
     if !present {
@@ -291,16 +291,16 @@ pub fn flush_udp_conntrack(port: u16, v6: bool) -> Result<usize> {
 /// the table and chain are added if missing and the chain's rules replaced, so the table is never
 /// seen half-written. For the node agent (`cni-rs-node`), which owns the table.
 pub fn replace_masquerade_chain(table: &str, pairs: &[(IpNetwork, IpNetwork)], comment: &str) -> Result<()> {
-    use nfnl::{BaseChain, Batch, ChainType, Family, Hook, Rule};
+    use nfnl::{BaseChain, Batch, ChainType, Hook, Rule, TableFamily};
     let chain = "postrouting";
     let base = BaseChain { hook: Hook::Postrouting, priority: 100, kind: ChainType::Nat, policy_accept: true };
     let mut batch = Batch::new();
-    batch.add_table(Family::Inet, table);
-    batch.add_chain(Family::Inet, table, chain, Some(base), None);
-    batch.flush_chain(Family::Inet, table, chain);
+    batch.add_table(TableFamily::Inet, table);
+    batch.add_chain(TableFamily::Inet, table, chain, Some(base), None);
+    batch.flush_chain(TableFamily::Inet, table, chain);
     for (source, exempt) in pairs {
-        let rule = Rule::new(Family::Inet).saddr_in(*source).daddr_not_in(*exempt).masquerade();
-        batch.add_rule_with_comment(Family::Inet, table, chain, rule, Some(comment));
+        let rule = Rule::new(TableFamily::Inet).saddr_in(*source).daddr_not_in(*exempt).masquerade();
+        batch.add_rule_with_comment(TableFamily::Inet, table, chain, rule, Some(comment));
     }
     match batch.send_each()?.into_iter().next() {
         None => Ok(()),

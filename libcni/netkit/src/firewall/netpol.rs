@@ -38,8 +38,8 @@
 //! set and is not checked in that direction. Everything per pod is an element of a hash set.
 
 use super::nfnl::{
-    chain_packets, BaseChain, Batch, ChainType, CmpOp, Elem, ElemData, Expr, Family, Field, Hook, KeyPart, KeyType,
-    PayloadBase, Reg, Rule as NfRule, SetData, SetSpec, Verdict, CT_ESTABLISHED, CT_RELATED,
+    chain_packets, BaseChain, Batch, ChainType, CmpOp, Elem, ElemData, Expr, Field, Hook, KeyPart, KeyType,
+    PayloadBase, Reg, Rule as NfRule, SetData, SetSpec, TableFamily, Verdict, CT_ESTABLISHED, CT_RELATED,
 };
 use ipnetwork::IpNetwork;
 use libcni::Result;
@@ -153,7 +153,7 @@ pub fn empty_ruleset() -> Ruleset {
 
 /// Replaces table `inet <table>` with exactly `rules` and `elements`, in one transaction.
 pub fn replace(table: &str, rules: &Ruleset, elements: &Elements) -> Result<()> {
-    let f = Family::Inet;
+    let f = TableFamily::Inet;
     let mut b = Batch::new();
     b.add_table(f, table);
     b.delete_table(f, table);
@@ -203,7 +203,7 @@ pub fn replace(table: &str, rules: &Ruleset, elements: &Elements) -> Result<()> 
 /// Deletes `delete` and adds `add` (by set), in one transaction. A deleted element must be there
 /// (ENOENT otherwise, and nothing is applied): the caller deletes only what it added.
 pub fn update(table: &str, delete: &Elements, add: &Elements) -> Result<()> {
-    let f = Family::Inet;
+    let f = TableFamily::Inet;
     let mut b = Batch::new();
     for (set, elems) in delete.iter().filter(|(_, e)| !e.is_empty()) {
         let keys: Vec<Vec<KeyPart>> = elems.iter().map(Element::key).collect();
@@ -218,15 +218,15 @@ pub fn update(table: &str, delete: &Elements, add: &Elements) -> Result<()> {
 
 /// The packets the table has dropped since it was made: (ingress, egress); zeros without it.
 pub fn dropped(table: &str) -> Result<(u64, u64)> {
-    let count = |chain| chain_packets(Family::Inet, table, chain).map(Option::unwrap_or_default);
+    let count = |chain| chain_packets(TableFamily::Inet, table, chain).map(Option::unwrap_or_default);
     Ok((count("ingress")?, count("egress")?))
 }
 
 /// Deletes table `inet <table>` if it exists.
 pub fn remove(table: &str) -> Result<()> {
     let mut b = Batch::new();
-    b.add_table(Family::Inet, table);
-    b.delete_table(Family::Inet, table);
+    b.add_table(TableFamily::Inet, table);
+    b.delete_table(TableFamily::Inet, table);
     b.send().map_err(|e| e.context(format_args!("remove NetworkPolicy table inet {table}")))
 }
 
@@ -244,7 +244,7 @@ fn spec(kind: SetKind) -> SetSpec<'static> {
 /// solicitations, advertisements and redirects. Bridged between two pods they cross this hook
 /// too, and without them no IPv6 packet, allowed or not, reaches a pod on the same bridge.
 fn neighbour_discovery() -> NfRule {
-    let mut r = NfRule::new(Family::Inet);
+    let mut r = NfRule::new(TableFamily::Inet);
     r.cmp(Field::L4proto, CmpOp::Eq, vec![58]);
     let icmp_type = Expr::Payload { base: PayloadBase::Transport, offset: 0, len: 1, dreg: Reg::R1 };
     r.expr(icmp_type.clone())
@@ -260,7 +260,7 @@ fn encode(r: &Rule, ingress: bool) -> NfRule {
     // Ingress protects the destination and names the source as peer; egress the other way.
     let (own_is_src, peer_is_src) = (!ingress, ingress);
     let mut rule =
-        NfRule::new(Family::Inet).meta_nfproto(r.v6).in_set(&[(Field::addr(own_is_src, r.v6), None)], &r.selected);
+        NfRule::new(TableFamily::Inet).meta_nfproto(r.v6).in_set(&[(Field::addr(own_is_src, r.v6), None)], &r.selected);
     match &r.peer {
         Peer::Any => {}
         Peer::Set(set) => rule = rule.in_set(&[(Field::addr(peer_is_src, r.v6), None)], set),

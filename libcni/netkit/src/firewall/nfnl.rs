@@ -132,29 +132,29 @@ pub(crate) fn proto_number(p: super::Protocol) -> u8 {
 
 /// An nf_tables table family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Family {
+pub(crate) enum TableFamily {
     Inet,
     Ip,
     Ip6,
     Bridge,
 }
 
-impl Family {
+impl TableFamily {
     fn nfproto(self) -> u8 {
         match self {
-            Family::Inet => 1,
-            Family::Ip => NFPROTO_IPV4,
-            Family::Ip6 => NFPROTO_IPV6,
-            Family::Bridge => 7,
+            TableFamily::Inet => 1,
+            TableFamily::Ip => NFPROTO_IPV4,
+            TableFamily::Ip6 => NFPROTO_IPV6,
+            TableFamily::Bridge => 7,
         }
     }
     /// The family as nft spells it.
     pub(crate) fn name(self) -> &'static str {
         match self {
-            Family::Inet => "inet",
-            Family::Ip => "ip",
-            Family::Ip6 => "ip6",
-            Family::Bridge => "bridge",
+            TableFamily::Inet => "inet",
+            TableFamily::Ip => "ip",
+            TableFamily::Ip6 => "ip6",
+            TableFamily::Bridge => "bridge",
         }
     }
 }

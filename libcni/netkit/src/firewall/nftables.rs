@@ -56,7 +56,8 @@
 //! attachment on the same port (any host address) still applies.
 
 use super::nfnl::{
-    self, unmasked as key, BaseChain, Batch, ChainType, Conn, Family, Field, Hook, KeyType, SetData, SetSpec, Verdict,
+    self, unmasked as key, BaseChain, Batch, ChainType, Conn, Field, Hook, KeyType, SetData, SetSpec, TableFamily,
+    Verdict,
 };
 use super::{check_failed, BackendKind, Firewall, Masquerade, PortMap};
 use ipnetwork::IpNetwork;
@@ -75,7 +76,7 @@ pub(crate) const MACSPOOF_TABLE: &str = "cni_rs_macspoof";
 /// One of our tables: what its setup creates.
 #[derive(Debug)]
 pub(crate) struct Table {
-    pub(crate) fam: Family,
+    pub(crate) fam: TableFamily,
     pub(crate) name: &'static str,
     sets: &'static [(&'static str, SetSpec<'static>)],
     /// Created in this order (a chain before the chains that jump to it).
@@ -139,7 +140,7 @@ const fn base(hook: Hook, priority: i32, kind: ChainType) -> Option<BaseChain> {
 const OWNERS: (&str, SetSpec<'static>) = ("owners", set(&[V6, PORT]));
 
 fn inet() -> nfnl::Rule {
-    nfnl::Rule::new(Family::Inet)
+    nfnl::Rule::new(TableFamily::Inet)
 }
 
 const ADDR_PROTO_PORT4: &[Field] = &[Field::IpDaddr, Field::L4proto, Field::ThDport];
@@ -147,7 +148,7 @@ const ADDR_PROTO_PORT6: &[Field] = &[Field::Ip6Daddr, Field::L4proto, Field::ThD
 const PROTO_PORT: &[Field] = &[Field::L4proto, Field::ThDport];
 
 pub(crate) static PORTMAP: Table = Table {
-    fam: Family::Inet,
+    fam: TableFamily::Inet,
     name: PORTMAP_TABLE,
     sets: &[
         ("dnat4", map(&[PROTO, PORT], &[V4, PORT])),
@@ -257,7 +258,7 @@ fn ensure_localnet_drop(nl: &Conn, what: &str) -> Result<()> {
 }
 
 pub(crate) static MASQ: Table = Table {
-    fam: Family::Inet,
+    fam: TableFamily::Inet,
     name: MASQ_TABLE,
     sets: &[("pods4", map(&[V4], &[V6])), ("pods6", map(&[V6], &[V6])), OWNERS],
     chains: &[("local", None), ("postrouting", base(Hook::Postrouting, 100, ChainType::Nat))],
@@ -279,7 +280,7 @@ fn masq_rules() -> Vec<(&'static str, nfnl::Rule)> {
 /// MAC spoof check (bridge `macspoofchk`): frames from a pod's bridge port must carry the pod's
 /// MAC. nftables only, as in the reference.
 pub(crate) static MACSPOOF: Table = Table {
-    fam: Family::Bridge,
+    fam: TableFamily::Bridge,
     name: MACSPOOF_TABLE,
     sets: &[
         ("port_owner", map(&[KeyType::Ifname], &[V6])),
@@ -291,7 +292,7 @@ pub(crate) static MACSPOOF: Table = Table {
 };
 
 fn macspoof_rules() -> Vec<(&'static str, nfnl::Rule)> {
-    let rule = nfnl::Rule::new(Family::Bridge)
+    let rule = nfnl::Rule::new(TableFamily::Bridge)
         .in_set(&key(&[Field::Iifname]), "port_owner")
         .not_in_set(&[Field::Iifname, Field::EtherSaddr], "macs")
         .verdict(Verdict::Drop);

@@ -15,6 +15,7 @@
 //! by the kernel, as with libiptc: writers serialize on the xtables lock, as iptables does.
 //! The layouts are those of a 64-bit process on a 64-bit kernel (no 32-bit compat layout).
 
+use crate::Family;
 use libcni::{Error, Result};
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockProtocol, SockType};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -51,13 +52,7 @@ pub fn align(n: usize) -> usize {
     (n + 7) & !7
 }
 
-/// The table family: `ipt_entry` or `ip6t_entry`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    V4,
-    V6,
-}
-
+/// The x_tables layouts of each address family: `ipt_entry` or `ip6t_entry`.
 impl Family {
     /// Bytes of `struct ipt_ip` / `ip6t_ip6`.
     pub fn ip_len(self) -> usize {
@@ -74,12 +69,6 @@ impl Family {
     /// Where `struct xt_counters` sits.
     fn counters_at(self) -> usize {
         self.pick(96, 152)
-    }
-    fn pick<T>(self, v4: T, v6: T) -> T {
-        match self {
-            Family::V4 => v4,
-            Family::V6 => v6,
-        }
     }
     /// The command that lists this family's tables (`iptables`, `ip6tables`), for messages.
     pub(crate) fn tool(self) -> &'static str {

@@ -31,8 +31,8 @@
 //! filter table through its socket options where it is iptables-legacy; each rule encoded as
 //! iptables 1.8.9 encodes it, so iptables' own `-C`/`-D` find ours and we theirs.
 
-use super::transport::{legacy_family, transact, Listed, Op, View, XRule};
-use super::Ipv;
+use super::transport::{transact, Listed, Op, View, XRule};
+use super::Family;
 use crate::firewall::check_failed;
 use crate::firewall::nfnl::{self, Conn};
 use crate::firewall::xtables;
@@ -99,12 +99,12 @@ fn pod_rules(ip: &IpAddr) -> [XRule; 2] {
     [related, XRule { src: host, ..rule(PRIV_CHAIN, None, "ACCEPT") }]
 }
 
-fn of_family(addresses: &[IpAddr], ipv: Ipv) -> Vec<&IpAddr> {
-    addresses.iter().filter(|ip| Ipv::of(ip) == ipv).collect()
+fn of_family(addresses: &[IpAddr], ipv: Family) -> Vec<&IpAddr> {
+    addresses.iter().filter(|ip| Family::of(ip) == ipv).collect()
 }
 
 /// What adds `r`'s rules for `ipv` to the table `t` shows (nothing already there).
-pub(crate) fn add_ops(t: &dyn View, r: &ForwardRules, ipv: Ipv) -> Vec<Op> {
+pub(crate) fn add_ops(t: &dyn View, r: &ForwardRules, ipv: Family) -> Vec<Op> {
     let mut out = Vec::new();
     let ips = of_family(&r.addresses, ipv);
     if ips.is_empty() {
@@ -151,7 +151,7 @@ fn isolation_ops(t: &dyn View, iso: &Isolation, out: &mut Vec<Op>) {
 }
 
 /// What removes the per-IP rules of `addresses` for `ipv` that are there.
-pub(crate) fn del_ops(t: &dyn View, addresses: &[IpAddr], ipv: Ipv) -> Vec<Op> {
+pub(crate) fn del_ops(t: &dyn View, addresses: &[IpAddr], ipv: Family) -> Vec<Op> {
     let mut out = Vec::new();
     for rule in of_family(addresses, ipv).into_iter().flat_map(pod_rules) {
         if t.has(&rule) && !out.contains(&Op::Delete(rule.clone())) {
@@ -162,7 +162,7 @@ pub(crate) fn del_ops(t: &dyn View, addresses: &[IpAddr], ipv: Ipv) -> Vec<Op> {
 }
 
 /// The first rule of `r` for `ipv` the table lacks (CHECK), as an error naming it.
-pub(crate) fn check_table(t: &dyn View, r: &ForwardRules, ipv: Ipv) -> Result<()> {
+pub(crate) fn check_table(t: &dyn View, r: &ForwardRules, ipv: Family) -> Result<()> {
     let ips = of_family(&r.addresses, ipv);
     if ips.is_empty() {
         return Ok(());
@@ -185,8 +185,8 @@ pub(crate) fn check_table(t: &dyn View, r: &ForwardRules, ipv: Ipv) -> Result<()
     }
 }
 
-fn families(addresses: &[IpAddr]) -> Vec<Ipv> {
-    [Ipv::V4, Ipv::V6].into_iter().filter(|v| addresses.iter().any(|ip| Ipv::of(ip) == *v)).collect()
+fn families(addresses: &[IpAddr]) -> Vec<Family> {
+    [Family::V4, Family::V6].into_iter().filter(|v| addresses.iter().any(|ip| Family::of(ip) == *v)).collect()
 }
 
 /// The chains an operation reads.
@@ -226,7 +226,7 @@ pub fn check(r: &ForwardRules) -> Result<()> {
         if super::nft_based() {
             check_table(&Listed::read(&Conn::new(), ipv, "filter", &chains(&r.admin_chain))?, r, ipv)?;
         } else {
-            check_table(&xtables::Table::read(legacy_family(ipv), "filter")?, r, ipv)?;
+            check_table(&xtables::Table::read(ipv, "filter")?, r, ipv)?;
         }
     }
     Ok(())
@@ -239,8 +239,7 @@ pub fn status() -> Result<()> {
         let nft = |e: libcni::Error| format!("firewall: iptables is iptables-nft, but nf_tables: {}", e.msg);
         return nfnl::generation().map(|_| ()).map_err(|e| libcni::Error::new(libcni::code::NOT_AVAILABLE, nft(e)));
     }
-    xtables::Table::available(xtables::Family::V4, "filter")
-        .map_err(|e| e.context("firewall: iptables is iptables-legacy"))
+    xtables::Table::available(Family::V4, "filter").map_err(|e| e.context("firewall: iptables is iptables-legacy"))
 }
 
 #[cfg(test)]

@@ -22,8 +22,8 @@
 //! rules appended) in one transaction per family; DEL removes the jumps and the chain; GC removes
 //! those of the network's containers not kept, found from the comments of POSTROUTING's jumps.
 
-use super::transport::{legacy_family, transact, Listed, Op, View, XRule};
-use super::{chain_name, masq_comment, parse_owner, Ipv};
+use super::transport::{transact, Listed, Op, View, XRule};
+use super::{chain_name, masq_comment, parse_owner, Family};
 use crate::firewall::{check_failed, nfnl, xtables, Masquerade};
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
@@ -37,11 +37,11 @@ fn rule(chain: &str, comment: &str, target: &str) -> XRule {
 }
 
 /// The container chain's rules and POSTROUTING's jumps to it, for `ipv`'s addresses.
-pub(crate) fn rules(m: &Masquerade, ipv: Ipv) -> (Vec<XRule>, Vec<XRule>) {
+pub(crate) fn rules(m: &Masquerade, ipv: Family) -> (Vec<XRule>, Vec<XRule>) {
     let chain = chain_name(&m.network, &m.container_id, "");
     let note = masq_comment(&m.network, &m.container_id);
     let (mut own, mut entries) = (Vec::new(), Vec::new());
-    for a in m.addresses.iter().filter(|a| Ipv::of(&a.ip()) == ipv) {
+    for a in m.addresses.iter().filter(|a| Family::of(&a.ip()) == ipv) {
         let net = IpNetwork::new(a.network(), a.prefix()).unwrap_or(*a);
         let accept = XRule { dst: Some(net), ..rule(&chain, &note, "ACCEPT") };
         if !own.contains(&accept) {
@@ -64,7 +64,7 @@ fn jumped_to(t: &dyn View, chain: &str) -> bool {
 
 /// What makes `t` hold exactly `m`'s rules for `ipv`: the chain flushed (or created), every jump
 /// to it removed, the rules and jumps appended.
-pub(crate) fn add_ops(t: &dyn View, m: &Masquerade, ipv: Ipv) -> Vec<Op> {
+pub(crate) fn add_ops(t: &dyn View, m: &Masquerade, ipv: Family) -> Vec<Op> {
     let chain = chain_name(&m.network, &m.container_id, "");
     let mut out = Vec::new();
     if !t.has_chain(POSTROUTING) {
@@ -112,21 +112,21 @@ pub(crate) fn stale(t: &dyn View, network: &str, keep: &[Attachment]) -> BTreeSe
 
 /// Whether the family's nat table can be written: nf_tables answers where iptables is
 /// iptables-nft, the legacy nat table is there otherwise (ip6tables' may be absent).
-pub(crate) fn usable(ipv: Ipv) -> Result<()> {
+pub(crate) fn usable(ipv: Family) -> Result<()> {
     if super::nft_based() {
         return nfnl::generation().map(|_| ()).map_err(|e| {
             Error::new(code::NOT_AVAILABLE, format!("iptables is iptables-nft, but nf_tables: {}", e.msg))
         });
     }
-    xtables::Table::available(legacy_family(ipv), "nat")
+    xtables::Table::available(ipv, "nat")
 }
 
 /// Runs a teardown on both families, tolerating a family whose nat table is unusable as long as
 /// one works.
-fn both_families(mut f: impl FnMut(Ipv) -> Result<()>) -> Result<()> {
+fn both_families(mut f: impl FnMut(Family) -> Result<()>) -> Result<()> {
     let mut errs = Errors::new();
     let mut unusable = Vec::new();
-    for ipv in [Ipv::V4, Ipv::V6] {
+    for ipv in [Family::V4, Family::V6] {
         match usable(ipv) {
             Ok(()) => {
                 errs.record(f(ipv));
@@ -140,8 +140,8 @@ fn both_families(mut f: impl FnMut(Ipv) -> Result<()>) -> Result<()> {
     errs.finish()
 }
 
-fn families(m: &Masquerade) -> impl Iterator<Item = Ipv> + '_ {
-    [Ipv::V4, Ipv::V6].into_iter().filter(|v| m.addresses.iter().any(|a| Ipv::of(&a.ip()) == *v))
+fn families(m: &Masquerade) -> impl Iterator<Item = Family> + '_ {
+    [Family::V4, Family::V6].into_iter().filter(|v| m.addresses.iter().any(|a| Family::of(&a.ip()) == *v))
 }
 
 /// Adds `m`'s rules, replacing what the container had.
@@ -171,7 +171,7 @@ pub(crate) fn check(m: &Masquerade) -> Result<()> {
         let missing = if super::nft_based() {
             missing(&Listed::read(&nfnl::Conn::new(), ipv, "nat", &[POSTROUTING, &chain])?)
         } else {
-            missing(&xtables::Table::read(legacy_family(ipv), "nat")?)
+            missing(&xtables::Table::read(ipv, "nat")?)
         };
         if let Some(r) = missing {
             let tool = ipv.pick("iptables", "ip6tables");

@@ -22,8 +22,8 @@
 //! iptables-legacy 1.8.9 encodes it, so `iptables -C`/`-D` find ours and we theirs.
 
 use super::forward::FORWARD;
-use super::{cycle, lock, quote, subnet, Ipv};
-use crate::firewall::nfnl::{self, BaseChain, Batch, ChainType, CmpOp, Conn, Expr, Family, Hook, Verdict};
+use super::{cycle, lock, quote, subnet, Family};
+use crate::firewall::nfnl::{self, BaseChain, Batch, ChainType, CmpOp, Conn, Expr, Hook, TableFamily, Verdict};
 use crate::firewall::xtables;
 use ipnetwork::IpNetwork;
 use libcni::{Error, Result};
@@ -71,7 +71,7 @@ impl XRule {
     }
 
     /// The rule's expressions as iptables-nft writes them into a table of `family`.
-    pub(crate) fn nft(&self, family: Family) -> nfnl::Rule {
+    pub(crate) fn nft(&self, family: TableFamily) -> nfnl::Rule {
         let r = self.iif.iter().fold(nfnl::Rule::new(family), |r, i| r.ifname(false, i, CmpOp::Eq));
         let r = self.oif.iter().fold(r, |r, (o, not)| r.ifname(true, o, if *not { CmpOp::Neq } else { CmpOp::Eq }));
         let r = self.src.into_iter().fold(r, |r, net| r.addr_prefix(true, net, CmpOp::Eq));
@@ -85,7 +85,7 @@ impl XRule {
             "DROP" => Verdict::Drop,
             "RETURN" => Verdict::Return,
             MASQUERADE => {
-                let info = masquerade_info(family == Family::Ip6);
+                let info = masquerade_info(family == TableFamily::Ip6);
                 return r.expr(Expr::Counter).expr(Expr::Target { name: MASQUERADE, rev: 0, info });
             }
             chain => Verdict::Jump(chain.into()),
@@ -97,8 +97,8 @@ impl XRule {
     /// address with its prefix's mask, an interface name with a mask over the name and its NUL,
     /// `! -o` as IPT_INV_VIA_OUT, `! -d` as IPT_INV_DSTIP, the comment (rev 0) and conntrack
     /// (rev 3) matches, and a standard target or MASQUERADE (rev 0).
-    pub(crate) fn legacy(&self, family: xtables::Family) -> xtables::Rule {
-        let v4 = family == xtables::Family::V4;
+    pub(crate) fn legacy(&self, family: Family) -> xtables::Rule {
+        let v4 = family == Family::V4;
         let (len, ifaces) = if v4 { (4, 16) } else { (16, 64) };
         let mut ip = vec![0u8; family.ip_len()];
         for (i, net) in [self.src, self.dst].into_iter().enumerate() {
@@ -266,7 +266,7 @@ pub(crate) fn changed(t: &xtables::Table, ops: &[Op]) -> Result<xtables::Table> 
 
 /// Chains of an `ip`/`ip6` `filter` or `nat` table listed over netlink, at one ruleset generation.
 pub(crate) struct Listed {
-    pub family: Family,
+    pub family: TableFamily,
     pub table: &'static str,
     pub generation: u32,
     pub chains: BTreeMap<String, nfnl::ChainListing>,
@@ -288,8 +288,8 @@ fn builtin(table: &str, chain: &str) -> Option<BaseChain> {
 }
 
 impl Listed {
-    pub(crate) fn read(nl: &Conn, ipv: Ipv, table: &'static str, chains: &[&str]) -> Result<Listed> {
-        let family = ipv.pick(Family::Ip, Family::Ip6);
+    pub(crate) fn read(nl: &Conn, ipv: Family, table: &'static str, chains: &[&str]) -> Result<Listed> {
+        let family = ipv.pick(TableFamily::Ip, TableFamily::Ip6);
         let generation = nl.generation()?;
         let mut listed = Listed { family, table, generation, chains: BTreeMap::new() };
         for c in chains {
@@ -358,15 +358,11 @@ impl View for Listed {
     }
 }
 
-pub(crate) fn legacy_family(ipv: Ipv) -> xtables::Family {
-    ipv.pick(xtables::Family::V4, xtables::Family::V6)
-}
-
 /// Reads the family's `table` (`filter`, `nat`; over netlink only `chains` of it), plans with
 /// `plan` and applies it, under the xtables lock: over netlink where iptables is iptables-nft,
 /// else by replacing the legacy table; again from a fresh read when the table changed in between.
 pub(crate) fn transact(
-    ipv: Ipv,
+    ipv: Family,
     table: &'static str,
     chains: &[&str],
     what: &str,
@@ -374,7 +370,7 @@ pub(crate) fn transact(
 ) -> Result<()> {
     let _guard = lock(super::XTABLES_LOCK);
     if !super::nft_based() {
-        let read = || xtables::Table::read(legacy_family(ipv), table);
+        let read = || xtables::Table::read(ipv, table);
         let write = |t: &xtables::Table, ops: Vec<Op>| changed(t, &ops)?.replace().map_err(|e| e.context(what));
         return cycle(what, read, |t| Ok(plan(t)), write, |e| e.errno == Some(libc::EAGAIN));
     }

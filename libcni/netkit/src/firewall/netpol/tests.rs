@@ -104,13 +104,13 @@ fn the_table_lists_as_drawn() {
     in_netns(|| {
         let sfx = suffix();
         let (t_nft, t_nl) = (format!("cnirs_nft_{sfx}"), format!("cnirs_nl_{sfx}"));
-        let _cleanup = Cleanup(vec![(Family::Inet, t_nft.clone()), (Family::Inet, t_nl.clone())]);
+        let _cleanup = Cleanup(vec![(TableFamily::Inet, t_nft.clone()), (TableFamily::Inet, t_nl.clone())]);
         nft(&["-f", "-"], Some(&SAMPLE_NFT.replace("{T}", &t_nft)));
         let (rules, elements) = sample();
         replace(&t_nl, &rules, &elements).unwrap();
         // Chains in the same order in both: nft lists them in creation order.
-        let (_, debug_nft) = listing(Family::Inet, &t_nft);
-        let (_, debug_nl) = listing(Family::Inet, &t_nl);
+        let (_, debug_nft) = listing(TableFamily::Inet, &t_nft);
+        let (_, debug_nl) = listing(TableFamily::Inet, &t_nl);
         let text = |t: &str| nft(&["list", "table", "inet", t], None).replace(t, "T");
         assert_eq!(text(&t_nl), text(&t_nft));
         assert_eq!(debug_nl, debug_nft, "expressions differ (left: netlink, right: nft)");
@@ -122,7 +122,7 @@ fn replace_swaps_the_table_and_update_touches_only_elements() {
     require_root_and_nft();
     in_netns(|| {
         let t = format!("cnirs_np_{}", suffix());
-        let _cleanup = Cleanup(vec![(Family::Inet, t.clone())]);
+        let _cleanup = Cleanup(vec![(TableFamily::Inet, t.clone())]);
         let (rules, mut elements) = sample();
         replace(&t, &rules, &elements).unwrap();
         // Replacing with a ruleset that lost a rule and a set leaves no trace of them.
@@ -149,6 +149,6 @@ fn replace_swaps_the_table_and_update_touches_only_elements() {
         remove(&t).unwrap();
         assert_eq!(dropped(&t).unwrap(), (0, 0), "no table, nothing dropped");
         remove(&t).unwrap();
-        assert!(!crate::firewall::nfnl::tests::table_exists(Family::Inet, &t));
+        assert!(!crate::firewall::nfnl::tests::table_exists(TableFamily::Inet, &t));
     });
 }

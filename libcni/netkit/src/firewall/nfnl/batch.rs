@@ -53,7 +53,7 @@ impl Attrs {
 pub(super) struct Msg {
     pub(super) ty: u16,
     pub(super) flags: u16,
-    pub(super) family: Family,
+    pub(super) family: TableFamily,
     pub(super) attrs: Vec<u8>,
     pub(super) too_long: bool,
     pub(super) invalid: Option<String>,
@@ -90,7 +90,7 @@ impl Batch {
         self.msgs.len()
     }
 
-    pub(super) fn push(&mut self, ty: u16, flags: u16, family: Family, what: String, f: impl FnOnce(&mut Attrs)) {
+    pub(super) fn push(&mut self, ty: u16, flags: u16, family: TableFamily, what: String, f: impl FnOnce(&mut Attrs)) {
         let mut a = Attrs::default();
         f(&mut a);
         self.msgs.push(Msg { ty, flags, family, attrs: a.buf, too_long: a.too_long, invalid: a.invalid, what });

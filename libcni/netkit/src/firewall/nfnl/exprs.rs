@@ -293,7 +293,7 @@ impl Field {
 /// ```
 #[derive(Debug, Clone)]
 pub(crate) struct Rule {
-    family: Family,
+    family: TableFamily,
     pub(super) exprs: Vec<Expr>,
     /// The network protocol already matched (an nfproto number), if any.
     l3: Option<u8>,
@@ -301,7 +301,7 @@ pub(crate) struct Rule {
 
 impl Rule {
     /// An empty rule for a table of `family`.
-    pub(crate) fn new(family: Family) -> Rule {
+    pub(crate) fn new(family: TableFamily) -> Rule {
         Rule { family, exprs: Vec::new(), l3: None }
     }
 
@@ -314,16 +314,16 @@ impl Rule {
     pub(super) fn need_l3(&mut self, field: Field) {
         let Some(nfproto) = field.nfproto().filter(|p| self.l3 != Some(*p)) else { return };
         match self.family {
-            Family::Inet => {
+            TableFamily::Inet => {
                 self.exprs.push(Expr::Meta { key: MetaKey::Nfproto, dreg: Reg::R1 });
                 self.exprs.push(Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data: vec![nfproto] });
             }
-            Family::Bridge => {
+            TableFamily::Bridge => {
                 let ethertype: u16 = if nfproto == NFPROTO_IPV6 { 0x86dd } else { 0x0800 };
                 self.exprs.push(Expr::Meta { key: MetaKey::Protocol, dreg: Reg::R1 });
                 self.exprs.push(Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data: ethertype.to_be_bytes().to_vec() });
             }
-            Family::Ip | Family::Ip6 => {}
+            TableFamily::Ip | TableFamily::Ip6 => {}
         }
         self.l3 = Some(nfproto);
     }
@@ -538,7 +538,7 @@ impl Batch {
     /// (over 253 bytes) fails the batch rather than being cut: a rule's comment may carry data.
     pub(crate) fn add_rule_with_comment(
         &mut self,
-        family: Family,
+        family: TableFamily,
         table: &str,
         chain: &str,
         rule: Rule,
@@ -556,7 +556,7 @@ impl Batch {
 
     /// A rule as iptables-nft adds it (`-A`, or `-I <chain> 1` when not `append`): with the
     /// NFTA_RULE_COMPAT it writes (no protocol, no flags).
-    pub(crate) fn add_xt_rule(&mut self, (family, table, chain): (Family, &str, &str), rule: &Rule, append: bool) {
+    pub(crate) fn add_xt_rule(&mut self, (family, table, chain): (TableFamily, &str, &str), rule: &Rule, append: bool) {
         self.rule_msg((family, table, chain), rule, append, |a| {
             a.nested(NFTA_RULE_COMPAT, |a| {
                 a.u32(1, 0); // NFTA_RULE_COMPAT_PROTO
@@ -568,7 +568,7 @@ impl Batch {
     /// NFT_MSG_NEWRULE: appended, or first in the chain.
     pub(super) fn rule_msg(
         &mut self,
-        at: (Family, &str, &str),
+        at: (TableFamily, &str, &str),
         rule: &Rule,
         append: bool,
         tail: impl FnOnce(&mut Attrs),
@@ -585,7 +585,7 @@ impl Batch {
     }
 
     /// `delete rule <family> <table> <chain> handle <handle>` (ENOENT if it is gone).
-    pub(crate) fn delete_rule(&mut self, (family, table, chain): (Family, &str, &str), handle: u64) {
+    pub(crate) fn delete_rule(&mut self, (family, table, chain): (TableFamily, &str, &str), handle: u64) {
         let what = format!("delete rule {} {table} {chain} handle {handle}", family.name());
         self.push(NFT_MSG_DELRULE, 0, family, what, |a| {
             a.str(NFTA_RULE_TABLE, table);

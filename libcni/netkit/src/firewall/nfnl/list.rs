@@ -39,7 +39,7 @@ impl Conn {
     /// rules (NFT_MSG_GETRULE with the table and chain), reading each rule's comment from its user
     /// data as nft writes it. None when the chain or its table does not exist. Two round trips,
     /// whatever else the table holds.
-    pub(crate) fn list_chain(&self, family: Family, table: &str, chain: &str) -> Result<Option<ChainListing>> {
+    pub(crate) fn list_chain(&self, family: TableFamily, table: &str, chain: &str) -> Result<Option<ChainListing>> {
         list_chain_on(self.nl()?, family, table, chain)
     }
 
@@ -53,7 +53,7 @@ impl Conn {
     /// Empty when there is no such element, set or table (the kernel answers ENOENT to all three).
     pub(crate) fn get_elements(
         &self,
-        family: Family,
+        family: TableFamily,
         table: &str,
         set: &str,
         key: Option<&[KeyPart]>,
@@ -76,7 +76,7 @@ impl Conn {
     }
 }
 
-fn list_chain_on(nl: &Exchange, family: Family, table: &str, chain: &str) -> Result<Option<ChainListing>> {
+fn list_chain_on(nl: &Exchange, family: TableFamily, table: &str, chain: &str) -> Result<Option<ChainListing>> {
     let what = format!("list chain {} {table} {chain}", family.name());
     let mut attrs = Attrs::default();
     attrs.str(NFTA_CHAIN_TABLE, table);
@@ -112,7 +112,7 @@ fn list_chain_on(nl: &Exchange, family: Family, table: &str, chain: &str) -> Res
 
 /// The packets the `counter` expressions of a chain's rules have counted, summed (one dump of
 /// the chain's rules); None when the chain or its table does not exist.
-pub(crate) fn chain_packets(family: Family, table: &str, chain: &str) -> Result<Option<u64>> {
+pub(crate) fn chain_packets(family: TableFamily, table: &str, chain: &str) -> Result<Option<u64>> {
     const NFTA_COUNTER_PACKETS: u16 = 2;
     let what = format!("list chain {} {table} {chain}", family.name());
     let mut attrs = Attrs::default();
@@ -143,7 +143,7 @@ pub(crate) fn generation() -> Result<u32> {
 
 fn generation_on(nl: &Exchange) -> Result<u32> {
     let answers =
-        get_on(nl, Family::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation")?.unwrap_or_default();
+        get_on(nl, TableFamily::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation")?.unwrap_or_default();
     let id =
         answers.iter().filter(|(ty, _)| *ty == NFT_MSG_NEWGEN).flat_map(|(_, m)| attributes(m)).find(|(t, _)| *t == 1);
     match id.and_then(|(_, v)| <[u8; 4]>::try_from(v).ok()) {
@@ -154,7 +154,7 @@ fn generation_on(nl: &Exchange) -> Result<u32> {
 
 fn get_elements_on(
     nl: &Exchange,
-    family: Family,
+    family: TableFamily,
     table: &str,
     set: &str,
     key: Option<&[KeyPart]>,
@@ -187,7 +187,7 @@ pub(super) type Answer = (u16, Vec<u8>);
 /// (type, attributes). None when the kernel answers ENOENT (no such table, chain, set or element).
 pub(super) fn get_on(
     nl: &Exchange,
-    family: Family,
+    family: TableFamily,
     ty: u16,
     dump: bool,
     attrs: &Attrs,

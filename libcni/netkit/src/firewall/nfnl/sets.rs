@@ -171,7 +171,7 @@ pub(super) const ELEMENTS_PER_MSG: usize = 256;
 impl Batch {
     /// `add set|map <family> <table> <name> { type <key> [: <data>]; [flags timeout;] }` (no
     /// error if it exists alike); `create` (EEXIST if it exists) when `excl`.
-    pub(crate) fn add_set(&mut self, family: Family, table: &str, name: &str, spec: SetSpec<'_>, excl: bool) {
+    pub(crate) fn add_set(&mut self, family: TableFamily, table: &str, name: &str, spec: SetSpec<'_>, excl: bool) {
         let names = |types: &[KeyType]| types.iter().map(|k| k.name()).collect::<Vec<_>>().join(" . ");
         let fold = |types: &[KeyType]| types.iter().fold(0u32, |acc, k| (acc << 6) | k.id_len().0);
         let len = |types: &[KeyType]| -> u32 {
@@ -242,7 +242,7 @@ impl Batch {
         ty: u16,
         flags: u16,
         verb: &str,
-        (family, table, map): (Family, &str, &str),
+        (family, table, map): (TableFamily, &str, &str),
         elems: &[Elem],
     ) {
         for chunk in elems.chunks(ELEMENTS_PER_MSG) {
@@ -287,13 +287,13 @@ impl Batch {
     /// an element that exists with the same data is no error (and, with `expires_ms`, is given that
     /// expiry, on kernels with element timeout updates); one with other data is EEXIST. `create` (EEXIST if any key
     /// is there) when `excl`.
-    pub(crate) fn add_elems(&mut self, family: Family, table: &str, set: &str, elems: &[Elem], excl: bool) {
+    pub(crate) fn add_elems(&mut self, family: TableFamily, table: &str, set: &str, elems: &[Elem], excl: bool) {
         let (verb, flags) = if excl { ("create", NLM_F_CREATE | NLM_F_EXCL) } else { ("add", NLM_F_CREATE) };
         self.elements(NFT_MSG_NEWSETELEM, flags, verb, (family, table, set), elems);
     }
 
     /// `delete element <family> <table> <map> { key, ... }` (ENOENT if a key is absent).
-    pub(crate) fn delete_elements(&mut self, family: Family, table: &str, map: &str, keys: &[Vec<KeyPart>]) {
+    pub(crate) fn delete_elements(&mut self, family: TableFamily, table: &str, map: &str, keys: &[Vec<KeyPart>]) {
         let elems: Vec<Elem> = keys.iter().map(|k| Elem::new(k.clone(), ElemData::None)).collect();
         self.elements(NFT_MSG_DELSETELEM, 0, "delete", (family, table, map), &elems);
     }

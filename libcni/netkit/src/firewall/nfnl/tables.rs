@@ -40,7 +40,7 @@ pub(crate) struct BaseChain {
 
 impl Batch {
     /// `add table <family> <name>` (no error if it exists).
-    pub(crate) fn add_table(&mut self, family: Family, name: &str) {
+    pub(crate) fn add_table(&mut self, family: TableFamily, name: &str) {
         self.push(NFT_MSG_NEWTABLE, NLM_F_CREATE, family, format!("add table {} {name}", family.name()), |a| {
             a.str(NFTA_TABLE_NAME, name);
             a.u32(NFTA_TABLE_FLAGS, 0);
@@ -48,7 +48,7 @@ impl Batch {
     }
 
     /// `delete table <family> <name>` (ENOENT if absent; an `add table` first makes it none).
-    pub(crate) fn delete_table(&mut self, family: Family, name: &str) {
+    pub(crate) fn delete_table(&mut self, family: TableFamily, name: &str) {
         self.push(NFT_MSG_DELTABLE, 0, family, format!("delete table {} {name}", family.name()), |a| {
             a.str(NFTA_TABLE_NAME, name);
         });
@@ -58,7 +58,7 @@ impl Batch {
     /// (no error if it exists with the same hook). A comment longer than nft allows is cut.
     pub(crate) fn add_chain(
         &mut self,
-        family: Family,
+        family: TableFamily,
         table: &str,
         name: &str,
         base: Option<BaseChain>,
@@ -86,7 +86,7 @@ impl Batch {
         });
     }
 
-    pub(super) fn chain_msg(&mut self, ty: u16, verb: &str, family: Family, table: &str, chain: &str) {
+    pub(super) fn chain_msg(&mut self, ty: u16, verb: &str, family: TableFamily, table: &str, chain: &str) {
         let what = format!("{verb} chain {} {table} {chain}", family.name());
         // DELRULE takes the chain as NFTA_RULE_CHAIN, DELCHAIN as NFTA_CHAIN_NAME.
         let chain_attr = if ty == NFT_MSG_DELRULE { NFTA_RULE_CHAIN } else { NFTA_CHAIN_NAME };
@@ -97,12 +97,12 @@ impl Batch {
     }
 
     /// `flush chain <family> <table> <chain>`: delete all its rules (ENOENT if no such chain).
-    pub(crate) fn flush_chain(&mut self, family: Family, table: &str, chain: &str) {
+    pub(crate) fn flush_chain(&mut self, family: TableFamily, table: &str, chain: &str) {
         self.chain_msg(NFT_MSG_DELRULE, "flush", family, table, chain);
     }
 
     /// `delete chain <family> <table> <chain>` (ENOENT if absent, EBUSY if not empty or in use).
-    pub(crate) fn delete_chain(&mut self, family: Family, table: &str, chain: &str) {
+    pub(crate) fn delete_chain(&mut self, family: TableFamily, table: &str, chain: &str) {
         self.chain_msg(NFT_MSG_DELCHAIN, "delete", family, table, chain);
     }
 }

@@ -45,9 +45,9 @@ pub(crate) fn suffix() -> String {
 }
 
 /// A fresh inet table name for one test, and the guard that deletes the table.
-pub(crate) fn inet_table() -> (Family, String, Cleanup) {
+pub(crate) fn inet_table() -> (TableFamily, String, Cleanup) {
     let t = format!("cnirs_nl_{}", suffix());
-    (Family::Inet, t.clone(), Cleanup(vec![(Family::Inet, t)]))
+    (TableFamily::Inet, t.clone(), Cleanup(vec![(TableFamily::Inet, t)]))
 }
 
 pub(crate) fn nft(args: &[&str], stdin: Option<&str>) -> String {
@@ -56,12 +56,12 @@ pub(crate) fn nft(args: &[&str], stdin: Option<&str>) -> String {
     format!("{}{}", out.stdout, out.stderr)
 }
 
-pub(crate) fn table_exists(family: Family, table: &str) -> bool {
+pub(crate) fn table_exists(family: TableFamily, table: &str) -> bool {
     exec::run("nft", &["list", "table", family.name(), table], None).unwrap().success
 }
 
 /// Deletes the tables when dropped, test failure or not.
-pub(crate) struct Cleanup(pub(crate) Vec<(Family, String)>);
+pub(crate) struct Cleanup(pub(crate) Vec<(TableFamily, String)>);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
@@ -93,7 +93,7 @@ pub(crate) fn normalize_json(v: &mut Value, table: &str) {
 
 /// The table as nft lists it: JSON without handles, and the kernel's expressions, with the
 /// table's name replaced by `T` and set elements in a fixed order.
-pub(crate) fn listing(family: Family, table: &str) -> (Value, String) {
+pub(crate) fn listing(family: TableFamily, table: &str) -> (Value, String) {
     let json = nft(&["-j", "list", "table", family.name(), table], None);
     let mut v: Value = serde_json::from_str(&json).unwrap();
     if let Some(items) = v.get_mut("nftables").and_then(Value::as_array_mut) {
@@ -126,7 +126,7 @@ pub(crate) fn sort_element_runs(debug: &str) -> String {
 
 /// Builds `text` (nft syntax, `{T}` for the table) with nft and `build` with a batch, and checks
 /// that the kernel holds the same for both.
-pub(crate) fn same_as_nft(family: Family, text: &str, build: impl FnOnce(&mut Batch, &str)) {
+pub(crate) fn same_as_nft(family: TableFamily, text: &str, build: impl FnOnce(&mut Batch, &str)) {
     let sfx = suffix();
     let (t_nft, t_nl) = (format!("cnirs_nft_{sfx}"), format!("cnirs_nl_{sfx}"));
     let _cleanup = Cleanup(vec![(family, t_nft.clone()), (family, t_nl.clone())]);
@@ -158,14 +158,14 @@ pub(crate) fn nat(hook: Hook, priority: i32) -> Option<BaseChain> {
 }
 
 /// `add map ... { type <key> : verdict; }`.
-pub(crate) fn add_map(b: &mut Batch, f: Family, t: &str, name: &str, key: &[KeyType]) {
+pub(crate) fn add_map(b: &mut Batch, f: TableFamily, t: &str, name: &str, key: &[KeyType]) {
     b.add_set(f, t, name, SetSpec { key, data: SetData::Verdict, timeout: false }, false);
 }
 
 /// `add element` (or `create` when `excl`) of verdict-map elements.
 pub(crate) fn add_elements(
     b: &mut Batch,
-    f: Family,
+    f: TableFamily,
     t: &str,
     map: &str,
     elems: &[(Vec<KeyPart>, Verdict)],
@@ -175,7 +175,7 @@ pub(crate) fn add_elements(
     b.add_elems(f, t, map, &elems, excl);
 }
 
-pub(crate) fn add_rule(b: &mut Batch, f: Family, t: &str, chain: &str, rule: Rule) {
+pub(crate) fn add_rule(b: &mut Batch, f: TableFamily, t: &str, chain: &str, rule: Rule) {
     b.add_rule_with_comment(f, t, chain, rule, None);
 }
 
@@ -221,7 +221,7 @@ add rule inet {T} post ct status dnat meta mark & 0x2000 == 0x2000 masquerade
 pub(crate) fn build_flat(b: &mut Batch, t: &str) {
     use KeyPart::{Addr, Port, Proto};
     use KeyType::{InetProto as P, InetService as S, Ipv4Addr as A4, Ipv6Addr as A6};
-    let f = Family::Inet;
+    let f = TableFamily::Inet;
     b.add_table(f, t);
     b.add_chain(f, t, "post", nat(Hook::Postrouting, 100), None);
     b.add_chain(f, t, "hairpin", None, None);
@@ -312,8 +312,8 @@ add rule bridge {T} prerouting iifname @port_owner iifname . ether saddr != @mac
 fn macspoof_shapes_match_nft() {
     require_root_and_nft();
     in_netns(|| {
-        same_as_nft(Family::Bridge, MACSPOOF, |b, t| {
-            let f = Family::Bridge;
+        same_as_nft(TableFamily::Bridge, MACSPOOF, |b, t| {
+            let f = TableFamily::Bridge;
             b.add_table(f, t);
             let base =
                 BaseChain { hook: Hook::Prerouting, priority: -300, kind: ChainType::Filter, policy_accept: true };
@@ -339,7 +339,7 @@ fn macspoof_shapes_match_nft() {
 #[test]
 fn flat_shapes_match_nft() {
     require_root_and_nft();
-    in_netns(|| same_as_nft(Family::Inet, FLAT, build_flat));
+    in_netns(|| same_as_nft(TableFamily::Inet, FLAT, build_flat));
 }
 
 /// The drop of packets that reach the node's loopback from elsewhere (`route_localnet`), as the
@@ -355,8 +355,8 @@ add rule inet {T} input ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state ! 
 add rule inet {T} input ct status dnat accept
 ";
     in_netns(|| {
-        same_as_nft(Family::Inet, TEXT, |b, t| {
-            let f = Family::Inet;
+        same_as_nft(TableFamily::Inet, TEXT, |b, t| {
+            let f = TableFamily::Inet;
             let lo = net("127.0.0.0/8");
             b.add_table(f, t);
             let base = BaseChain { hook: Hook::Input, priority: 0, kind: ChainType::Filter, policy_accept: true };

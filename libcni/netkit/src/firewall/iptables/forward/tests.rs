@@ -5,7 +5,7 @@
 use super::*;
 use crate::firewall::iptables::transport::changed;
 use crate::firewall::iptables::NatTable;
-use crate::firewall::nfnl::Family;
+use crate::firewall::nfnl::TableFamily;
 use std::collections::BTreeMap;
 
 /// iptables-save text as a table to plan over.
@@ -61,7 +61,7 @@ fn lines(ops: Vec<Op>) -> Vec<String> {
 #[test]
 fn empty_table_gets_the_reference_layout() {
     let t = NatTable::parse("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\nCOMMIT\n", "filter");
-    let added = lines(add_ops(&t, &rules(&["10.1.0.2", "fd00::2"], Some(("br0", false))), Ipv::V4));
+    let added = lines(add_ops(&t, &rules(&["10.1.0.2", "fd00::2"], Some(("br0", false))), Family::V4));
     assert_eq!(
         added,
         vec![
@@ -80,9 +80,9 @@ fn empty_table_gets_the_reference_layout() {
             "-A CNI-ISOLATION-STAGE-2 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j RETURN",
         ]
     );
-    let v6 = lines(add_ops(&t, &rules(&["10.1.0.2", "fd00::2"], None), Ipv::V6));
+    let v6 = lines(add_ops(&t, &rules(&["10.1.0.2", "fd00::2"], None), Family::V6));
     assert!(v6.contains(&"-A CNI-FORWARD -s fd00::2/128 -j ACCEPT".to_string()), "{v6:?}");
-    assert!(add_ops(&t, &rules(&["10.1.0.2"], None), Ipv::V6).is_empty());
+    assert!(add_ops(&t, &rules(&["10.1.0.2"], None), Family::V6).is_empty());
 }
 
 #[test]
@@ -99,18 +99,18 @@ fn present_rules_are_not_added_again_whatever_their_upstream_comment() {
         -A CNI-ISOLATION-STAGE-2 -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j DROP\n\
         -A CNI-ISOLATION-STAGE-2 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)\" -j RETURN\nCOMMIT\n";
     let t = NatTable::parse(save, "filter");
-    assert!(add_ops(&t, &rules(&["10.1.0.2"], Some(("br0", false))), Ipv::V4).is_empty());
-    assert!(check_table(&t, &rules(&["10.1.0.2"], None), Ipv::V4).is_ok());
-    let err = check_table(&t, &rules(&["10.1.0.3"], None), Ipv::V4).unwrap_err();
+    assert!(add_ops(&t, &rules(&["10.1.0.2"], Some(("br0", false))), Family::V4).is_empty());
+    assert!(check_table(&t, &rules(&["10.1.0.2"], None), Family::V4).is_ok());
+    let err = check_table(&t, &rules(&["10.1.0.3"], None), Family::V4).unwrap_err();
     assert_eq!(err.code, libcni::code::CHECK_FAILED);
     assert!(err.msg.contains("-d 10.1.0.3/32 -m conntrack"), "{}", err.msg);
     // A second bridge gets its own stage rules, first in each chain.
-    let other = lines(add_ops(&t, &rules(&["10.2.0.2"], Some(("br1", false))), Ipv::V4));
+    let other = lines(add_ops(&t, &rules(&["10.2.0.2"], Some(("br1", false))), Family::V4));
     assert!(other.iter().any(|l| l.starts_with("-I CNI-ISOLATION-STAGE-1 1 -i br1 ! -o br1 ")), "{other:?}");
     assert!(other.iter().any(|l| l.starts_with("-I CNI-ISOLATION-STAGE-2 1 -o br1 ")), "{other:?}");
     assert!(!other.iter().any(|l| l.contains("RETURN") || l.starts_with("-I FORWARD")), "{other:?}");
     assert_eq!(
-        lines(del_ops(&t, &["10.1.0.2".parse().unwrap(), "10.9.9.9".parse().unwrap()], Ipv::V4)),
+        lines(del_ops(&t, &["10.1.0.2".parse().unwrap(), "10.9.9.9".parse().unwrap()], Family::V4)),
         vec![
             "-D CNI-FORWARD -d 10.1.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
             "-D CNI-FORWARD -s 10.1.0.2/32 -j ACCEPT"
@@ -136,7 +136,7 @@ fn captured() -> BTreeMap<String, Message> {
 }
 
 /// The NEWRULE and base NEWCHAIN messages of an ADD into empty tables, named by shape.
-fn ours(family: Family, r: &ForwardRules, ipv: Ipv, names: &[&str]) -> Vec<(String, Message)> {
+fn ours(family: TableFamily, r: &ForwardRules, ipv: Family, names: &[&str]) -> Vec<(String, Message)> {
     let empty = Listed { family, table: "filter", generation: 0, chains: BTreeMap::new() };
     let msgs = nfnl::tests::messages(&empty.batch(&add_ops(&empty, r, ipv)));
     // NFT_MSG_NEWCHAIN with a hook (the base chain) and NFT_MSG_NEWRULE, as iptables sends them.
@@ -149,9 +149,9 @@ fn rules_encode_byte_for_byte_as_iptables_nft_1_8_9_writes_them() {
     let cap = captured();
     let same = rules(&["10.1.0.2", "fd00::2"], Some(("cni-br0", false)));
     let mut got = ours(
-        Family::Ip,
+        TableFamily::Ip,
         &same,
-        Ipv::V4,
+        Family::V4,
         &[
             "forward_base",
             "forward_jump",
@@ -165,9 +165,9 @@ fn rules_encode_byte_for_byte_as_iptables_nft_1_8_9_writes_them() {
             "stage_return",
         ],
     );
-    got.extend(ours(Family::Ip6, &same, Ipv::V6, &["", "", "", "v6_related", "v6_source"]));
+    got.extend(ours(TableFamily::Ip6, &same, Family::V6, &["", "", "", "v6_related", "v6_source"]));
     let isolated = rules(&["10.1.0.2"], Some(("cni-br0", true)));
-    got.extend(ours(Family::Ip, &isolated, Ipv::V4, &["", "", "", "", "", "", "", "stage1_isolated"]));
+    got.extend(ours(TableFamily::Ip, &isolated, Family::V4, &["", "", "", "", "", "", "", "stage1_isolated"]));
     let got: BTreeMap<_, _> = got.into_iter().filter(|(n, _)| !n.is_empty()).collect();
     assert_eq!(got.len(), cap.len());
     for (name, want) in &cap {
@@ -193,12 +193,12 @@ fn iptables_nft_on_this_node_writes_what_we_encode() {
     nfnl::tests::in_netns(|| {
         let same = rules(&["10.1.0.2", "fd00::2"], Some(("cni-br0", false)));
         let isolated = rules(&["10.1.0.2"], Some(("cni-br0", true)));
-        let empty = Listed { family: Family::Ip, table: "filter", generation: 0, chains: BTreeMap::new() };
-        let mut ops = add_ops(&empty, &same, Ipv::V4);
-        let more: Vec<Op> = add_ops(&empty, &isolated, Ipv::V4).into_iter().filter(|o| !ops.contains(o)).collect();
+        let empty = Listed { family: TableFamily::Ip, table: "filter", generation: 0, chains: BTreeMap::new() };
+        let mut ops = add_ops(&empty, &same, Family::V4);
+        let more: Vec<Op> = add_ops(&empty, &isolated, Family::V4).into_iter().filter(|o| !ops.contains(o)).collect();
         ops.extend(more);
-        let empty6 = Listed { family: Family::Ip6, ..empty };
-        for (tool, ops) in [("iptables", ops), ("ip6tables", add_ops(&empty6, &same, Ipv::V6))] {
+        let empty6 = Listed { family: TableFamily::Ip6, ..empty };
+        for (tool, ops) in [("iptables", ops), ("ip6tables", add_ops(&empty6, &same, Family::V6))] {
             for op in &ops {
                 let line = op.line();
                 if line != "-N FORWARD" {
@@ -206,7 +206,7 @@ fn iptables_nft_on_this_node_writes_what_we_encode() {
                     iptables(tool, &args.iter().map(String::as_str).collect::<Vec<_>>());
                 }
             }
-            let ipv = if tool == "iptables" { Ipv::V4 } else { Ipv::V6 };
+            let ipv = if tool == "iptables" { Family::V4 } else { Family::V6 };
             let listed = Listed::read(&Conn::new(), ipv, "filter", &chains("CNI-ADMIN")).unwrap();
             for op in &ops {
                 if let Op::Insert(r) | Op::Append(r) = op {
@@ -254,12 +254,12 @@ const OTHER_RULES: &[&str] = &[
 
 /// The firewall's rule shapes for a family, as iptables command lines: same-bridge on `cni-br0`
 /// with an IPv4 and an IPv6 pod, and isolated for IPv4.
-fn shapes(ipv: Ipv) -> Vec<Op> {
+fn shapes(ipv: Family) -> Vec<Op> {
     let same = rules(&["10.1.0.2", "fd00::2"], Some(("cni-br0", false)));
     let isolated = rules(&["10.1.0.2"], Some(("cni-br0", true)));
     let empty = NatTable::parse("*filter\n:FORWARD ACCEPT [0:0]\nCOMMIT\n", "filter");
     let mut ops = add_ops(&empty, &same, ipv);
-    if ipv == Ipv::V4 {
+    if ipv == Family::V4 {
         let more: Vec<Op> = add_ops(&empty, &isolated, ipv).into_iter().filter(|o| !ops.contains(o)).collect();
         ops.extend(more);
     }
@@ -267,7 +267,7 @@ fn shapes(ipv: Ipv) -> Vec<Op> {
 }
 
 /// Writes the fixture's rules with iptables-legacy into the current network namespace.
-fn legacy_fixture_rules(ipv: Ipv) {
+fn legacy_fixture_rules(ipv: Family) {
     let tool = ipv.pick("iptables-legacy", "ip6tables-legacy");
     let other = OTHER_RULES.iter().map(|l| l.replace("192.0.2.1/32", ipv.pick("192.0.2.1/32", "2001:db8::1/128")));
     let other = other.map(|l| l.replace("192.0.2.2/32", ipv.pick("192.0.2.2/32", "2001:db8::2/128")));
@@ -280,7 +280,7 @@ fn legacy_fixture_rules(ipv: Ipv) {
 }
 
 /// The filter table's `SO_GET_INFO` fields and blob in the fixture format (see xtables/tests.rs).
-fn fixture_text(family: xtables::Family) -> String {
+fn fixture_text(family: Family) -> String {
     let (info, blob) = xtables::tests::raw(family, "filter");
     let mut s = format!("info {}\n", xtables::tests::info_line(&info));
     for chunk in blob.chunks(64) {
@@ -297,9 +297,9 @@ fn fixture_text(family: xtables::Family) -> String {
 fn legacy_fixture_dump() {
     cni_tests::require_root();
     nfnl::tests::in_netns(|| {
-        for ipv in [Ipv::V4, Ipv::V6] {
+        for ipv in [Family::V4, Family::V6] {
             legacy_fixture_rules(ipv);
-            println!("{}", fixture_text(legacy_family(ipv)));
+            println!("{}", fixture_text(ipv));
         }
     });
 }
@@ -309,8 +309,8 @@ fn legacy_fixture_dump() {
 /// (each rule's bytes, chain order, insert positions, hook entries, jump offsets).
 #[test]
 fn rules_encode_byte_for_byte_as_iptables_legacy_1_8_9_writes_them() {
-    for ipv in [Ipv::V4, Ipv::V6] {
-        let family = legacy_family(ipv);
+    for ipv in [Family::V4, Family::V6] {
+        let family = ipv;
         let written = xtables::tests::table(family);
         let mut base = written.clone();
         base.chains.retain(|c| !c.name.starts_with("CNI-"));
@@ -342,8 +342,8 @@ fn iptables_legacy_on_this_node_writes_the_fixtures_and_replace_keeps_counters()
     cni_tests::require_root();
     cni_tests::require_tools(&["iptables-legacy", "ip6tables-legacy"]);
     nfnl::tests::in_netns(|| {
-        for ipv in [Ipv::V4, Ipv::V6] {
-            let family = legacy_family(ipv);
+        for ipv in [Family::V4, Family::V6] {
+            let family = ipv;
             let tool = ipv.pick("iptables-legacy", "ip6tables-legacy");
             legacy_fixture_rules(ipv);
             let here = xtables::Table::read(family, "filter").unwrap();

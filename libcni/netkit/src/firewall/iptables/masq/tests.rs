@@ -22,7 +22,7 @@ fn lines(ops: &[Op]) -> Vec<String> {
 }
 
 /// The reference's lines for container `cid` (iptables-save's form, without `-A `), per family.
-fn reference_lines(cid: &str, ipv: Ipv) -> Vec<String> {
+fn reference_lines(cid: &str, ipv: Family) -> Vec<String> {
     let ch = chain_name("net", cid, "");
     let c = format!("-m comment --comment \"name: \\\"net\\\" id: \\\"{cid}\\\"\"");
     let (subnet, multicast, pod) =
@@ -39,19 +39,19 @@ fn the_plan_writes_the_reference_layout_and_replaces_what_the_container_had() {
     let ch = chain_name("net", "c", "");
     let empty = NatTable::parse("*nat\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n", "nat");
     let mut want = vec![format!("-N {ch}")];
-    want.extend(reference_lines("c", Ipv::V4).iter().map(|l| format!("-A {l}")));
-    assert_eq!(lines(&add_ops(&empty, &masq("c"), Ipv::V4)), want);
-    let v6 = lines(&add_ops(&empty, &masq("c"), Ipv::V6));
-    assert_eq!(v6[1..], reference_lines("c", Ipv::V6).iter().map(|l| format!("-A {l}")).collect::<Vec<_>>());
+    want.extend(reference_lines("c", Family::V4).iter().map(|l| format!("-A {l}")));
+    assert_eq!(lines(&add_ops(&empty, &masq("c"), Family::V4)), want);
+    let v6 = lines(&add_ops(&empty, &masq("c"), Family::V6));
+    assert_eq!(v6[1..], reference_lines("c", Family::V6).iter().map(|l| format!("-A {l}")).collect::<Vec<_>>());
 
     // What the reference (or an earlier ADD) left: flushed, its jump removed, then written anew.
     let mut save = format!("*nat\n:POSTROUTING ACCEPT [0:0]\n:{ch} - [0:0]\n");
-    for l in reference_lines("c", Ipv::V4) {
+    for l in reference_lines("c", Family::V4) {
         save.push_str(&format!("-A {}\n", l.replace("10.1.0.5/32", "10.1.0.9/32")));
     }
     save.push_str("-A POSTROUTING -s 10.9.0.0/16 -j MASQUERADE\nCOMMIT\n");
     let t = NatTable::parse(&save, "nat");
-    let again = lines(&add_ops(&t, &masq("c"), Ipv::V4));
+    let again = lines(&add_ops(&t, &masq("c"), Family::V4));
     assert_eq!(again[..2], [format!("-F {ch}"), format!("-D * -j {ch}")]);
     assert_eq!(again.len(), 5);
     assert_eq!(lines(&del_ops(&t, &ch)), [format!("-D * -j {ch}"), format!("-X {ch}")]);
@@ -70,28 +70,28 @@ struct Node {
 }
 
 impl Node {
-    fn tool(self, ipv: Ipv, suffix: &str) -> String {
+    fn tool(self, ipv: Family, suffix: &str) -> String {
         format!("{}{}{suffix}", ipv.pick("iptables", "ip6tables"), if self.legacy { "-legacy" } else { "" })
     }
 
     /// iptables-save's nat rules of a family, without the `-A `, sorted.
-    fn saved(self, ipv: Ipv) -> Vec<String> {
+    fn saved(self, ipv: Family) -> Vec<String> {
         let tool = self.tool(ipv, "-save");
         let out = crate::firewall::exec::run(&tool, &["-t", "nat"], None).unwrap();
         assert!(out.success, "{tool}: {}", out.stderr);
         sorted(out.stdout.lines().filter_map(|l| l.strip_prefix("-A ")).map(String::from).collect())
     }
 
-    fn iptables(self, ipv: Ipv, line: &str) {
+    fn iptables(self, ipv: Family, line: &str) {
         let mut args = vec!["-t".to_string(), "nat".to_string()];
         args.extend(shell_words(line));
         iptables(&self.tool(ipv, ""), &args.iter().map(String::as_str).collect::<Vec<_>>());
     }
 
     /// Whether the family's nat table, read as ADD reads it, holds `r` as we encode it.
-    fn holds(self, ipv: Ipv, r: &XRule) -> bool {
+    fn holds(self, ipv: Family, r: &XRule) -> bool {
         if self.legacy {
-            return xtables::Table::read(legacy_family(ipv), "nat").unwrap().has(r);
+            return xtables::Table::read(ipv, "nat").unwrap().has(r);
         }
         Listed::read(&nfnl::Conn::new(), ipv, "nat", &[POSTROUTING, &r.chain]).unwrap().has(r)
     }
@@ -110,7 +110,7 @@ fn the_reference_rules_in_process(node: Node) {
     crate::firewall::iptables::tests::LEGACY.set(node.legacy);
     let m = masq("c");
     let ch = chain_name("net", "c", "");
-    for ipv in [Ipv::V4, Ipv::V6] {
+    for ipv in [Family::V4, Family::V6] {
         node.iptables(ipv, &format!("-N {ch}"));
         for l in reference_lines("c", ipv) {
             node.iptables(ipv, &format!("-A {l}"));
@@ -122,7 +122,7 @@ fn the_reference_rules_in_process(node: Node) {
     }
     check(&m).unwrap();
     del("net", "c").unwrap();
-    for ipv in [Ipv::V4, Ipv::V6] {
+    for ipv in [Family::V4, Family::V6] {
         assert_eq!(node.saved(ipv), Vec::<String>::new(), "{ipv:?}: our DEL left rules of the reference's");
     }
     assert_eq!(check(&m).unwrap_err().code, code::CHECK_FAILED);
@@ -132,7 +132,7 @@ fn the_reference_rules_in_process(node: Node) {
     add(&m).unwrap();
     add(&m).unwrap();
     check(&m).unwrap();
-    for ipv in [Ipv::V4, Ipv::V6] {
+    for ipv in [Family::V4, Family::V6] {
         assert_eq!(node.saved(ipv), sorted(reference_lines("c", ipv)), "{ipv:?}");
         for l in reference_lines("c", ipv) {
             node.iptables(ipv, &format!("-C {l}"));
@@ -145,15 +145,15 @@ fn the_reference_rules_in_process(node: Node) {
     }
 
     // GC removes the network's containers not kept, and nothing else.
-    node.iptables(Ipv::V4, "-A POSTROUTING -s 10.9.0.0/16 -j MASQUERADE");
+    node.iptables(Family::V4, "-A POSTROUTING -s 10.9.0.0/16 -j MASQUERADE");
     for cid in ["a", "b"] {
         add(&masq(cid)).unwrap();
     }
     gc("net", &[Attachment { container_id: "b".into(), ifname: "eth0".into() }]).unwrap();
-    let mut left = reference_lines("b", Ipv::V4);
+    let mut left = reference_lines("b", Family::V4);
     left.push("POSTROUTING -s 10.9.0.0/16 -j MASQUERADE".into());
-    assert_eq!(node.saved(Ipv::V4), sorted(left));
-    assert_eq!(node.saved(Ipv::V6), sorted(reference_lines("b", Ipv::V6)));
+    assert_eq!(node.saved(Family::V4), sorted(left));
+    assert_eq!(node.saved(Family::V6), sorted(reference_lines("b", Family::V6)));
     check(&masq("b")).unwrap();
 }
 

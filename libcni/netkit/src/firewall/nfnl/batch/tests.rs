@@ -12,8 +12,8 @@ fn a_failed_batch_applies_nothing() {
         let (_, t, _cleanup) = inet_table();
         let mut b = Batch::new();
         build_flat(&mut b, &t);
-        add_rule(&mut b, Family::Inet, &t, "no-such-chain", Rule::new(Family::Inet).masquerade());
-        b.add_chain(Family::Inet, &t, "after", None, None);
+        add_rule(&mut b, TableFamily::Inet, &t, "no-such-chain", Rule::new(TableFamily::Inet).masquerade());
+        b.add_chain(TableFamily::Inet, &t, "after", None, None);
         let e = b.send().unwrap_err();
         assert_eq!(e.code, libcni::code::NETWORK);
         assert_eq!(
@@ -22,19 +22,19 @@ fn a_failed_batch_applies_nothing() {
             "{e:?}"
         );
         assert!(crate::is_not_found(&e));
-        assert!(!table_exists(Family::Inet, &t), "a failed batch left its table behind");
+        assert!(!table_exists(TableFamily::Inet, &t), "a failed batch left its table behind");
         // send_each tells which message failed: the rule after the table's batch.
         let failures = b.send_each().unwrap();
         assert_eq!(failures.len(), 1, "{failures:?}");
         assert_eq!((failures[0].index, failures[0].errno), (b.len() - 2, libc::ENOENT));
         assert_eq!(failures[0].error.msg, e.msg);
-        assert!(!table_exists(Family::Inet, &t));
+        assert!(!table_exists(TableFamily::Inet, &t));
 
         // The same batch without the bad rule applies whole.
         let mut b = Batch::new();
         build_flat(&mut b, &t);
         b.send().unwrap();
-        assert!(table_exists(Family::Inet, &t));
+        assert!(table_exists(TableFamily::Inet, &t));
     });
 }
 
@@ -114,7 +114,7 @@ fn a_large_batch_loses_no_acks() {
 fn encoding_matches_nft_bytes() {
     // `nft --debug=mnl add table inet zz_probe`: the NEWTABLE message after the batch begin.
     let mut b = Batch::new();
-    b.add_table(Family::Inet, "zz_probe");
+    b.add_table(TableFamily::Inet, "zz_probe");
     let bytes = b.encode(0).unwrap();
     let begin = &bytes[..20];
     assert_eq!(begin[..4], 20u32.to_ne_bytes());
@@ -135,7 +135,7 @@ fn encoding_matches_nft_bytes() {
 
     // `add rule ... fib daddr type local jump xdnat`: the expressions nft sent, attribute by attribute.
     let mut a = Attrs::default();
-    for e in Rule::new(Family::Inet).fib_daddr_local().verdict(jump("xdnat")).exprs {
+    for e in Rule::new(TableFamily::Inet).fib_daddr_local().verdict(jump("xdnat")).exprs {
         e.put(&mut a);
     }
     let mut want: Vec<u8> = Vec::new();

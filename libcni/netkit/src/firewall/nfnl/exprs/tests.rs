@@ -15,7 +15,7 @@ fn registers_and_keys() {
     assert_eq!(key_bytes(&[KeyPart::Port(80)]), [0, 80]);
     assert_eq!(key_text(&key), "10.0.0.1 . tcp . 8080");
     // ip6 daddr . meta l4proto . th dport: registers 1, 2 and 13 (slots 0, 4, 5).
-    let exprs = Rule::new(Family::Ip6).vmap(&[Field::Ip6Daddr, Field::L4proto, Field::ThDport], "m").exprs;
+    let exprs = Rule::new(TableFamily::Ip6).vmap(&[Field::Ip6Daddr, Field::L4proto, Field::ThDport], "m").exprs;
     let regs: Vec<Reg> = exprs
         .iter()
         .filter_map(|e| match e {

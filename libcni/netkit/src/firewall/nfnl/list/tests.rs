@@ -14,13 +14,13 @@ fn a_refusal_keeps_its_errno_as_data() {
     let mut answer = Vec::new();
     nlmsg(&mut answer, NLMSG_ERROR, 0, 1, (-libc::EEXIST).to_ne_bytes(), &[0; NLMSG_HDRLEN]);
     kernel.send(&answer).unwrap();
-    let e = get_on(&nl, Family::Inet, NFT_MSG_NEWTABLE, false, &Attrs::default(), "add table inet t").unwrap_err();
+    let e = get_on(&nl, TableFamily::Inet, NFT_MSG_NEWTABLE, false, &Attrs::default(), "add table inet t").unwrap_err();
     assert_eq!(e.msg, "nft add table inet t: File exists (os error 17)");
     assert_eq!(e.errno, Some(libc::EEXIST));
     assert!(crate::is_exists(&e.context("ADD")));
     // A message of a batch the kernel refused, as `send` reports it.
     let mut b = Batch::new();
-    b.add_table(Family::Inet, "t");
+    b.add_table(TableFamily::Inet, "t");
     let e = b.failed(Some(0), libc::ENOENT, Some("no such table".into()));
     assert_eq!(e.msg, "nft add table inet t (no such table): No such file or directory (os error 2)");
     assert!(crate::is_not_found(&e) && !crate::is_exists(&e), "{e:?}");
@@ -41,7 +41,7 @@ fn a_get_skips_answers_that_are_not_its_own() {
     gen.u32(1, 42);
     nlmsg(&mut answers, (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN, 0, 1, [0; 4], &gen.buf);
     kernel.send(&answers).unwrap();
-    let got = get_on(&nl, Family::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation").unwrap();
+    let got = get_on(&nl, TableFamily::Inet, NFT_MSG_GETGEN, false, &Attrs::default(), "get generation").unwrap();
     let got = got.unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].0, NFT_MSG_NEWGEN);
@@ -81,7 +81,7 @@ add rule inet {T} base ip saddr 10.0.0.1 masquerade comment "x"
         assert!(base.base);
         assert_eq!(base.comments, vec![Some("x".to_string())]);
         assert_eq!(Conn::new().list_chain(f, &t, "nosuch").unwrap(), None);
-        assert_eq!(Conn::new().list_chain(Family::Bridge, &t, "c").unwrap(), None);
+        assert_eq!(Conn::new().list_chain(TableFamily::Bridge, &t, "c").unwrap(), None);
         // A comment written by a batch reads back the same; many rules take several messages.
         let mut b = Batch::new();
         for i in 0..300u32 {
@@ -163,14 +163,16 @@ fn get_elements_reads_data_comments_and_expiry() {
 #[test]
 fn a_rules_jump_comment_and_bitwise_are_read_from_its_expressions() {
     let comment = |c: &str| Expr::Match { name: "comment", rev: 0, info: c.bytes().chain([0; 8]).collect() };
-    let r =
-        Rule::new(Family::Ip).expr(comment("name: \"n\"")).expr(Expr::Counter).verdict(Verdict::Jump("CNI-x".into()));
+    let r = Rule::new(TableFamily::Ip)
+        .expr(comment("name: \"n\""))
+        .expr(Expr::Counter)
+        .verdict(Verdict::Jump("CNI-x".into()));
     assert_eq!(rule_jump(&r.encoded()).as_deref(), Some("CNI-x"));
     assert_eq!(rule_xt_comment(&r.encoded()).as_deref(), Some("name: \"n\""));
-    let accept = Rule::new(Family::Ip).verdict(Verdict::Accept);
+    let accept = Rule::new(TableFamily::Ip).verdict(Verdict::Accept);
     assert_eq!((rule_jump(&accept.encoded()), rule_xt_comment(&accept.encoded())), (None, None));
 
-    let mask = Rule::new(Family::Ip).daddr_not_in("224.0.0.0/4".parse().unwrap());
+    let mask = Rule::new(TableFamily::Ip).daddr_not_in("224.0.0.0/4".parse().unwrap());
     let Some(Expr::Bitwise { .. }) = mask.exprs.get(1) else { panic!("no bitwise: {:?}", mask.exprs) };
     let mut e = Attrs::default();
     mask.exprs[1].put(&mut e);

@@ -14,13 +14,13 @@ fn flush_and_delete_match_nft() {
             "{FLAT}\nflush chain inet {{T}} hairpin\nadd chain inet {{T}} gone\ndelete chain inet {{T}} gone\n\
              delete element inet {{T}} dnat4 {{ tcp . 8080, udp . 53 }}\n"
         );
-        same_as_nft(Family::Inet, &text, |b, t| {
+        same_as_nft(TableFamily::Inet, &text, |b, t| {
             build_flat(b, t);
-            b.flush_chain(Family::Inet, t, "hairpin");
-            b.add_chain(Family::Inet, t, "gone", None, None);
-            b.delete_chain(Family::Inet, t, "gone");
+            b.flush_chain(TableFamily::Inet, t, "hairpin");
+            b.add_chain(TableFamily::Inet, t, "gone", None, None);
+            b.delete_chain(TableFamily::Inet, t, "gone");
             let keys = [vec![KeyPart::Proto(TCP), KeyPart::Port(8080)], vec![KeyPart::Proto(UDP), KeyPart::Port(53)]];
-            b.delete_elements(Family::Inet, t, "dnat4", &keys);
+            b.delete_elements(TableFamily::Inet, t, "dnat4", &keys);
         });
     });
 }
