@@ -1,6 +1,7 @@
 //! The node's conflist (rendered like the installer's, written only when its content changes) and
 //! the agent's nftables table that masquerades pod traffic leaving the cluster range.
 
+use anyhow::{anyhow, Result};
 use cni_installer::cidr::Cidr;
 use cni_installer::install::{self, Placement};
 use cni_installer::render;
@@ -15,16 +16,16 @@ const MTU: &str = "\"__MTU__\"";
 pub const NFT_TABLE: &str = "cni-rs-node";
 const COMMENT: &str = "pods of this node leaving the cluster";
 
-pub fn render(template: &str, cidrs: &[IpNetwork], mtu: u32) -> Result<String, String> {
+pub fn render(template: &str, cidrs: &[IpNetwork], mtu: u32) -> Result<String> {
     let cidrs: Vec<Cidr> = cidrs.iter().map(|c| Cidr { addr: c.network(), prefix: c.prefix() }).collect();
-    render::render(&template.replace(MTU, &mtu.to_string()), &cidrs).map_err(|e| e.to_string())
+    render::render(&template.replace(MTU, &mtu.to_string()), &cidrs).map_err(anyhow::Error::msg)
 }
 
 /// Writes the conflist atomically; `true` if its content changed.
-pub fn write(conf_dir: &Path, conf_name: &str, text: &str) -> Result<bool, String> {
-    std::fs::create_dir_all(conf_dir).map_err(|e| format!("create {}: {e}", conf_dir.display()))?;
+pub fn write(conf_dir: &Path, conf_name: &str, text: &str) -> Result<bool> {
+    std::fs::create_dir_all(conf_dir).map_err(|e| anyhow!("create {}: {e}", conf_dir.display()))?;
     install::remove_stale_temps(conf_dir, &[conf_name]);
-    let placed = install::place(conf_dir, conf_name, text.as_bytes(), 0o644).map_err(|e| e.to_string())?;
+    let placed = install::place(conf_dir, conf_name, text.as_bytes(), 0o644)?;
     Ok(matches!(placed, Placement::Installed { .. }))
 }
 
@@ -80,12 +81,12 @@ pub fn nft_ruleset(pod_cidrs: &[IpNetwork], cluster: &[IpNetwork]) -> String {
 }
 
 /// Applies the masquerade table over netlink (no `nft` binary needed).
-pub fn apply_masquerade(pod_cidrs: &[IpNetwork], cluster: &[IpNetwork]) -> Result<(), String> {
+pub fn apply_masquerade(pod_cidrs: &[IpNetwork], cluster: &[IpNetwork]) -> Result<()> {
     let pairs: Vec<(IpNetwork, IpNetwork)> = pod_cidrs
         .iter()
         .filter_map(|pod| cluster.iter().find(|c| c.is_ipv4() == pod.is_ipv4()).map(|range| (*pod, *range)))
         .collect();
-    netkit::firewall::replace_masquerade_chain(NFT_TABLE, &pairs, COMMENT).map_err(|e| e.to_string())
+    netkit::firewall::replace_masquerade_chain(NFT_TABLE, &pairs, COMMENT).map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 
 use crate::options::Options;
 use crate::trust::{self, Claim};
+use anyhow::{anyhow, Result};
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, EventType, GetOptions, Identity, PutOptions, TlsOptions, Txn, TxnOp,
     WatchOptions,
@@ -129,7 +130,7 @@ pub fn block_key(options: &Options, block: &IpNetwork) -> String {
 /// the keys under `<prefix>/subnets/` (the client connects lazily, and this is a read the agent
 /// needs anyway): a certificate etcd refuses, an untrusted server or a wrong password is an error
 /// here that says which flag to fix.
-pub async fn connect(options: &Options) -> Result<Client, String> {
+pub async fn connect(options: &Options) -> Result<Client> {
     let mut connect = etcd_client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(5))
         .with_timeout(Duration::from_secs(10))
@@ -146,7 +147,7 @@ pub async fn connect(options: &Options) -> Result<Client, String> {
         connect = connect.with_user(user.name.as_str(), user.password.as_str()).with_auto_token_refresh(true);
     }
     let endpoints = options.etcd_endpoints.join(",");
-    let failed = |e: etcd_client::Error| format!("connect to etcd {endpoints}: {}", explain(options, &e));
+    let failed = |e: etcd_client::Error| anyhow!("connect to etcd {endpoints}: {}", explain(options, &e));
     let mut client = Client::connect(&options.etcd_endpoints, Some(connect)).await.map_err(failed)?;
     let prefix = subnets_prefix(options);
     client.get(prefix.as_str(), Some(GetOptions::new().with_prefix().with_count_only())).await.map_err(failed)?;
@@ -221,8 +222,8 @@ fn explain(options: &Options, error: &etcd_client::Error) -> String {
     }
 }
 
-fn etcd_err(what: impl std::fmt::Display) -> impl FnOnce(etcd_client::Error) -> String {
-    move |e| format!("etcd: {what}: {e}")
+fn etcd_err(what: impl std::fmt::Display) -> impl FnOnce(etcd_client::Error) -> anyhow::Error {
+    move |e| anyhow!("etcd: {what}: {e}")
 }
 
 /// Takes this node's block: its own key after a restart (see the module comment), else `preferred`
@@ -234,12 +235,12 @@ pub async fn acquire(
     lease: i64,
     published: &Published,
     preferred: Option<&[IpNetwork]>,
-) -> Result<Held, String> {
+) -> Result<Held> {
     let prefix = subnets_prefix(options);
     let count = block_count(options);
     let record_for = |cidrs: Vec<IpNetwork>| published.record(options, cidrs);
-    let put = |key: &str, record: &NodeRecord| -> Result<TxnOp, String> {
-        let value = serde_json::to_vec(record).map_err(|e| format!("encode node record: {e}"))?;
+    let put = |key: &str, record: &NodeRecord| -> Result<TxnOp> {
+        let value = serde_json::to_vec(record).map_err(|e| anyhow!("encode node record: {e}"))?;
         Ok(TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))))
     };
     for _attempt in 0..1000 {
@@ -300,13 +301,13 @@ pub async fn acquire(
         }
         if !lost_race {
             let ranges: Vec<String> = options.cluster.iter().map(|(n, s)| format!("{n} in /{s} blocks")).collect();
-            return Err(format!(
+            return Err(anyhow!(
                 "no free block left in {} ({count} blocks, all held by live nodes under {prefix})",
                 ranges.join(" and ")
             ));
         }
     }
-    Err(format!("could not take a block under {prefix}: every attempt lost a race"))
+    Err(anyhow!("could not take a block under {prefix}: every attempt lost a race"))
 }
 
 /// Keeps `lease` alive until it is lost (expired, revoked, or etcd unreachable past the TTL);
@@ -371,7 +372,7 @@ async fn watch_once(
     options: &Options,
     prefix: &str,
     out: &watch::Sender<Arc<Peers>>,
-) -> Result<(), String> {
+) -> Result<()> {
     let listing = client
         .get(prefix, Some(GetOptions::new().with_prefix()))
         .await
@@ -390,7 +391,7 @@ async fn watch_once(
         .map_err(etcd_err(format_args!("watch {prefix}")))?;
     while let Some(reply) = stream.message().await.map_err(etcd_err(format_args!("watch {prefix}")))? {
         if reply.canceled() {
-            return Err(format!("etcd: watch {prefix} canceled: {}", reply.cancel_reason()));
+            return Err(anyhow!("etcd: watch {prefix} canceled: {}", reply.cancel_reason()));
         }
         for event in reply.events() {
             let Some(kv) = event.kv() else { continue };
@@ -407,7 +408,7 @@ async fn watch_once(
         }
         publish(out, &peers);
     }
-    Err(format!("etcd: watch {prefix} ended"))
+    Err(anyhow!("etcd: watch {prefix} ended"))
 }
 
 fn publish(out: &watch::Sender<Arc<Peers>>, peers: &Peers) {

@@ -6,6 +6,7 @@
 use crate::etcd::{Held, NodeRecord, Peers, Published};
 use crate::options::Options;
 use crate::trust::Claim;
+use anyhow::{anyhow, Result};
 use futures::StreamExt;
 use ipnetwork::IpNetwork;
 use k8s_openapi::api::core::v1::Node;
@@ -23,20 +24,20 @@ pub const VTEP_MAC_ANNOTATION: &str = "cni-rs.io/vtep-mac";
 pub const WIREGUARD_KEY_ANNOTATION: &str = "cni-rs.io/wireguard-public-key";
 pub const WIREGUARD_PORT_ANNOTATION: &str = "cni-rs.io/wireguard-port";
 
-pub async fn client(options: &Options) -> Result<Client, String> {
+pub async fn client(options: &Options) -> Result<Client> {
     let config = match &options.kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| format!("read --kubeconfig {}: {e}", path.display()))?;
+                .map_err(|e| anyhow!("read --kubeconfig {}: {e}", path.display()))?;
             Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?
+                .map_err(|e| anyhow!("--kubeconfig {}: {e}", path.display()))?
         }
         None => Config::incluster().map_err(|e| {
-            format!("in-cluster Kubernetes config (service account token, KUBERNETES_SERVICE_HOST): {e}; outside a pod give --kubeconfig")
+            anyhow!("in-cluster Kubernetes config (service account token, KUBERNETES_SERVICE_HOST): {e}; outside a pod give --kubeconfig")
         })?,
     };
-    Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
+    Client::try_from(config).map_err(|e| anyhow!("Kubernetes client: {e}"))
 }
 
 /// A Node as the agent needs it, aged by its creationTimestamp (the older Node keeps pod CIDRs

@@ -18,6 +18,7 @@ mod trust;
 mod wgkey;
 mod wireguard;
 
+use anyhow::{anyhow, Result};
 use etcd::{Held, NodeRecord, Peers, Published};
 use ipnetwork::IpNetwork;
 use net::{Route, Underlay, Vtep};
@@ -66,9 +67,9 @@ fn node_sysctls(options: &Options) -> Vec<sysctls::Sysctl> {
 
 /// Runs until SIGTERM or SIGINT. The lease is left to expire rather than revoked: a restarting
 /// agent takes its block back, and the other nodes keep their routes to it meanwhile.
-async fn run(options: Arc<Options>) -> Result<(), String> {
-    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("install SIGTERM handler: {e}"))?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("install SIGINT handler: {e}"))?;
+async fn run(options: Arc<Options>) -> Result<()> {
+    let mut term = signal(SignalKind::terminate()).map_err(|e| anyhow!("install SIGTERM handler: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| anyhow!("install SIGINT handler: {e}"))?;
     tokio::select! {
         result = agent(options) => result,
         _ = term.recv() => {
@@ -106,9 +107,9 @@ struct Wireguard {
     overhead: u32,
 }
 
-async fn agent(options: Arc<Options>) -> Result<(), String> {
+async fn agent(options: Arc<Options>) -> Result<()> {
     sysctls::ensure(&node_sysctls(&options));
-    let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("open a netlink socket: {e}"))?;
+    let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| anyhow!("open a netlink socket: {e}"))?;
     tokio::spawn(connection);
     let options =
         if options.node_ips.is_empty() { Arc::new(default_node_ips(&handle, &options).await?) } else { options };
@@ -116,7 +117,7 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
     let mut local = Local { handle, v4: None, v6: None, vxlan: None, wireguard: None };
     for ip in &options.node_ips {
         let underlay = net::link_of_address(&local.handle, *ip).await?.ok_or_else(|| {
-            format!("--node-ip {ip} is not an address of any interface in this network namespace; give this node's own address")
+            anyhow!("--node-ip {ip} is not an address of any interface in this network namespace; give this node's own address")
         })?;
         if ip.is_ipv4() {
             local.v4 = Some(underlay);
@@ -131,7 +132,7 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
             let mtu = under.mtu.saturating_sub(net::VXLAN_OVERHEAD);
             local.vxlan = Some(net::ensure_vxlan(&local.handle, &options.vxlan_dev, ip, under.index, mtu).await?);
         } else if options.backend == Backend::Vxlan {
-            return Err("--backend vxlan needs an IPv4 --node-ip (VXLAN runs over IPv4)".into());
+            return Err(anyhow!("--backend vxlan needs an IPv4 --node-ip (VXLAN runs over IPv4)"));
         }
     }
 
@@ -158,7 +159,7 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
     }
     let listener = tokio::net::TcpListener::bind(options.metrics_addr)
         .await
-        .map_err(|e| format!("listen on --metrics-addr {}: {e}", options.metrics_addr))?;
+        .map_err(|e| anyhow!("listen on --metrics-addr {}: {e}", options.metrics_addr))?;
     if let Ok(addr) = listener.local_addr() {
         eprintln!("serving /healthz and /metrics on http://{addr}");
     }
@@ -170,7 +171,7 @@ async fn agent(options: Arc<Options>) -> Result<(), String> {
 /// The key pair (made once, kept in --state-dir), the device over the IPv4 underlay when this
 /// node has an IPv4 address (else IPv6), its private key and port. Peers already on a device
 /// kept from an earlier run stay until the first sync has read the datastore.
-async fn start_wireguard(options: &Options, local: &Local) -> Result<Wireguard, String> {
+async fn start_wireguard(options: &Options, local: &Local) -> Result<Wireguard> {
     let (keys, made) = wgkey::load_or_create(&options.state_dir)?;
     let path = wgkey::key_path(&options.state_dir);
     let how = if made { "made" } else { "kept" };
@@ -178,7 +179,7 @@ async fn start_wireguard(options: &Options, local: &Local) -> Result<Wireguard, 
     let (under, v4, overhead) = match (local.v4, local.v6) {
         (Some(under), _) => (under, true, wireguard::OVERHEAD_V4),
         (None, Some(under)) => (under, false, wireguard::OVERHEAD_V6),
-        (None, None) => return Err("--backend wireguard needs a --node-ip".into()),
+        (None, None) => return Err(anyhow!("--backend wireguard needs a --node-ip")),
     };
     let mtu = under.mtu.saturating_sub(overhead);
     let index = wireguard::ensure_device(&local.handle, &options.wireguard_dev, mtu).await?;
@@ -191,7 +192,7 @@ async fn start_wireguard(options: &Options, local: &Local) -> Result<Wireguard, 
 type Channels = (watch::Receiver<Arc<Held>>, watch::Receiver<Arc<Peers>>);
 
 /// Leases a block in etcd and keeps it; watches the other nodes' blocks.
-async fn start_etcd(options: &Arc<Options>, published: Published) -> Result<Channels, String> {
+async fn start_etcd(options: &Arc<Options>, published: Published) -> Result<Channels> {
     let mut client = loop {
         match etcd::connect(options).await {
             Ok(client) => break client,
@@ -204,7 +205,7 @@ async fn start_etcd(options: &Arc<Options>, published: Published) -> Result<Chan
     let lease = client
         .lease_grant(options.lease_ttl, None)
         .await
-        .map_err(|e| format!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
+        .map_err(|e| anyhow!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
         .id();
     let previous = conf::previous_cidrs(&options.conf_dir, &options.conf_name);
     let held = etcd::acquire(&mut client, options, lease, &published, Some(&previous)).await?;
@@ -217,7 +218,7 @@ async fn start_etcd(options: &Arc<Options>, published: Published) -> Result<Chan
 }
 
 /// Watches the Nodes; returns once this node has pod CIDRs.
-async fn start_kubernetes(options: &Arc<Options>, published: Published) -> Result<Channels, String> {
+async fn start_kubernetes(options: &Arc<Options>, published: Published) -> Result<Channels> {
     let client = k8s::client(options).await?;
     let (own_tx, mut own_rx) = watch::channel(None);
     let (peers_tx, peers_rx) = watch::channel(Arc::new(Peers::default()));
@@ -226,7 +227,7 @@ async fn start_kubernetes(options: &Arc<Options>, published: Published) -> Resul
         if let Some(held) = own_rx.borrow_and_update().clone() {
             break held;
         }
-        own_rx.changed().await.map_err(|_| "the Kubernetes node watch stopped".to_string())?;
+        own_rx.changed().await.map_err(|_| anyhow!("the Kubernetes node watch stopped"))?;
     };
     log_held(&first);
     let (held_tx, held_rx) = watch::channel(first);
@@ -244,7 +245,7 @@ async fn start_kubernetes(options: &Arc<Options>, published: Published) -> Resul
 
 /// `--node-ip` left out: per family of `--cluster-cidr`, the address on the interface of that
 /// family's default route.
-async fn default_node_ips(handle: &rtnetlink::Handle, options: &Options) -> Result<Options, String> {
+async fn default_node_ips(handle: &rtnetlink::Handle, options: &Options) -> Result<Options> {
     let mut options = options.clone();
     for v4 in [true, false] {
         if !options.cluster.iter().any(|(net, _)| net.is_ipv4() == v4) {
@@ -256,17 +257,17 @@ async fn default_node_ips(handle: &rtnetlink::Handle, options: &Options) -> Resu
         }
     }
     if options.node_ips.is_empty() {
-        return Err("no --node-ip, and no default route with an address to take it from: give --node-ip".into());
+        return Err(anyhow!("no --node-ip, and no default route with an address to take it from: give --node-ip"));
     }
     Ok(options)
 }
 
-fn install_plugins(src: &std::path::Path, bin_dir: &std::path::Path) -> Result<(), String> {
+fn install_plugins(src: &std::path::Path, bin_dir: &std::path::Path) -> Result<()> {
     use cni_installer::install;
-    std::fs::create_dir_all(bin_dir).map_err(|e| format!("create {}: {e}", bin_dir.display()))?;
-    let source = install::Source::read(src).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(bin_dir).map_err(|e| anyhow!("create {}: {e}", bin_dir.display()))?;
+    let source = install::Source::read(src)?;
     install::remove_stale_temps(bin_dir, &source.names());
-    let report = install::install_dir(src, bin_dir).map_err(|e| e.to_string())?;
+    let report = install::install_dir(src, bin_dir)?;
     if let Some(err) = &report.link_error {
         eprintln!("warning: {err}; each plugin name is a full copy of {} instead of a hard link", install::MULTI_CALL);
     }
@@ -395,9 +396,9 @@ async fn reconcile_loop(
     mut peers: watch::Receiver<Arc<Peers>>,
     mut addresses: watch::Receiver<u64>,
     stats: metrics::Shared,
-) -> Result<(), String> {
+) -> Result<()> {
     let template = match &options.template {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("read --template {}: {e}", path.display()))?,
+        Some(path) => std::fs::read_to_string(path).map_err(|e| anyhow!("read --template {}: {e}", path.display()))?,
         None => conf::TEMPLATE.to_string(),
     };
     let cluster: Vec<IpNetwork> = options.cluster.iter().map(|(net, _)| *net).collect();
@@ -607,9 +608,9 @@ async fn reconcile_loop(
 
         let wait = if errors > 0 { Duration::from_secs(2) } else { RESYNC };
         tokio::select! {
-            r = peers.changed() => r.map_err(|_| "the datastore watch stopped".to_string())?,
-            r = held.changed() => r.map_err(|_| "the lease keeper stopped".to_string())?,
-            r = addresses.changed() => r.map_err(|_| "the address watch stopped".to_string())?,
+            r = peers.changed() => r.map_err(|_| anyhow!("the datastore watch stopped"))?,
+            r = held.changed() => r.map_err(|_| anyhow!("the lease keeper stopped"))?,
+            r = addresses.changed() => r.map_err(|_| anyhow!("the address watch stopped"))?,
             _ = tokio::time::sleep(wait) => {}
         }
     }
@@ -637,7 +638,7 @@ async fn hold(
                 let lease = client
                     .lease_grant(options.lease_ttl, None)
                     .await
-                    .map_err(|e| format!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
+                    .map_err(|e| anyhow!("etcd: grant a {}s lease: {e}", options.lease_ttl))?
                     .id();
                 etcd::acquire(&mut client, &options, lease, &published, Some(&current.record.pod_cidrs)).await
             };

@@ -4,6 +4,7 @@
 //! ([`RTPROT_CNI_RS`]), so a reconcile only ever removes routes it made; the FDB and neighbour
 //! entries live on the agent's own VXLAN device.
 
+use anyhow::{anyhow, Result};
 use futures::{StreamExt, TryStreamExt};
 use ipnetwork::IpNetwork;
 use netlink_packet_route::address::AddressAttribute;
@@ -59,18 +60,10 @@ pub struct Route {
 }
 
 impl fmt::Display for Route {
+    /// As netkit prints a route (`dst via gw dev index N`), and VXLAN's `onlink`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.dst)?;
-        if let Some(gw) = self.gw {
-            write!(f, " via {gw}")?;
-        }
-        if let Some(oif) = self.oif {
-            write!(f, " dev index {oif}")?;
-        }
-        if self.onlink {
-            f.write_str(" onlink")?;
-        }
-        Ok(())
+        let spec = netkit::RouteSpec { gw: self.gw, oif: self.oif, ..netkit::RouteSpec::new(self.dst) };
+        write!(f, "{spec}{}", if self.onlink { " onlink" } else { "" })
     }
 }
 
@@ -101,20 +94,20 @@ pub struct Underlay {
 }
 
 /// The link that holds `ip`.
-pub async fn link_of_address(handle: &Handle, ip: IpAddr) -> Result<Option<Underlay>, String> {
+pub async fn link_of_address(handle: &Handle, ip: IpAddr) -> Result<Option<Underlay>> {
     let mut addrs = handle.address().get().execute();
     let mut found = None;
-    while let Some(msg) = addrs.try_next().await.map_err(|e| format!("list addresses: {e}"))? {
+    while let Some(msg) = addrs.try_next().await.map_err(|e| anyhow!("list addresses: {e}"))? {
         let has = msg.attributes.iter().any(|a| matches!(a, AddressAttribute::Address(x) if *x == ip));
         if has {
             found = Some((msg.header.index, msg.header.prefix_len));
         }
     }
     let Some((index, prefix)) = found else { return Ok(None) };
-    let subnet = IpNetwork::new(ip, prefix).map_err(|e| format!("address {ip}/{prefix}: {e}"))?;
-    let subnet = IpNetwork::new(subnet.network(), prefix).map_err(|e| format!("address {ip}/{prefix}: {e}"))?;
+    let subnet = IpNetwork::new(ip, prefix).map_err(|e| anyhow!("address {ip}/{prefix}: {e}"))?;
+    let subnet = IpNetwork::new(subnet.network(), prefix).map_err(|e| anyhow!("address {ip}/{prefix}: {e}"))?;
     let mut links = handle.link().get().match_index(index).execute();
-    while let Some(msg) = links.try_next().await.map_err(|e| format!("get link {index}: {e}"))? {
+    while let Some(msg) = links.try_next().await.map_err(|e| anyhow!("get link {index}: {e}"))? {
         for attr in &msg.attributes {
             if let LinkAttribute::Mtu(mtu) = attr {
                 return Ok(Some(Underlay { index, mtu: *mtu, subnet }));
@@ -127,11 +120,11 @@ pub async fn link_of_address(handle: &Handle, ip: IpAddr) -> Result<Option<Under
 /// A counter bumped whenever an address is added to or removed from this network namespace, so
 /// the set of this node's addresses is listed again only when it changed (a sync caused by the
 /// datastore then sends no more netlink requests than its routes need).
-pub fn watch_addresses() -> Result<tokio::sync::watch::Receiver<u64>, String> {
+pub fn watch_addresses() -> Result<tokio::sync::watch::Receiver<u64>> {
     use rtnetlink::MulticastGroup;
     let (connection, handle, mut events) =
         rtnetlink::new_multicast_connection(&[MulticastGroup::Ipv4Ifaddr, MulticastGroup::Ipv6Ifaddr])
-            .map_err(|e| format!("subscribe to address changes over netlink: {e}"))?;
+            .map_err(|e| anyhow!("subscribe to address changes over netlink: {e}"))?;
     tokio::spawn(connection);
     let (tx, rx) = tokio::sync::watch::channel(0u64);
     tokio::spawn(async move {
@@ -145,10 +138,10 @@ pub fn watch_addresses() -> Result<tokio::sync::watch::Receiver<u64>, String> {
 }
 
 /// Every address on every interface of this network namespace.
-pub async fn local_addresses(handle: &Handle) -> Result<std::collections::BTreeSet<IpAddr>, String> {
+pub async fn local_addresses(handle: &Handle) -> Result<std::collections::BTreeSet<IpAddr>> {
     let mut addrs = handle.address().get().execute();
     let mut all = std::collections::BTreeSet::new();
-    while let Some(msg) = addrs.try_next().await.map_err(|e| format!("list addresses: {e}"))? {
+    while let Some(msg) = addrs.try_next().await.map_err(|e| anyhow!("list addresses: {e}"))? {
         for attr in &msg.attributes {
             if let AddressAttribute::Address(ip) | AddressAttribute::Local(ip) = attr {
                 all.insert(*ip);
@@ -160,7 +153,7 @@ pub async fn local_addresses(handle: &Handle) -> Result<std::collections::BTreeS
 
 /// The first global address of `family` (IPv4 when `v4`) on the interface of that family's
 /// default route in the main table.
-pub async fn default_route_address(handle: &Handle, v4: bool) -> Result<Option<IpAddr>, String> {
+pub async fn default_route_address(handle: &Handle, v4: bool) -> Result<Option<IpAddr>> {
     let filter = if v4 {
         RouteMessageBuilder::<Ipv4Addr>::new().build()
     } else {
@@ -168,7 +161,7 @@ pub async fn default_route_address(handle: &Handle, v4: bool) -> Result<Option<I
     };
     let mut routes = handle.route().get(filter).execute();
     let mut oif = None;
-    while let Some(msg) = routes.try_next().await.map_err(|e| format!("list routes: {e}"))? {
+    while let Some(msg) = routes.try_next().await.map_err(|e| anyhow!("list routes: {e}"))? {
         if msg.header.destination_prefix_length != 0 || msg.header.table != 254 || oif.is_some() {
             continue;
         }
@@ -180,7 +173,7 @@ pub async fn default_route_address(handle: &Handle, v4: bool) -> Result<Option<I
     let Some(oif) = oif else { return Ok(None) };
     let mut addrs = handle.address().get().set_link_index_filter(oif).execute();
     let mut found = None;
-    while let Some(msg) = addrs.try_next().await.map_err(|e| format!("list addresses of link {oif}: {e}"))? {
+    while let Some(msg) = addrs.try_next().await.map_err(|e| anyhow!("list addresses of link {oif}: {e}"))? {
         if msg.header.scope != netlink_packet_route::address::AddressScope::Universe || found.is_some() {
             continue;
         }
@@ -193,7 +186,7 @@ pub async fn default_route_address(handle: &Handle, v4: bool) -> Result<Option<I
 }
 
 /// Link index and MAC of `name` if it exists, and whether it is a VXLAN device.
-async fn link_by_name(handle: &Handle, name: &str) -> Result<Option<(u32, Option<[u8; 6]>, bool, u32)>, String> {
+async fn link_by_name(handle: &Handle, name: &str) -> Result<Option<(u32, Option<[u8; 6]>, bool, u32)>> {
     let mut links = handle.link().get().match_name(name.to_string()).execute();
     match links.try_next().await {
         Ok(Some(msg)) => {
@@ -215,22 +208,16 @@ async fn link_by_name(handle: &Handle, name: &str) -> Result<Option<(u32, Option
         }
         Ok(None) => Ok(None),
         Err(e) if errno(&e) == Some(libc::ENODEV) => Ok(None),
-        Err(e) => Err(format!("get link {name}: {e}")),
+        Err(e) => Err(anyhow!("get link {name}: {e}")),
     }
 }
 
 /// Creates (or keeps) the VXLAN device `name`: VNI 1, UDP 8472, local `local` on link `dev`, no
 /// learning (the agent programs every entry), MTU `mtu`, up. Returns its index and MAC.
-pub async fn ensure_vxlan(
-    handle: &Handle,
-    name: &str,
-    local: Ipv4Addr,
-    dev: u32,
-    mtu: u32,
-) -> Result<(u32, [u8; 6]), String> {
+pub async fn ensure_vxlan(handle: &Handle, name: &str, local: Ipv4Addr, dev: u32, mtu: u32) -> Result<(u32, [u8; 6])> {
     if let Some((index, _, vxlan, _)) = link_by_name(handle, name).await? {
         if !vxlan {
-            return Err(format!(
+            return Err(anyhow!(
                 "link {name} exists and is not a VXLAN device; delete it or give --vxlan-dev another name"
             ));
         }
@@ -238,7 +225,7 @@ pub async fn ensure_vxlan(
         // then, since those cannot be changed in place.
         if !vxlan_matches(handle, index, local, dev).await? {
             eprintln!("recreating {name}: its VNI, port, local address or parent link differ");
-            handle.link().del(index).execute().await.map_err(|e| format!("delete link {name}: {e}"))?;
+            handle.link().del(index).execute().await.map_err(|e| anyhow!("delete link {name}: {e}"))?;
         }
     }
     if link_by_name(handle, name).await?.is_none() {
@@ -246,24 +233,24 @@ pub async fn ensure_vxlan(
         match handle.link().add(msg).execute().await {
             Ok(()) => eprintln!("created VXLAN device {name} (VNI {VNI}, port {VXLAN_PORT}, local {local}, mtu {mtu})"),
             Err(e) if errno(&e) == Some(libc::EEXIST) => {}
-            Err(e) => return Err(format!("create VXLAN device {name}: {e}{}", permission_hint(&e))),
+            Err(e) => return Err(anyhow!("create VXLAN device {name}: {e}{}", permission_hint(&e))),
         }
     }
     let (index, mac, _, current_mtu) =
-        link_by_name(handle, name).await?.ok_or_else(|| format!("VXLAN device {name} vanished after creation"))?;
-    let mac = mac.ok_or_else(|| format!("VXLAN device {name} has no MAC address"))?;
+        link_by_name(handle, name).await?.ok_or_else(|| anyhow!("VXLAN device {name} vanished after creation"))?;
+    let mac = mac.ok_or_else(|| anyhow!("VXLAN device {name} has no MAC address"))?;
     let mut set = LinkUnspec::new_with_index(index).up();
     if current_mtu != mtu {
         set = set.mtu(mtu);
     }
-    handle.link().set(set.build()).execute().await.map_err(|e| format!("set {name} up (mtu {mtu}): {e}"))?;
+    handle.link().set(set.build()).execute().await.map_err(|e| anyhow!("set {name} up (mtu {mtu}): {e}"))?;
     Ok((index, mac))
 }
 
-async fn vxlan_matches(handle: &Handle, index: u32, local: Ipv4Addr, dev: u32) -> Result<bool, String> {
+async fn vxlan_matches(handle: &Handle, index: u32, local: Ipv4Addr, dev: u32) -> Result<bool> {
     use netlink_packet_route::link::InfoVxlan;
     let mut links = handle.link().get().match_index(index).execute();
-    let Some(msg) = links.try_next().await.map_err(|e| format!("get link {index}: {e}"))? else {
+    let Some(msg) = links.try_next().await.map_err(|e| anyhow!("get link {index}: {e}"))? else {
         return Ok(false);
     };
     let mut ok = (false, false, false, false);
@@ -288,11 +275,11 @@ async fn vxlan_matches(handle: &Handle, index: u32, local: Ipv4Addr, dev: u32) -
 }
 
 /// Gives link `index` exactly the IPv4 address `addr/32` (the node's VTEP address).
-pub async fn ensure_only_v4_address(handle: &Handle, index: u32, addr: Ipv4Addr) -> Result<(), String> {
+pub async fn ensure_only_v4_address(handle: &Handle, index: u32, addr: Ipv4Addr) -> Result<()> {
     let mut present = false;
     let mut addrs = handle.address().get().set_link_index_filter(index).execute();
     let mut stale = Vec::new();
-    while let Some(msg) = addrs.try_next().await.map_err(|e| format!("list addresses of link {index}: {e}"))? {
+    while let Some(msg) = addrs.try_next().await.map_err(|e| anyhow!("list addresses of link {index}: {e}"))? {
         if msg.header.family != AddressFamily::Inet {
             continue;
         }
@@ -307,13 +294,13 @@ pub async fn ensure_only_v4_address(handle: &Handle, index: u32, addr: Ipv4Addr)
         }
     }
     for msg in stale {
-        handle.address().del(msg).execute().await.map_err(|e| format!("remove old VTEP address: {e}"))?;
+        handle.address().del(msg).execute().await.map_err(|e| anyhow!("remove old VTEP address: {e}"))?;
     }
     if !present {
         match handle.address().add(index, IpAddr::V4(addr), 32).execute().await {
             Ok(()) => {}
             Err(e) if errno(&e) == Some(libc::EEXIST) => {}
-            Err(e) => return Err(format!("add VTEP address {addr}/32: {e}")),
+            Err(e) => return Err(anyhow!("add VTEP address {addr}/32: {e}")),
         }
     }
     Ok(())
@@ -345,7 +332,7 @@ fn route_of(msg: &RouteMessage) -> Option<Route> {
 }
 
 /// The agent's routes in the main table, both families, with the messages to delete them.
-pub async fn own_routes(handle: &Handle) -> Result<Vec<(Route, RouteMessage)>, String> {
+pub async fn own_routes(handle: &Handle) -> Result<Vec<(Route, RouteMessage)>> {
     let mut out = Vec::new();
     for family in [IpAddr::V4(Ipv4Addr::UNSPECIFIED), IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)] {
         let filter = match family {
@@ -353,7 +340,7 @@ pub async fn own_routes(handle: &Handle) -> Result<Vec<(Route, RouteMessage)>, S
             IpAddr::V6(_) => RouteMessageBuilder::<std::net::Ipv6Addr>::new().build(),
         };
         let mut routes = handle.route().get(filter).execute();
-        while let Some(msg) = routes.try_next().await.map_err(|e| format!("list routes: {e}"))? {
+        while let Some(msg) = routes.try_next().await.map_err(|e| anyhow!("list routes: {e}"))? {
             if u8::from(msg.header.protocol) != RTPROT_CNI_RS || msg.header.table != 254 {
                 continue;
             }
@@ -374,12 +361,12 @@ fn satisfies(have: &Route, want: &Route) -> bool {
 
 /// The message that adds `route` to the main table with the agent's protocol; as a delete it
 /// removes exactly that route (the kernel matches destination, gateway, device and protocol).
-fn route_message(route: &Route) -> Result<RouteMessage, String> {
+fn route_message(route: &Route) -> Result<RouteMessage> {
     let mut builder = RouteMessageBuilder::<IpAddr>::new()
         .destination_prefix(route.dst.network(), route.dst.prefix())
-        .map_err(|e| format!("route {route}: {e}"))?;
+        .map_err(|e| anyhow!("route {route}: {e}"))?;
     if let Some(gw) = route.gw {
-        builder = builder.gateway(gw).map_err(|e| format!("route {route}: {e}"))?;
+        builder = builder.gateway(gw).map_err(|e| anyhow!("route {route}: {e}"))?;
     }
     let mut builder = builder.protocol(RouteProtocol::from(RTPROT_CNI_RS));
     if let Some(oif) = route.oif {
@@ -427,11 +414,7 @@ fn route_delta<'a>(before: &'a [Route], after: &'a [Route]) -> (Vec<&'a Route>, 
 /// Sends the removals, then the additions, each set together on the one socket (up to
 /// IN_FLIGHT unanswered), so a first sync of a thousand routes does not wait for a thousand
 /// round trips. A route already gone counts as removed by someone else, not as an error.
-async fn apply_routes(
-    handle: &Handle,
-    removals: Vec<(Route, Result<RouteMessage, String>)>,
-    additions: Vec<Route>,
-) -> Changes {
+async fn apply_routes(handle: &Handle, removals: Vec<(Route, Result<RouteMessage>)>, additions: Vec<Route>) -> Changes {
     let mut changes = Changes::default();
     let mut deletes = Vec::new();
     for (route, msg) in removals {

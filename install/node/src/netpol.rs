@@ -19,6 +19,7 @@ use crate::etcd::Held;
 use crate::metrics;
 use crate::options::Options;
 use crate::policy::{self, Cluster, Compiled, PodInfo};
+use anyhow::anyhow;
 use futures::StreamExt;
 use ipnetwork::IpNetwork;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -205,8 +206,8 @@ pub async fn run(client: Client, options: Arc<Options>, mut held: watch::Receive
         })
         .await;
         let result = match result {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(e) => Err(format!("apply task: {e}")),
+            Ok(r) => r.map_err(anyhow::Error::from),
+            Err(e) => Err(anyhow!("apply task: {e}")),
         };
         let latency = pending_since.map_or(started.elapsed(), |t| t.elapsed());
         match result {

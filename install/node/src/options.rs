@@ -1,5 +1,6 @@
 //! Command-line flags of `cni-rs-node`.
 
+use anyhow::{anyhow, Result};
 use ipnetwork::IpNetwork;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -104,7 +105,7 @@ fn list(value: &str) -> impl Iterator<Item = &str> {
     value.split(',').map(str::trim).filter(|s| !s.is_empty())
 }
 
-fn interface_name(flag: &str, value: String) -> Result<String, String> {
+fn interface_name(flag: &str, value: String) -> Result<String> {
     if value.is_empty()
         || value.len() > 15
         || value == "."
@@ -112,16 +113,16 @@ fn interface_name(flag: &str, value: String) -> Result<String, String> {
         || value.contains('/')
         || value.contains(char::is_whitespace)
     {
-        return Err(format!("{flag} {value:?} is not a valid interface name (1-15 characters, no '/' or spaces)"));
+        return Err(anyhow!("{flag} {value:?} is not a valid interface name (1-15 characters, no '/' or spaces)"));
     }
     Ok(value)
 }
 
 /// A network with no host bits set.
-pub fn parse_network(flag: &str, text: &str) -> Result<IpNetwork, String> {
-    let net: IpNetwork = text.parse().map_err(|e| format!("{flag}: {text:?} is not a CIDR: {e}"))?;
+pub fn parse_network(flag: &str, text: &str) -> Result<IpNetwork> {
+    let net: IpNetwork = text.parse().map_err(|e| anyhow!("{flag}: {text:?} is not a CIDR: {e}"))?;
     if net.network() != net.ip() {
-        return Err(format!("{flag}: {text} has host bits set (use {}/{})", net.network(), net.prefix()));
+        return Err(anyhow!("{flag}: {text} has host bits set (use {}/{})", net.network(), net.prefix()));
     }
     Ok(net)
 }
@@ -160,12 +161,12 @@ impl fmt::Debug for EtcdUser {
 
 /// The contents of `flag`'s file, which must hold a PEM block whose label ends in `label`
 /// (`CERTIFICATE`, `PRIVATE KEY`).
-fn read_pem(flag: &str, path: &Path, label: &str) -> Result<Vec<u8>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("{flag} {}: cannot read it: {e}", path.display()))?;
+fn read_pem(flag: &str, path: &Path, label: &str) -> Result<Vec<u8>> {
+    let pem = std::fs::read(path).map_err(|e| anyhow!("{flag} {}: cannot read it: {e}", path.display()))?;
     let text = String::from_utf8_lossy(&pem);
     let found = text.lines().any(|l| l.starts_with("-----BEGIN ") && l.trim_end().ends_with(&format!("{label}-----")));
     if !found {
-        return Err(format!("{flag} {}: holds no PEM {label} (a \"-----BEGIN ...{label}-----\" line)", path.display()));
+        return Err(anyhow!("{flag} {}: holds no PEM {label} (a \"-----BEGIN ...{label}-----\" line)", path.display()));
     }
     Ok(pem)
 }
@@ -179,7 +180,7 @@ fn etcd_security(
     key_file: Option<PathBuf>,
     username: Option<String>,
     password_file: Option<PathBuf>,
-) -> Result<(Option<EtcdTls>, Option<EtcdUser>), String> {
+) -> Result<(Option<EtcdTls>, Option<EtcdUser>)> {
     let given = [
         ("--etcd-cafile", ca_file.is_some()),
         ("--etcd-certfile", cert_file.is_some()),
@@ -189,19 +190,21 @@ fn etcd_security(
     ];
     if datastore != Datastore::Etcd {
         if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
-            return Err(format!("{flag} is for the etcd datastore; --datastore kubernetes does not use it"));
+            return Err(anyhow!("{flag} is for the etcd datastore; --datastore kubernetes does not use it"));
         }
         return Ok((None, None));
     }
     let tls = match (ca_file, cert_file, key_file) {
         (_, Some(_), None) => {
-            return Err("--etcd-certfile needs --etcd-keyfile (the client certificate's private key)".into())
+            return Err(anyhow!("--etcd-certfile needs --etcd-keyfile (the client certificate's private key)"))
         }
         (_, None, Some(_)) => {
-            return Err("--etcd-keyfile needs --etcd-certfile (the client certificate of that key)".into())
+            return Err(anyhow!("--etcd-keyfile needs --etcd-certfile (the client certificate of that key)"))
         }
         (None, Some(_), Some(_)) => {
-            return Err("--etcd-certfile needs --etcd-cafile too (the CA that signed etcd's server certificate)".into())
+            return Err(anyhow!(
+                "--etcd-certfile needs --etcd-cafile too (the CA that signed etcd's server certificate)"
+            ))
         }
         (None, None, None) => None,
         (Some(ca_file), cert_file, key_file) => {
@@ -220,13 +223,13 @@ fn etcd_security(
         let https = endpoint.starts_with("https://");
         if tls.is_some() && !https {
             let host = endpoint.strip_prefix("http://").unwrap_or(endpoint);
-            return Err(format!(
+            return Err(anyhow!(
                 "--etcd-endpoints {endpoint}: --etcd-cafile means TLS, which needs https:// endpoints \
                  (write https://{host}, the URL etcd's --listen-client-urls serves TLS on)"
             ));
         }
         if tls.is_none() && https {
-            return Err(format!(
+            return Err(anyhow!(
                 "--etcd-endpoints {endpoint} needs --etcd-cafile FILE: the CA certificate that signed etcd's \
                  server certificate (kubeadm's is /etc/kubernetes/pki/etcd/ca.crt); no other CA is trusted"
             ));
@@ -235,18 +238,18 @@ fn etcd_security(
     let user = match (username, password_file) {
         (None, None) => None,
         (Some(_), None) => {
-            return Err("--etcd-username needs --etcd-password-file (a file holding the user's password)".into())
+            return Err(anyhow!("--etcd-username needs --etcd-password-file (a file holding the user's password)"))
         }
-        (None, Some(_)) => return Err("--etcd-password-file needs --etcd-username (the user it is for)".into()),
+        (None, Some(_)) => return Err(anyhow!("--etcd-password-file needs --etcd-username (the user it is for)")),
         (Some(name), Some(path)) => {
             if name.is_empty() || name.contains(char::is_whitespace) {
-                return Err(format!("--etcd-username {name:?}: give a user name without spaces"));
+                return Err(anyhow!("--etcd-username {name:?}: give a user name without spaces"));
             }
             let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("--etcd-password-file {}: cannot read it: {e}", path.display()))?;
+                .map_err(|e| anyhow!("--etcd-password-file {}: cannot read it: {e}", path.display()))?;
             let password = text.strip_suffix('\n').map(|p| p.strip_suffix('\r').unwrap_or(p)).unwrap_or(&text);
             if password.is_empty() {
-                return Err(format!(
+                return Err(anyhow!(
                     "--etcd-password-file {} is empty; write the password of {name} in it",
                     path.display()
                 ));
@@ -258,10 +261,7 @@ fn etcd_security(
 }
 
 impl Options {
-    pub fn parse(
-        args: impl IntoIterator<Item = String>,
-        node_name_env: Option<String>,
-    ) -> Result<Option<Options>, String> {
+    pub fn parse(args: impl IntoIterator<Item = String>, node_name_env: Option<String>) -> Result<Option<Options>> {
         let mut node_name = node_name_env.filter(|n| !n.is_empty());
         let mut endpoints = Vec::new();
         let mut datastore = None;
@@ -308,7 +308,7 @@ impl Options {
             }
             let value = match inline {
                 Some(value) => value,
-                None => args.next().ok_or_else(|| format!("{flag} needs a value"))?,
+                None => args.next().ok_or_else(|| anyhow!("{flag} needs a value"))?,
             };
             match flag.as_str() {
                 "--node-name" => node_name = Some(value),
@@ -316,7 +316,7 @@ impl Options {
                     datastore = Some(match value.as_str() {
                         "etcd" => Datastore::Etcd,
                         "kubernetes" => Datastore::Kubernetes,
-                        _ => return Err(format!("--datastore {value:?}: use kubernetes or etcd")),
+                        _ => return Err(anyhow!("--datastore {value:?}: use kubernetes or etcd")),
                     })
                 }
                 "--kubeconfig" => kubeconfig = Some(PathBuf::from(value)),
@@ -331,7 +331,7 @@ impl Options {
                 "--node-cidr-size" => sizes_text = Some(value),
                 "--node-ip" => {
                     node_ips = list(&value)
-                        .map(|ip| ip.parse::<IpAddr>().map_err(|e| format!("--node-ip: {ip:?}: {e}")))
+                        .map(|ip| ip.parse::<IpAddr>().map_err(|e| anyhow!("--node-ip: {ip:?}: {e}")))
                         .collect::<Result<_, _>>()?
                 }
                 "--lease-ttl" => {
@@ -339,7 +339,7 @@ impl Options {
                         .parse::<i64>()
                         .ok()
                         .filter(|t| (5..=86400).contains(t))
-                        .ok_or_else(|| format!("--lease-ttl {value:?}: give whole seconds from 5 to 86400"))?
+                        .ok_or_else(|| anyhow!("--lease-ttl {value:?}: give whole seconds from 5 to 86400"))?
                 }
                 "--backend" => {
                     backend = match value.as_str() {
@@ -347,14 +347,14 @@ impl Options {
                         "vxlan" => Backend::Vxlan,
                         "wireguard" => Backend::Wireguard,
                         "auto" => Backend::Auto,
-                        _ => return Err(format!("--backend {value:?}: use host-gw, vxlan, wireguard or auto")),
+                        _ => return Err(anyhow!("--backend {value:?}: use host-gw, vxlan, wireguard or auto")),
                     }
                 }
                 "--vxlan-dev" => vxlan_dev = interface_name("--vxlan-dev", value)?,
                 "--wireguard-dev" => wireguard_dev = interface_name("--wireguard-dev", value)?,
                 "--wireguard-keepalive" => {
                     wireguard_keepalive = value.parse::<u16>().map_err(|_| {
-                        format!("--wireguard-keepalive {value:?}: give whole seconds from 0 (off) to 65535")
+                        anyhow!("--wireguard-keepalive {value:?}: give whole seconds from 0 (off) to 65535")
                     })?
                 }
                 "--wireguard-port" => {
@@ -362,23 +362,23 @@ impl Options {
                         .parse::<u16>()
                         .ok()
                         .filter(|p| *p != 0)
-                        .ok_or_else(|| format!("--wireguard-port {value:?}: give a UDP port from 1 to 65535"))?
+                        .ok_or_else(|| anyhow!("--wireguard-port {value:?}: give a UDP port from 1 to 65535"))?
                 }
                 "--state-dir" => {
                     if !value.starts_with('/') {
-                        return Err(format!("--state-dir {value:?} must be an absolute path"));
+                        return Err(anyhow!("--state-dir {value:?} must be an absolute path"));
                     }
                     state_dir = value.into()
                 }
                 "--metrics-addr" => {
                     metrics_addr =
-                        value.parse().map_err(|e| format!("--metrics-addr {value:?}: {e} (use ADDRESS:PORT)"))?
+                        value.parse().map_err(|e| anyhow!("--metrics-addr {value:?}: {e} (use ADDRESS:PORT)"))?
                 }
                 "--network-policy" => {
                     network_policy = match value.as_str() {
                         "true" => true,
                         "false" => false,
-                        _ => return Err(format!("--network-policy {value:?}: use true or false")),
+                        _ => return Err(anyhow!("--network-policy {value:?}: use true or false")),
                     }
                 }
                 "--src" => src = Some(value.into()),
@@ -387,25 +387,25 @@ impl Options {
                 "--template" => template = Some(value.into()),
                 "--conf-name" => {
                     if value.is_empty() || value == "." || value == ".." || value.contains('/') {
-                        return Err(format!("--conf-name {value:?} is not a plain file name"));
+                        return Err(anyhow!("--conf-name {value:?} is not a plain file name"));
                     }
                     conf_name = value
                 }
-                _ => return Err(format!("unknown argument {arg:?}")),
+                _ => return Err(anyhow!("unknown argument {arg:?}")),
             }
         }
 
         let node_name = match node_name {
             Some(name) => name,
             None if sysctls_only => String::new(),
-            None => return Err("no node name: give --node-name or set NODE_NAME".into()),
+            None => return Err(anyhow!("no node name: give --node-name or set NODE_NAME")),
         };
         if node_name.contains('/') || node_name.contains(char::is_whitespace) {
-            return Err(format!("--node-name {node_name:?} may not contain '/' or spaces"));
+            return Err(anyhow!("--node-name {node_name:?} may not contain '/' or spaces"));
         }
         let datastore = datastore.unwrap_or(if endpoints.is_empty() { Datastore::Kubernetes } else { Datastore::Etcd });
         if datastore == Datastore::Etcd && endpoints.is_empty() {
-            return Err("--datastore etcd needs --etcd-endpoints (e.g. http://10.95.0.1:2379)".into());
+            return Err(anyhow!("--datastore etcd needs --etcd-endpoints (e.g. http://10.95.0.1:2379)"));
         }
         let (etcd_tls, etcd_user) = etcd_security(
             datastore,
@@ -417,36 +417,36 @@ impl Options {
             etcd_password_file,
         )?;
         if !prefix.starts_with('/') {
-            return Err(format!("--prefix {prefix:?} must start with '/'"));
+            return Err(anyhow!("--prefix {prefix:?} must start with '/'"));
         }
-        let cluster_text = cluster_text.ok_or("--cluster-cidr is required (e.g. 10.244.0.0/16)")?;
+        let cluster_text = cluster_text.ok_or_else(|| anyhow!("--cluster-cidr is required (e.g. 10.244.0.0/16)"))?;
         let nets: Vec<IpNetwork> =
             list(&cluster_text).map(|t| parse_network("--cluster-cidr", t)).collect::<Result<_, _>>()?;
         if nets.is_empty() || nets.len() > 2 || (nets.len() == 2 && nets[0].is_ipv4() == nets[1].is_ipv4()) {
-            return Err(format!("--cluster-cidr {cluster_text:?}: give one range, or one IPv4 and one IPv6"));
+            return Err(anyhow!("--cluster-cidr {cluster_text:?}: give one range, or one IPv4 and one IPv6"));
         }
         let sizes: Vec<u8> = match &sizes_text {
             Some(text) => list(text)
-                .map(|s| s.parse::<u8>().map_err(|e| format!("--node-cidr-size {s:?}: {e}")))
+                .map(|s| s.parse::<u8>().map_err(|e| anyhow!("--node-cidr-size {s:?}: {e}")))
                 .collect::<Result<_, _>>()?,
             None => nets.iter().map(|n| if n.is_ipv4() { 24 } else { 64 }).collect(),
         };
         if sizes.len() != nets.len() {
-            return Err(format!("--node-cidr-size gives {} sizes for {} cluster CIDRs", sizes.len(), nets.len()));
+            return Err(anyhow!("--node-cidr-size gives {} sizes for {} cluster CIDRs", sizes.len(), nets.len()));
         }
         let mut cluster = Vec::new();
         for (net, size) in nets.into_iter().zip(sizes) {
             let max = if net.is_ipv4() { 30 } else { 126 };
             if size < net.prefix() || size > max {
-                return Err(format!("--node-cidr-size {size} for {net}: must be between {} and {max}", net.prefix()));
+                return Err(anyhow!("--node-cidr-size {size} for {net}: must be between {} and {max}", net.prefix()));
             }
             cluster.push((net, size));
         }
         if backend == Backend::Wireguard && wireguard_dev == vxlan_dev {
-            return Err(format!("--wireguard-dev {wireguard_dev:?} is also --vxlan-dev; give them different names"));
+            return Err(anyhow!("--wireguard-dev {wireguard_dev:?} is also --vxlan-dev; give them different names"));
         }
         if node_ips.len() > 2 || (node_ips.len() == 2 && node_ips[0].is_ipv4() == node_ips[1].is_ipv4()) {
-            return Err("--node-ip: give one address, or one IPv4 and one IPv6".into());
+            return Err(anyhow!("--node-ip: give one address, or one IPv4 and one IPv6"));
         }
         Ok(Some(Options {
             node_name,
@@ -485,7 +485,7 @@ impl Options {
 mod tests {
     use super::*;
 
-    fn parse(list: &[&str]) -> Result<Option<Options>, String> {
+    fn parse(list: &[&str]) -> Result<Option<Options>> {
         Options::parse(list.iter().map(|s| s.to_string()), None)
     }
 
@@ -563,9 +563,9 @@ mod tests {
             let mut args = BASE.to_vec();
             args.extend_from_slice(extra);
             let err = parse(&args).unwrap_err();
-            assert!(err.contains(why), "{extra:?}: {err}");
+            assert!(err.to_string().contains(why), "{extra:?}: {err}");
         }
-        assert!(parse(&BASE[2..]).unwrap_err().contains("no node name"));
+        assert!(parse(&BASE[2..]).unwrap_err().to_string().contains("no node name"));
         let init = parse(&["--sysctls-only", "--cluster-cidr=10.244.0.0/16"]).unwrap().unwrap();
         assert!(init.sysctls_only && init.node_name.is_empty());
     }
@@ -597,7 +597,7 @@ mod tests {
 
         /// BASE with `endpoint` and `extra`, each `@name` (also in `--flag=@name`) replaced by the
         /// path of file `name`.
-        fn parse(&self, endpoint: &str, extra: &[&str]) -> Result<Option<Options>, String> {
+        fn parse(&self, endpoint: &str, extra: &[&str]) -> Result<Option<Options>> {
             let mut args: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
             args[3] = endpoint.to_string();
             args.extend(extra.iter().map(|a| match a.split_once('@') {
@@ -714,7 +714,7 @@ mod tests {
             ),
         ] {
             let err = files.parse(endpoint, extra).unwrap_err();
-            assert!(err.contains(why), "{endpoint} {extra:?}: {err}");
+            assert!(err.to_string().contains(why), "{endpoint} {extra:?}: {err}");
         }
         let err = files
             .parse(
@@ -722,6 +722,6 @@ mod tests {
                 &["--etcd-cafile", "@ca.pem", "--etcd-certfile", "@client.pem", "--etcd-keyfile", "@client.pem"],
             )
             .unwrap_err();
-        assert!(err.contains("holds no PEM PRIVATE KEY"), "{err}");
+        assert!(err.to_string().contains("holds no PEM PRIVATE KEY"), "{err}");
     }
 }

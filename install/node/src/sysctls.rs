@@ -4,6 +4,7 @@
 //! (`cni-rs-node --sysctls-only`) and the agent only checks them: it writes a wrong value when it
 //! can, and otherwise logs one warning per wrong setting with its consequence and its fix.
 
+use anyhow::{anyhow, Result};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
@@ -109,7 +110,7 @@ pub fn init_container(list: &[Sysctl]) -> std::process::ExitCode {
 
 /// Sets every setting of `list`; an error names the essential ones (forwarding) it could not set.
 /// A non-essential one that stays wrong (br_netfilter not loaded) is only a warning.
-pub fn set_all(list: &[Sysctl]) -> Result<(), String> {
+pub fn set_all(list: &[Sysctl]) -> Result<()> {
     let results = ensure(list);
     let failed: Vec<&str> = results
         .iter()
@@ -117,7 +118,7 @@ pub fn set_all(list: &[Sysctl]) -> Result<(), String> {
         .map(|(sysctl, _)| sysctl.name)
         .collect();
     if !failed.is_empty() {
-        return Err(format!(
+        return Err(anyhow!(
             "could not set {} (see above): run this init container privileged (its /proc/sys is read-only otherwise)",
             failed.join(", ")
         ));

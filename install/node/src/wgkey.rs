@@ -4,6 +4,7 @@
 //! keeps flowing. The file is written to a temporary name with mode 0600 and renamed into place,
 //! so a crash leaves either no key or a whole one, and no other user ever can read it.
 
+use anyhow::{anyhow, Result};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use std::fs::{File, OpenOptions};
@@ -51,38 +52,38 @@ pub fn key_path(state_dir: &Path) -> PathBuf {
 /// The key pair kept in `state_dir`, made (and saved) when there is none. A key file that is not
 /// a regular file, or holds anything but one key, is an error naming the file: replacing it would
 /// change this node's identity behind the operator's back.
-pub fn load_or_create(state_dir: &Path) -> Result<(KeyPair, bool), String> {
+pub fn load_or_create(state_dir: &Path) -> Result<(KeyPair, bool)> {
     let path = key_path(state_dir);
     match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path) {
         Ok(file) => Ok((read_key(&path, file)?, false)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut bytes = [0u8; 32];
-            getrandom::fill(&mut bytes).map_err(|e| format!("make a WireGuard private key: getrandom: {e}"))?;
+            getrandom::fill(&mut bytes).map_err(|e| anyhow!("make a WireGuard private key: getrandom: {e}"))?;
             let pair = KeyPair::from_private(bytes);
             write_key(state_dir, &path, &pair)?;
             Ok((pair, true))
         }
         Err(e) => {
-            Err(format!("open WireGuard key {}: {e} (it must be a regular file, not a symbolic link)", path.display()))
+            Err(anyhow!("open WireGuard key {}: {e} (it must be a regular file, not a symbolic link)", path.display()))
         }
     }
 }
 
-fn read_key(path: &Path, file: File) -> Result<KeyPair, String> {
-    let meta = file.metadata().map_err(|e| format!("stat WireGuard key {}: {e}", path.display()))?;
+fn read_key(path: &Path, file: File) -> Result<KeyPair> {
+    let meta = file.metadata().map_err(|e| anyhow!("stat WireGuard key {}: {e}", path.display()))?;
     if !meta.is_file() {
-        return Err(format!("WireGuard key {} is not a regular file; remove it", path.display()));
+        return Err(anyhow!("WireGuard key {} is not a regular file; remove it", path.display()));
     }
     if meta.mode() & 0o077 != 0 {
         // Someone widened it; the key may have leaked, but narrowing it keeps it from leaking further.
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| format!("make WireGuard key {} mode 0600: {e}", path.display()))?;
+            .map_err(|e| anyhow!("make WireGuard key {} mode 0600: {e}", path.display()))?;
         eprintln!("warning: WireGuard key {} was readable by others; made it mode 0600", path.display());
     }
     let mut text = String::new();
-    file.take(256).read_to_string(&mut text).map_err(|e| format!("read WireGuard key {}: {e}", path.display()))?;
+    file.take(256).read_to_string(&mut text).map_err(|e| anyhow!("read WireGuard key {}: {e}", path.display()))?;
     let bytes = decode(text.trim()).ok_or_else(|| {
-        format!(
+        anyhow!(
             "WireGuard key {} does not hold one base64 32-byte key; restore it, or remove it to make a new one \
              (the other nodes then learn the new public key from this node's record)",
             path.display()
@@ -91,8 +92,8 @@ fn read_key(path: &Path, file: File) -> Result<KeyPair, String> {
     Ok(KeyPair::from_private(bytes))
 }
 
-fn write_key(state_dir: &Path, path: &Path, pair: &KeyPair) -> Result<(), String> {
-    std::fs::create_dir_all(state_dir).map_err(|e| format!("create --state-dir {}: {e}", state_dir.display()))?;
+fn write_key(state_dir: &Path, path: &Path, pair: &KeyPair) -> Result<()> {
+    std::fs::create_dir_all(state_dir).map_err(|e| anyhow!("create --state-dir {}: {e}", state_dir.display()))?;
     let temp = state_dir.join(format!(".{KEY_FILE}.{}", std::process::id()));
     let _ = std::fs::remove_file(&temp);
     let result = (|| {
@@ -102,14 +103,14 @@ fn write_key(state_dir: &Path, path: &Path, pair: &KeyPair) -> Result<(), String
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&temp)
-            .map_err(|e| format!("create {}: {e}", temp.display()))?;
+            .map_err(|e| anyhow!("create {}: {e}", temp.display()))?;
         let text = format!("{}\n", encode(&pair.private.to_bytes()));
-        file.write_all(text.as_bytes()).map_err(|e| format!("write {}: {e}", temp.display()))?;
-        file.sync_all().map_err(|e| format!("sync {}: {e}", temp.display()))?;
-        std::fs::rename(&temp, path).map_err(|e| format!("rename {} to {}: {e}", temp.display(), path.display()))?;
+        file.write_all(text.as_bytes()).map_err(|e| anyhow!("write {}: {e}", temp.display()))?;
+        file.sync_all().map_err(|e| anyhow!("sync {}: {e}", temp.display()))?;
+        std::fs::rename(&temp, path).map_err(|e| anyhow!("rename {} to {}: {e}", temp.display(), path.display()))?;
         File::open(state_dir)
             .and_then(|dir| dir.sync_all())
-            .map_err(|e| format!("sync --state-dir {}: {e}", state_dir.display()))
+            .map_err(|e| anyhow!("sync --state-dir {}: {e}", state_dir.display()))
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&temp);
@@ -173,13 +174,13 @@ mod tests {
         let path = key_path(&dir);
         std::fs::write(&path, "not a key\n").unwrap();
         let err = load_or_create(&dir).err().unwrap();
-        assert!(err.contains("does not hold one base64 32-byte key"), "{err}");
+        assert!(err.to_string().contains("does not hold one base64 32-byte key"), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "not a key\n", "a bad key is not replaced");
         std::fs::remove_file(&path).unwrap();
         std::fs::write(dir.join("elsewhere"), format!("{}\n", encode(&[7; 32]))).unwrap();
         std::os::unix::fs::symlink(dir.join("elsewhere"), &path).unwrap();
         let err = load_or_create(&dir).err().unwrap();
-        assert!(err.contains("not a symbolic link"), "{err}");
+        assert!(err.to_string().contains("not a symbolic link"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -4,6 +4,7 @@
 //! the device and repairs what differs. The device and its peers stay when the agent exits.
 
 use crate::net::{errno, Changes};
+use anyhow::{anyhow, Result};
 use futures::{StreamExt, TryStreamExt};
 use genetlink::GenetlinkHandle;
 use ipnetwork::IpNetwork;
@@ -46,7 +47,7 @@ pub struct PeerState {
 }
 
 /// The link `name` if it exists: its index, whether it is a WireGuard device, its MTU.
-async fn link(handle: &Handle, name: &str) -> Result<Option<(u32, bool, u32)>, String> {
+async fn link(handle: &Handle, name: &str) -> Result<Option<(u32, bool, u32)>> {
     let mut links = handle.link().get().match_name(name.to_string()).execute();
     match links.try_next().await {
         Ok(Some(msg)) => {
@@ -65,31 +66,31 @@ async fn link(handle: &Handle, name: &str) -> Result<Option<(u32, bool, u32)>, S
         }
         Ok(None) => Ok(None),
         Err(e) if errno(&e) == Some(libc::ENODEV) => Ok(None),
-        Err(e) => Err(format!("get link {name}: {e}")),
+        Err(e) => Err(anyhow!("get link {name}: {e}")),
     }
 }
 
 /// Creates (or keeps) the WireGuard device `name` with MTU `mtu`, up; returns its index. A device
 /// kept from an earlier run keeps its peers, so traffic flows while the agent restarts.
-pub async fn ensure_device(handle: &Handle, name: &str, mtu: u32) -> Result<u32, String> {
+pub async fn ensure_device(handle: &Handle, name: &str, mtu: u32) -> Result<u32> {
     if link(handle, name).await?.is_none() {
         let msg = LinkWireguard::new(name).mtu(mtu).build();
         match handle.link().add(msg).execute().await {
             Ok(()) => eprintln!("created WireGuard device {name} (mtu {mtu})"),
             Err(e) if errno(&e) == Some(libc::EEXIST) => {}
             Err(e) if errno(&e) == Some(libc::EOPNOTSUPP) => {
-                return Err(format!(
+                return Err(anyhow!(
                     "create WireGuard device {name}: {e} (this kernel has no wireguard module; load it, or use \
                      --backend host-gw or vxlan)"
                 ))
             }
-            Err(e) => return Err(format!("create WireGuard device {name}: {e}{}", crate::net::permission_hint(&e))),
+            Err(e) => return Err(anyhow!("create WireGuard device {name}: {e}{}", crate::net::permission_hint(&e))),
         }
     }
     let (index, wireguard, current_mtu) =
-        link(handle, name).await?.ok_or_else(|| format!("WireGuard device {name} vanished after creation"))?;
+        link(handle, name).await?.ok_or_else(|| anyhow!("WireGuard device {name} vanished after creation"))?;
     if !wireguard {
-        return Err(format!(
+        return Err(anyhow!(
             "link {name} exists and is not a WireGuard device; delete it or give --wireguard-dev another name"
         ));
     }
@@ -97,13 +98,13 @@ pub async fn ensure_device(handle: &Handle, name: &str, mtu: u32) -> Result<u32,
     if current_mtu != mtu {
         set = set.mtu(mtu);
     }
-    handle.link().set(set.build()).execute().await.map_err(|e| format!("set {name} up (mtu {mtu}): {e}"))?;
+    handle.link().set(set.build()).execute().await.map_err(|e| anyhow!("set {name} up (mtu {mtu}): {e}"))?;
     Ok(index)
 }
 
-pub fn connect() -> Result<GenetlinkHandle, String> {
+pub fn connect() -> Result<GenetlinkHandle> {
     let (connection, handle, _) =
-        genetlink::new_connection().map_err(|e| format!("open a generic netlink socket: {e}"))?;
+        genetlink::new_connection().map_err(|e| anyhow!("open a generic netlink socket: {e}"))?;
     tokio::spawn(connection);
     Ok(handle)
 }
@@ -124,16 +125,16 @@ async fn exchange(
     handle: &mut GenetlinkHandle,
     what: &str,
     msg: NetlinkMessage<GenlMessage<WireguardMessage>>,
-) -> Result<Vec<WireguardMessage>, String> {
-    let mut answers = handle.request(msg).await.map_err(|e| format!("{what}: {e}"))?;
+) -> Result<Vec<WireguardMessage>> {
+    let mut answers = handle.request(msg).await.map_err(|e| anyhow!("{what}: {e}"))?;
     let mut out = Vec::new();
     while let Some(answer) = answers.next().await {
-        let answer = answer.map_err(|e| format!("{what}: decode the answer: {e}"))?;
+        let answer = answer.map_err(|e| anyhow!("{what}: decode the answer: {e}"))?;
         match answer.payload {
             NetlinkPayload::InnerMessage(genl) => out.push(genl.payload),
             NetlinkPayload::Error(err) => {
                 if let Some(code) = err.code {
-                    return Err(format!("{what}: {}", std::io::Error::from_raw_os_error(code.get().saturating_abs())));
+                    return Err(anyhow!("{what}: {}", std::io::Error::from_raw_os_error(code.get().saturating_abs())));
                 }
             }
             _ => {}
@@ -149,7 +150,7 @@ pub async fn configure(
     name: &str,
     private: [u8; 32],
     port: u16,
-) -> Result<(), String> {
+) -> Result<()> {
     let attributes = vec![
         WireguardAttribute::IfIndex(index),
         WireguardAttribute::PrivateKey(private),
@@ -178,7 +179,7 @@ pub async fn dump(
     handle: &mut GenetlinkHandle,
     index: u32,
     name: &str,
-) -> Result<(Option<[u8; 32]>, u16, BTreeMap<[u8; 32], PeerState>), String> {
+) -> Result<(Option<[u8; 32]>, u16, BTreeMap<[u8; 32], PeerState>)> {
     let msg = message(WireguardCmd::GetDevice, vec![WireguardAttribute::IfIndex(index)], NLM_F_REQUEST | NLM_F_DUMP);
     let mut public = None;
     let mut port = 0;
@@ -231,18 +232,13 @@ fn allowed_ip(net: &IpNetwork) -> WireguardAllowedIp {
     ])
 }
 
-async fn set_peers(
-    handle: &mut GenetlinkHandle,
-    index: u32,
-    what: &str,
-    peers: Vec<WireguardPeer>,
-) -> Result<(), String> {
+async fn set_peers(handle: &mut GenetlinkHandle, index: u32, what: &str, peers: Vec<WireguardPeer>) -> Result<()> {
     let attributes = vec![WireguardAttribute::IfIndex(index), WireguardAttribute::Peers(peers)];
     exchange(handle, what, message(WireguardCmd::SetDevice, attributes, NLM_F_REQUEST | NLM_F_ACK)).await.map(|_| ())
 }
 
 /// Adds `peer` or makes an existing one exactly `peer` (its allowed IPs replaced, not merged).
-pub async fn set_peer(handle: &mut GenetlinkHandle, index: u32, peer: &Peer, keepalive: u16) -> Result<(), String> {
+pub async fn set_peer(handle: &mut GenetlinkHandle, index: u32, peer: &Peer, keepalive: u16) -> Result<()> {
     let attrs = vec![
         WireguardPeerAttribute::PublicKey(peer.key),
         WireguardPeerAttribute::Flags(WireguardPeerFlags::ReplaceAllowedIps),
@@ -254,7 +250,7 @@ pub async fn set_peer(handle: &mut GenetlinkHandle, index: u32, peer: &Peer, kee
     set_peers(handle, index, &what, vec![WireguardPeer(attrs)]).await
 }
 
-pub async fn remove_peer(handle: &mut GenetlinkHandle, index: u32, key: &[u8; 32]) -> Result<(), String> {
+pub async fn remove_peer(handle: &mut GenetlinkHandle, index: u32, key: &[u8; 32]) -> Result<()> {
     let attrs =
         vec![WireguardPeerAttribute::PublicKey(*key), WireguardPeerAttribute::Flags(WireguardPeerFlags::RemoveMe)];
     let what = format!("remove WireGuard peer {}", crate::wgkey::encode(key));
