@@ -222,8 +222,13 @@ fn explain(options: &Options, error: &etcd_client::Error) -> String {
     }
 }
 
-fn etcd_err(what: impl std::fmt::Display) -> impl FnOnce(etcd_client::Error) -> anyhow::Error {
-    move |e| anyhow!("etcd: {what}: {e}")
+/// An etcd request's error, with [`explain`]'s hint (a user with read but not write permission on
+/// the prefix is refused only at its first write).
+fn etcd_err<'a>(
+    options: &'a Options,
+    what: impl std::fmt::Display + 'a,
+) -> impl FnOnce(etcd_client::Error) -> anyhow::Error + 'a {
+    move |e| anyhow!("{what}: {}", explain(options, &e))
 }
 
 /// Takes this node's block: its own key after a restart (see the module comment), else `preferred`
@@ -247,7 +252,7 @@ pub async fn acquire(
         let listing = client
             .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
             .await
-            .map_err(etcd_err(format_args!("list {prefix}")))?;
+            .map_err(etcd_err(options, format_args!("etcd list {prefix}")))?;
         let mut taken = BTreeSet::new();
         let mut claims = BTreeMap::new();
         let mut revisions = BTreeMap::new();
@@ -274,7 +279,7 @@ pub async fn acquire(
             let txn = Txn::new()
                 .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, revision)])
                 .and_then([put(&key, &record)?]);
-            if client.txn(txn).await.map_err(etcd_err(format_args!("retake {key}")))?.succeeded() {
+            if client.txn(txn).await.map_err(etcd_err(options, format_args!("etcd retake {key}")))?.succeeded() {
                 return Ok(Held { key, lease, record });
             }
             continue;
@@ -292,7 +297,7 @@ pub async fn acquire(
             let txn = Txn::new()
                 .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
                 .and_then([put(&key, &record)?]);
-            if client.txn(txn).await.map_err(etcd_err(format_args!("take {key}")))?.succeeded() {
+            if client.txn(txn).await.map_err(etcd_err(options, format_args!("etcd take {key}")))?.succeeded() {
                 return Ok(Held { key, lease, record });
             }
             // Another node took it between the list and the transaction: try the next one.
@@ -376,7 +381,7 @@ async fn watch_once(
     let listing = client
         .get(prefix, Some(GetOptions::new().with_prefix()))
         .await
-        .map_err(etcd_err(format_args!("list {prefix}")))?;
+        .map_err(etcd_err(options, format_args!("etcd list {prefix}")))?;
     let revision = listing.header().map(|h| h.revision()).unwrap_or(0);
     let mut peers = Peers { nodes: BTreeMap::new(), synced: true };
     for kv in listing.kvs() {
@@ -388,8 +393,8 @@ async fn watch_once(
     let mut stream = client
         .watch(prefix, Some(WatchOptions::new().with_prefix().with_start_revision(revision + 1)))
         .await
-        .map_err(etcd_err(format_args!("watch {prefix}")))?;
-    while let Some(reply) = stream.message().await.map_err(etcd_err(format_args!("watch {prefix}")))? {
+        .map_err(etcd_err(options, format_args!("etcd watch {prefix}")))?;
+    while let Some(reply) = stream.message().await.map_err(etcd_err(options, format_args!("etcd watch {prefix}")))? {
         if reply.canceled() {
             return Err(anyhow!("etcd: watch {prefix} canceled: {}", reply.cancel_reason()));
         }
