@@ -30,6 +30,7 @@ use netkit::firewall::netpol::{
     empty_ruleset, Element, Elements, Peer, Ports, Rule, Ruleset, SetKind, EGRESS_ISOLATED, INGRESS_ISOLATED, SCTP,
     TCP, UDP,
 };
+use netkit::Family;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -189,9 +190,9 @@ impl Node<'_> {
     }
 
     /// The addresses of `pod` of one family that can be believed.
-    fn addresses<'p>(&self, pod: &'p PodInfo, v6: bool) -> impl Iterator<Item = IpAddr> + 'p {
+    fn addresses<'p>(&self, pod: &'p PodInfo, family: Family) -> impl Iterator<Item = IpAddr> + 'p {
         let ranges: Vec<IpNetwork> = if self.is_local(pod) { self.pod_cidrs } else { self.cluster }.to_vec();
-        pod.ips.iter().copied().filter(move |ip| ip.is_ipv6() == v6 && ranges.iter().any(|r| r.contains(*ip)))
+        pod.ips.iter().copied().filter(move |ip| Family::of(ip) == family && ranges.iter().any(|r| r.contains(*ip)))
     }
 }
 
@@ -217,7 +218,7 @@ type Isolating = (String, LabelSelector, bool, bool);
 #[derive(Debug, Clone, Default)]
 pub struct Compiled {
     pub rules: Ruleset,
-    members: BTreeMap<String, (Membership, bool)>,
+    members: BTreeMap<String, (Membership, Family)>,
     isolating: Vec<Isolating>,
     counts: BTreeMap<String, BTreeMap<Element, u32>>,
 }
@@ -276,9 +277,9 @@ impl Compiled {
         let local = node.is_local(pod);
         let mut out = Vec::new();
         let labels = &pod.labels;
-        for (set, (m, v6)) in &self.members {
-            let v6 = *v6;
-            let addrs = || node.addresses(pod, v6).map(Element::Addr);
+        for (set, (m, family)) in &self.members {
+            let family = *family;
+            let addrs = || node.addresses(pod, family).map(Element::Addr);
             match m {
                 Membership::Selected { namespace, selector } => {
                     if local && pod.namespace == *namespace && selects(selector, labels) {
@@ -299,7 +300,7 @@ impl Compiled {
                     if local || !only_local {
                         for (_, _, port) in pod.named_ports.iter().filter(|(n, p, _)| n == name && p == proto) {
                             out.extend(
-                                node.addresses(pod, v6).map(|a| (set.clone(), Element::AddrPort(a, *proto, *port))),
+                                node.addresses(pod, family).map(|a| (set.clone(), Element::AddrPort(a, *proto, *port))),
                             );
                         }
                     }
@@ -322,9 +323,9 @@ impl Compiled {
 /// The rules for `cluster`'s policies and every pod's elements, as seen from `node`.
 pub fn compile(cluster: &Cluster, node: &Node) -> Compiled {
     let mut c = Compiled { rules: empty_ruleset(), ..Compiled::default() };
-    for (i, v6) in [(0, false), (1, true)] {
-        c.members.insert(INGRESS_ISOLATED[i].to_string(), (Membership::Isolated { egress: false }, v6));
-        c.members.insert(EGRESS_ISOLATED[i].to_string(), (Membership::Isolated { egress: true }, v6));
+    for (i, family) in [(0, Family::V4), (1, Family::V6)] {
+        c.members.insert(INGRESS_ISOLATED[i].to_string(), (Membership::Isolated { egress: false }, family));
+        c.members.insert(EGRESS_ISOLATED[i].to_string(), (Membership::Isolated { egress: true }, family));
     }
     for ((ns, name), spec) in &cluster.policies {
         c.policy(ns, name, spec);
@@ -349,14 +350,14 @@ enum Direction {
 impl Compiled {
     /// Declares the set for `membership` in one family (named by a hash of what picks its
     /// members, so every rule needing the same pods shares it) and returns its name.
-    fn set(&mut self, prefix: &str, v6: bool, membership: Membership) -> String {
+    fn set(&mut self, prefix: &str, family: Family, membership: Membership) -> String {
         let kind = match membership {
-            Membership::Named { .. } => SetKind::AddrPort { v6 },
-            _ => SetKind::Addr { v6 },
+            Membership::Named { .. } => SetKind::AddrPort(family),
+            _ => SetKind::Addr(family),
         };
-        let name = set_name(prefix, v6, &format!("{membership:?}"));
+        let name = set_name(prefix, family, &format!("{membership:?}"));
         self.rules.sets.insert(name.clone(), kind);
-        self.members.insert(name.clone(), (membership, v6));
+        self.members.insert(name.clone(), (membership, family));
         name
     }
 
@@ -378,14 +379,14 @@ impl Compiled {
         let ingress = types.contains(&Direction::Ingress);
         let egress = types.contains(&Direction::Egress);
         self.isolating.push((ns.to_string(), selector.clone(), ingress, egress));
-        for v6 in [false, true] {
+        for family in [Family::V4, Family::V6] {
             let selected = Membership::Selected { namespace: ns.to_string(), selector: selector.clone() };
-            let sel = self.set("s", v6, selected);
+            let sel = self.set("s", family, selected);
             for direction in &types {
                 for (i, (peers, ports)) in rules_of(*direction, spec).into_iter().enumerate() {
                     let word = if *direction == Direction::Ingress { "ingress" } else { "egress" };
                     let comment = format!("{ns}/{name} {word} {i}");
-                    self.rule(ns, *direction, v6, &sel, (peers, ports), &comment);
+                    self.rule(ns, *direction, family, &sel, (peers, ports), &comment);
                 }
             }
         }
@@ -395,7 +396,7 @@ impl Compiled {
         &mut self,
         ns: &str,
         direction: Direction,
-        v6: bool,
+        family: Family,
         sel: &str,
         (peers, ports): (&[NetworkPolicyPeer], &[NetworkPolicyPort]),
         comment: &str,
@@ -403,12 +404,12 @@ impl Compiled {
         let peers: Vec<Peer> = if peers.is_empty() {
             vec![Peer::Any]
         } else {
-            peers.iter().filter_map(|p| self.peer(ns, v6, p)).collect()
+            peers.iter().filter_map(|p| self.peer(ns, family, p)).collect()
         };
         let ports: Vec<Ports> = if ports.is_empty() {
             vec![Ports::Any]
         } else {
-            ports.iter().filter_map(|p| self.port(direction, v6, p)).collect()
+            ports.iter().filter_map(|p| self.port(direction, family, p)).collect()
         };
         let list = match direction {
             Direction::Ingress => &mut self.rules.ingress,
@@ -417,7 +418,7 @@ impl Compiled {
         for peer in &peers {
             for port in &ports {
                 list.push(Rule {
-                    v6,
+                    family,
                     selected: sel.to_string(),
                     peer: peer.clone(),
                     ports: port.clone(),
@@ -429,14 +430,18 @@ impl Compiled {
 
     /// A peer in one family; `None` when it cannot match in that family (an ipBlock of the
     /// other, or a peer the API would refuse).
-    fn peer(&mut self, ns: &str, v6: bool, peer: &NetworkPolicyPeer) -> Option<Peer> {
+    fn peer(&mut self, ns: &str, family: Family, peer: &NetworkPolicyPeer) -> Option<Peer> {
         if let Some(block) = &peer.ip_block {
             let net: IpNetwork = block.cidr.parse().ok()?;
-            if net.is_ipv6() != v6 {
+            if Family::of_net(&net) != family {
                 return None;
             }
-            let except =
-                block.except.iter().flatten().filter_map(|e| e.parse::<IpNetwork>().ok()).filter(|e| e.is_ipv6() == v6);
+            let except = block
+                .except
+                .iter()
+                .flatten()
+                .filter_map(|e| e.parse::<IpNetwork>().ok())
+                .filter(|e| Family::of_net(e) == family);
             // `10.0.0.1/8` means 10.0.0.0/8, as the API server's validation reads it.
             let base = |n: IpNetwork| IpNetwork::new(n.network(), n.prefix()).unwrap_or(n);
             return Some(Peer::Block { net: base(net), except: except.map(base).collect() });
@@ -449,11 +454,11 @@ impl Compiled {
             pods: peer.pod_selector.clone().unwrap_or_default(),
             namespaces: peer.namespace_selector.clone(),
         };
-        Some(Peer::Set(self.set("s", v6, membership)))
+        Some(Peer::Set(self.set("s", family, membership)))
     }
 
     /// A port in one family; `None` for what the API would refuse.
-    fn port(&mut self, direction: Direction, v6: bool, port: &NetworkPolicyPort) -> Option<Ports> {
+    fn port(&mut self, direction: Direction, family: Family, port: &NetworkPolicyPort) -> Option<Ports> {
         let proto = protocol(port.protocol.as_deref())?;
         match &port.port {
             None => Some(Ports::Protocol(proto)),
@@ -468,7 +473,7 @@ impl Compiled {
             Some(IntOrString::String(name)) => {
                 // Ingress: the destination is one of this node's pods; egress: any pod.
                 let local = direction == Direction::Ingress;
-                Some(Ports::Named(self.set("n", v6, Membership::Named { local, proto, name: name.clone() })))
+                Some(Ports::Named(self.set("n", family, Membership::Named { local, proto, name: name.clone() })))
             }
         }
     }
@@ -494,13 +499,13 @@ fn rules_of(direction: Direction, spec: &NetworkPolicySpec) -> Vec<(&[NetworkPol
 
 /// `<prefix><4|6>-<16 hex digits of FNV-1a of key>`: stable across restarts, so a restarted agent
 /// computes the names the table already has.
-fn set_name(prefix: &str, v6: bool, key: &str) -> String {
+fn set_name(prefix: &str, family: Family, key: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in key.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    format!("{prefix}{}-{h:016x}", if v6 { 6 } else { 4 })
+    format!("{prefix}{}-{h:016x}", family.pick(4, 6))
 }
 
 #[cfg(test)]

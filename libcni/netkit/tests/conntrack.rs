@@ -5,7 +5,7 @@
 
 use cni_tests::{require_root, require_tools, Netns};
 use netkit::firewall::flush_udp_conntrack;
-use netkit::NetNs;
+use netkit::{Family, NetNs};
 
 /// `conntrack -L` of one family in `ns`, one sorted line per entry with what tells entries
 /// apart (protocol, ports of the original tuple, zones), timers and counters left out.
@@ -45,12 +45,12 @@ fn send_udp(ns: &Netns, dst: &str, src_port: u16, dst_port: u16) {
     assert!(out.status.success(), "send UDP to {dst}:{dst_port}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-fn flush_in(ns: &Netns, port: u16, v6: bool) -> usize {
+fn flush_in(ns: &Netns, port: u16, family: Family) -> usize {
     let handle = NetNs::open(&ns.path).unwrap();
     std::thread::scope(|s| {
         s.spawn(|| {
             let _in = handle.enter().unwrap();
-            flush_udp_conntrack(port, v6).unwrap()
+            flush_udp_conntrack(port, family).unwrap()
         })
         .join()
         .unwrap()
@@ -100,13 +100,13 @@ fn the_udp_flush_deletes_exactly_the_entries_to_the_port() {
     );
     assert_eq!(v6_before, ["udp 40002>5300"]);
 
-    assert_eq!(flush_in(&ns, 5300, false), 4, "the IPv4 UDP entries to 5300");
+    assert_eq!(flush_in(&ns, 5300, Family::V4), 4, "the IPv4 UDP entries to 5300");
     assert_eq!(entries(&ns, "ipv4"), ["tcp 40006>5300", "udp 40003>5301", "udp 5300>40007"]);
     assert_eq!(entries(&ns, "ipv6"), v6_before, "IPv6 untouched by the IPv4 flush");
 
     // Nothing left to delete is success; then IPv6.
-    assert_eq!(flush_in(&ns, 5300, false), 0);
-    assert_eq!(flush_in(&ns, 5300, true), 1);
+    assert_eq!(flush_in(&ns, 5300, Family::V4), 0);
+    assert_eq!(flush_in(&ns, 5300, Family::V6), 1);
     assert_eq!(entries(&ns, "ipv6"), Vec::<String>::new());
     assert_eq!(entries(&ns, "ipv4"), ["tcp 40006>5300", "udp 40003>5301", "udp 5300>40007"]);
 }
@@ -123,6 +123,6 @@ fn the_flush_deletes_many_entries() {
     let out = ns.exec("sh", &["-c", script]);
     assert!(out.status.success(), "conntrack -I: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(entries(&ns, "ipv4").len(), 601);
-    assert_eq!(flush_in(&ns, 6000, false), 600);
+    assert_eq!(flush_in(&ns, 6000, Family::V4), 600);
     assert_eq!(entries(&ns, "ipv4"), ["udp 1>6001"]);
 }

@@ -12,7 +12,7 @@
 
 use cni_tests::{require_root, Netns};
 use netkit::firewall::netpol::{self, Element, Elements, Peer, Ports, Rule, SetKind, SCTP, TCP, UDP};
-use netkit::{sysctl, NetNs};
+use netkit::{sysctl, Family, NetNs};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::BTreeSet;
 use std::io::{ErrorKind, Read, Write};
@@ -306,19 +306,19 @@ fn expect(phase: &str, topology: &Topology, probes: &[Probe]) {
 fn policy() -> (netpol::Ruleset, Elements) {
     let mut rules = netpol::empty_ruleset();
     let mut elements = Elements::new();
-    for (v6, a, b) in [(false, A4, B4), (true, A6, B6)] {
-        let f = if v6 { "6" } else { "4" };
+    for (family, a, b) in [(Family::V4, A4, B4), (Family::V6, A6, B6)] {
+        let f = family.pick("4", "6");
         let (selected, peer, named) = (format!("s{f}-b"), format!("s{f}-a"), format!("n{f}-web"));
-        rules.sets.insert(selected.clone(), SetKind::Addr { v6 });
-        rules.sets.insert(peer.clone(), SetKind::Addr { v6 });
-        rules.sets.insert(named.clone(), SetKind::AddrPort { v6 });
-        let iso = if v6 { netpol::INGRESS_ISOLATED[1] } else { netpol::INGRESS_ISOLATED[0] };
+        rules.sets.insert(selected.clone(), SetKind::Addr(family));
+        rules.sets.insert(peer.clone(), SetKind::Addr(family));
+        rules.sets.insert(named.clone(), SetKind::AddrPort(family));
+        let iso = family.pick(netpol::INGRESS_ISOLATED[0], netpol::INGRESS_ISOLATED[1]);
         elements.insert(iso.into(), BTreeSet::from([Element::Addr(ip(b))]));
         elements.insert(selected.clone(), BTreeSet::from([Element::Addr(ip(b))]));
         elements.insert(peer.clone(), BTreeSet::from([Element::Addr(ip(a))]));
         elements.insert(named.clone(), named_ports(b));
         let rule = |n: usize, from: Peer, ports: Ports| Rule {
-            v6,
+            family,
             selected: selected.clone(),
             peer: from,
             ports,

@@ -11,6 +11,7 @@
 
 use cni_tests::exec::{netns_exec, Call};
 use cni_tests::{bin_dir, pings, require_root, Netns, TempDir};
+use netkit::Family;
 use serde_json::{json, Value};
 use std::process::{Command, Output};
 
@@ -67,8 +68,8 @@ impl Node {
     }
 
     /// The node's `iptables`: iptables-legacy on a legacy node.
-    fn iptables(&self, v6: bool) -> String {
-        format!("{}{}", if v6 { "ip6tables" } else { "iptables" }, if self.legacy.is_some() { "-legacy" } else { "" })
+    fn iptables(&self, family: Family) -> String {
+        format!("{}{}", family.tool(), if self.legacy.is_some() { "-legacy" } else { "" })
     }
 
     /// Writes a conflist: bridge `br` on `subnet` with host-local, then firewall with `fw` keys
@@ -124,8 +125,8 @@ impl Node {
 
     fn filter(&self) -> String {
         let mut s = String::new();
-        for v6 in [false, true] {
-            s.push_str(&text(&self.ns.exec(&format!("{}-save", self.iptables(v6)), &["-t", "filter"]).stdout));
+        for family in [Family::V4, Family::V6] {
+            s.push_str(&text(&self.ns.exec(&format!("{}-save", self.iptables(family)), &["-t", "filter"]).stdout));
         }
         normalise(&s)
     }
@@ -537,16 +538,16 @@ fn legacy_add_and_del_keep_other_rules_and_their_counters() {
         "[7:700] -A OTHER -s ADDR -p tcp -m tcp --dport 80 -j LOG --log-prefix x",
         "[9:900] -A OTHER -i eth+",
     ];
-    for (v6, addr) in [(false, "192.0.2.1/32"), (true, "2001:db8::1/128")] {
+    for (family, addr) in [(Family::V4, "192.0.2.1/32"), (Family::V6, "2001:db8::1/128")] {
         let lines: Vec<String> = kept.iter().map(|l| l.replace("ADDR", addr)).collect();
         let restore = format!("*filter\n{}\nCOMMIT\n", lines.join("\n"));
-        must(&format!("printf '{restore}' | ip netns exec {n} {}-restore --noflush --counters", node.iptables(v6)));
+        must(&format!("printf '{restore}' | ip netns exec {n} {}-restore --noflush --counters", node.iptables(family)));
     }
     let counted =
-        |v6: bool| text(&node.ns.exec(&format!("{}-save", node.iptables(v6)), &["-t", "filter", "-c"]).stdout);
+        |family| text(&node.ns.exec(&format!("{}-save", node.iptables(family)), &["-t", "filter", "-c"]).stdout);
     let still_kept = |when: &str| {
-        for (v6, addr) in [(false, "192.0.2.1/32"), (true, "2001:db8::1/128")] {
-            let save = counted(v6);
+        for (family, addr) in [(Family::V4, "192.0.2.1/32"), (Family::V6, "2001:db8::1/128")] {
+            let save = counted(family);
             for line in kept.iter().map(|l| l.replace("ADDR", addr)) {
                 assert!(save.lines().any(|l| l == line), "{when}: {line} changed:\n{save}");
             }
@@ -598,7 +599,7 @@ fn legacy_concurrent_adds_and_dels_with_iptables_writing_alongside() {
 
 fn concurrent_adds_and_dels(node: Node) {
     let n = node.ns.name.clone();
-    let iptables = node.iptables(false);
+    let iptables = node.iptables(Family::V4);
     must(&format!("ip netns exec {n} {iptables} -N OTHER"));
     let stop = std::sync::atomic::AtomicBool::new(false);
     let confs: Vec<Value> =

@@ -12,7 +12,7 @@ use libcni::skel::{Plugin, Request};
 use libcni::types::CniResult;
 use libcni::{Errors, Result};
 use netkit::firewall::{self, BackendKind, Protocol};
-use netkit::Netlink;
+use netkit::{Family, Netlink};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// The plugin.
@@ -68,18 +68,17 @@ fn enable_route_localnet(ifname: &str) -> Result<()> {
     netkit::sysctl::ensure(&format!("net/ipv4/conf/{ifname}/route_localnet"), "1")
 }
 
-/// Stale UDP entries would keep steering datagrams past a new or removed mapping; failures are logged only.
-fn flush_udp(conf: &Config, v4: bool, v6: bool) {
+/// Flushes the UDP conntrack entries of the mapped ports in these families: stale entries would
+/// keep steering datagrams past a new or removed mapping; failures are logged only.
+fn flush_udp(conf: &Config, families: &[Family]) {
     let mut ports: Vec<u16> =
         conf.mappings.iter().filter(|m| m.protocol == Protocol::Udp).map(|m| m.host_port).collect();
     ports.sort_unstable();
     ports.dedup();
     for port in ports {
-        for (on, is_v6) in [(v4, false), (v6, true)] {
-            if on {
-                if let Err(e) = firewall::flush_udp_conntrack(port, is_v6) {
-                    eprintln!("portmap: {e}");
-                }
+        for family in families {
+            if let Err(e) = firewall::flush_udp_conntrack(port, *family) {
+                eprintln!("portmap: {e}");
             }
         }
     }
@@ -112,7 +111,8 @@ impl Plugin for PortMap {
                 return errs.finish().and(Ok(prev.clone()));
             }
         }
-        flush_udp(&conf, v4.is_some(), v6.is_some());
+        let families: Vec<Family> = v4.iter().chain(&v6).map(Family::of_net).collect();
+        flush_udp(&conf, &families);
         Ok(prev.clone())
     }
 
@@ -132,7 +132,7 @@ impl Plugin for PortMap {
         if conf.backend_detected && conf.backend == BackendKind::Nftables {
             firewall::del_reference_leftovers(network, id, ifname, true)?;
         }
-        flush_udp(&conf, true, true);
+        flush_udp(&conf, &[Family::V4, Family::V6]);
         Ok(())
     }
 

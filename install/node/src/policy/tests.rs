@@ -107,7 +107,7 @@ fn pod_and_namespace_selectors_and_their_and_or() {
         ] }),
     ));
     let (rules, e) = compiled(&c);
-    let v4: Vec<&Rule> = rules.ingress.iter().filter(|r| !r.v6).collect();
+    let v4: Vec<&Rule> = rules.ingress.iter().filter(|r| r.family == Family::V4).collect();
     let peers: Vec<Vec<String>> = v4.iter().map(|r| addrs(&e, peer_set(r))).collect();
     assert_eq!(peers[0], ["10.244.0.5"], "pod=a in x only");
     assert_eq!(peers[1], ["10.244.0.7"], "every pod of y");
@@ -150,13 +150,13 @@ fn ports_named_ranged_and_protocol_only() {
                 "egress": [{ "ports": [{ "port": "http" }] }] }),
     ));
     let (rules, e) = compiled(&c);
-    let v4: Vec<&Rule> = rules.ingress.iter().filter(|r| !r.v6).collect();
+    let v4: Vec<&Rule> = rules.ingress.iter().filter(|r| r.family == Family::V4).collect();
     let Ports::Named(local) = &v4[0].ports else { panic!("{:?}", v4[0]) };
     // Ingress: this node's pods only, each with its own number.
     assert_eq!(addrs(&e, local), ["10.244.0.5 6 8080", "10.244.0.7 6 8080"]);
     assert_eq!(v4[1].ports, Ports::Range { proto: UDP, first: 8000, last: 9000 });
     assert_eq!(v4[2].ports, Ports::Protocol(SCTP));
-    let eg: Vec<&Rule> = rules.egress.iter().filter(|r| !r.v6).collect();
+    let eg: Vec<&Rule> = rules.egress.iter().filter(|r| r.family == Family::V4).collect();
     let Ports::Named(all) = &eg[0].ports else { panic!("{:?}", eg[0]) };
     // Egress: the destination may be any pod; x/b names its http port 8081.
     assert_eq!(addrs(&e, all), ["10.244.0.5 6 8080", "10.244.0.7 6 8080", "10.244.1.6 6 8081"]);

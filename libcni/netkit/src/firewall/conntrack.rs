@@ -15,6 +15,7 @@
 //! answers ENOENT for one that expired meanwhile: that is success here.
 
 use crate::nlsock::{self, Exchange, Failure, NLMSG_HDRLEN};
+use crate::Family;
 use libcni::{Error, Result};
 use nix::sys::socket::SockProtocol;
 
@@ -40,7 +41,7 @@ const UDP: u8 = 17;
 /// What a conntrack entry is matched on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Filter {
-    pub v6: bool,
+    pub family: Family,
     /// The IP protocol number of the original tuple.
     pub proto: u8,
     /// The destination port of the original tuple.
@@ -50,20 +51,12 @@ pub(crate) struct Filter {
 impl Filter {
     /// UDP entries of one family whose original destination port is `port`: what
     /// `conntrack -D -f <family> -p udp --orig-port-dst <port>` deletes (in every zone).
-    pub(crate) fn udp_to_port(port: u16, v6: bool) -> Filter {
-        Filter { v6, proto: UDP, orig_dst_port: port }
-    }
-
-    fn family(&self) -> u8 {
-        if self.v6 {
-            AF_INET6
-        } else {
-            AF_INET
-        }
+    pub(crate) fn udp_to_port(port: u16, family: Family) -> Filter {
+        Filter { family, proto: UDP, orig_dst_port: port }
     }
 
     fn describe(&self) -> String {
-        let family = if self.v6 { "ipv6" } else { "ipv4" };
+        let family = self.family.pick("ipv4", "ipv6");
         let proto = match self.proto {
             UDP => "UDP".to_string(),
             6 => "TCP".to_string(),
@@ -99,7 +92,7 @@ pub(crate) fn delete(filter: Filter) -> Result<usize> {
     let what = filter.describe();
     let nl = Exchange::open(SockProtocol::NetlinkNetFilter)
         .map_err(|e| Error::network(format!("delete {what}: open a netfilter netlink socket: {e}")))?;
-    let family = filter.family();
+    let family = filter.family.pick(AF_INET, AF_INET6);
     let keys: Vec<Vec<u8>> = nl
         .dump(
             |seq| message(ctnl(IPCTNL_MSG_CT_GET), NLM_F_REQUEST | NLM_F_DUMP, seq, family, &[]),

@@ -70,7 +70,7 @@ use libcni::conf::Attachment;
 use libcni::{code, Error, Errors, Result};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::File;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 const TOP_DNAT: &str = "CNI-HOSTPORT-DNAT";
 const SETMARK: &str = "CNI-HOSTPORT-SETMARK";
@@ -329,10 +329,10 @@ pub(crate) struct DnatPlan {
 }
 
 pub(crate) fn dnat_plan(p: &PortMap, addr: &IpNetwork) -> DnatPlan {
-    let v6 = addr.is_ipv6();
+    let family = Family::of_net(addr);
     let chain = chain_name(&p.network, &p.container_id, "DN-");
     let mark_chain = p.external_set_mark_chain.clone().unwrap_or_else(|| SETMARK.to_string());
-    let mappings: Vec<&PortMapping> = p.mappings.iter().filter(|m| m.applies_to(v6)).collect();
+    let mappings: Vec<&PortMapping> = p.mappings.iter().filter(|m| m.applies_to(family)).collect();
     let mut rules = Vec::new();
     for m in &mappings {
         let dst = m.bound_ip().map(|h| format!(" -d {}", host(h))).unwrap_or_default();
@@ -342,23 +342,20 @@ pub(crate) fn dnat_plan(p: &PortMap, addr: &IpNetwork) -> DnatPlan {
                 rules.push(format!("-A {chain}{dst} {ports} -j {mark_chain}"));
             } else {
                 rules.push(format!("-A {chain} -s {}{dst} {ports} -j {mark_chain}", subnet(addr)));
-                if !v6 {
+                if family == Family::V4 {
                     rules.push(format!("-A {chain} -s 127.0.0.1/32{dst} {ports} -j {mark_chain}"));
                 }
             }
         }
-        let to = if v6 {
-            format!("[{}]:{}", addr.ip(), m.container_port)
-        } else {
-            format!("{}:{}", addr.ip(), m.container_port)
-        };
+        // `10.0.0.5:80`, `[fd00::5]:80`.
+        let to = SocketAddr::new(addr.ip(), m.container_port);
         rules.push(format!("-A {chain}{dst} {ports} -j DNAT --to-destination {to}"));
     }
     let mut by_proto: BTreeMap<&str, Vec<u16>> = BTreeMap::new();
     for m in &mappings {
         by_proto.entry(m.protocol.name()).or_default().push(m.host_port);
     }
-    let conditions = if v6 { &p.conditions_v6 } else { &p.conditions_v4 };
+    let conditions = family.pick(&p.conditions_v4, &p.conditions_v6);
     let conditions: String = conditions.iter().map(|c| format!(" {}", quote(c))).collect();
     let note = quote(&dnat_comment(&p.network, &p.container_id));
     let mut entries = Vec::new();
@@ -467,12 +464,12 @@ fn dnat_port(rule: &str) -> Option<(Option<IpAddr>, String, u16)> {
 /// any, protocol, port) conflicts; a mapping bound to one host address and one on any address do
 /// not, as on the nftables backend. One pass over the table's rules, whatever the pod count.
 pub(crate) fn held_port(t: &NatTable, p: &PortMap, addr: &IpNetwork, what: &str) -> Result<()> {
-    let v6 = addr.is_ipv6();
+    let family = Family::of_net(addr);
     let ours = chain_name(&p.network, &p.container_id, "DN-");
     let wanted: Vec<(Option<IpAddr>, String, u16)> = p
         .mappings
         .iter()
-        .filter(|m| m.applies_to(v6))
+        .filter(|m| m.applies_to(family))
         .map(|m| (m.bound_ip(), m.protocol.name().to_string(), m.host_port))
         .collect();
     let live: HashSet<&str> = t
@@ -486,7 +483,7 @@ pub(crate) fn held_port(t: &NatTable, p: &PortMap, addr: &IpNetwork, what: &str)
             continue;
         }
         let Some((host, proto, port)) = dnat_port(r).filter(|held| wanted.contains(held)) else { continue };
-        let port = host_port_text(host, &proto, port, v6);
+        let port = host_port_text(host, &proto, port, family);
         let holder = t
             .jumps_to(chain)
             .find_map(|r| saved_comment(r).and_then(|(c, _)| parse_owner(&c)))
@@ -594,7 +591,7 @@ impl Firewall for IptablesBackend {
         let mut saved = Vec::new();
         for addr in p.targets() {
             let ipv = Family::of(&addr.ip());
-            if !p.mappings.iter().any(|m| m.applies_to(ipv == Family::V6)) {
+            if !p.mappings.iter().any(|m| m.applies_to(ipv)) {
                 continue;
             }
             let t = save_table(ipv, "nat").map_err(|e| e.context(&what))?;
@@ -628,7 +625,7 @@ impl Firewall for IptablesBackend {
         }
         for addr in p.targets() {
             let ipv = Family::of(&addr.ip());
-            if !p.mappings.iter().any(|m| m.applies_to(ipv == Family::V6)) {
+            if !p.mappings.iter().any(|m| m.applies_to(ipv)) {
                 continue;
             }
             let t = save_table(ipv, "nat")?;

@@ -22,6 +22,7 @@ pub(crate) mod nfnl;
 mod nftables;
 pub mod xtables;
 
+use crate::Family;
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
 use libcni::{code, Error, Result};
@@ -199,10 +200,10 @@ pub struct PortMapping {
 }
 
 impl PortMapping {
-    /// Whether this mapping applies to a container address of `v6`'s family: a host IP of the
-    /// other family makes it apply to that family only.
-    pub fn applies_to(&self, v6: bool) -> bool {
-        self.host_ip.is_none_or(|ip| ip.is_ipv6() == v6)
+    /// Whether this mapping applies to a container address of `family`: a host IP makes it apply
+    /// to the host IP's family only.
+    pub fn applies_to(&self, family: Family) -> bool {
+        self.host_ip.is_none_or(|ip| Family::of(&ip) == family)
     }
     /// The host address to match on, if the mapping is bound to one.
     pub fn bound_ip(&self) -> Option<IpAddr> {
@@ -281,8 +282,8 @@ pub trait Firewall {
 /// in every zone, so datagrams that were tracked before a mapping existed stop bypassing it: a
 /// ctnetlink dump and a delete of each entry that matches, in the calling thread's network
 /// namespace. How many were deleted; none is success.
-pub fn flush_udp_conntrack(port: u16, v6: bool) -> Result<usize> {
-    conntrack::delete(conntrack::Filter::udp_to_port(port, v6))
+pub fn flush_udp_conntrack(port: u16, family: Family) -> Result<usize> {
+    conntrack::delete(conntrack::Filter::udp_to_port(port, family))
 }
 
 /// Makes chain `postrouting` (nat, hook postrouting, priority srcnat) of table `inet <table>` hold
@@ -315,10 +316,10 @@ fn sha512_hex(input: &str) -> String {
 
 /// A host port as a conflict names it: `host port 8080/tcp on 10.0.0.1`, or `host port 8080/tcp
 /// (any IPv4 host address)` for a mapping on every address of its family.
-fn host_port_text(host: Option<IpAddr>, proto: &str, port: u16, v6: bool) -> String {
+fn host_port_text(host: Option<IpAddr>, proto: &str, port: u16, family: Family) -> String {
     match host {
         Some(ip) => format!("host port {port}/{proto} on {ip}"),
-        None => format!("host port {port}/{proto} (any {} host address)", if v6 { "IPv6" } else { "IPv4" }),
+        None => format!("host port {port}/{proto} (any {family} host address)"),
     }
 }
 

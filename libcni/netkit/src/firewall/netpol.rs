@@ -41,12 +41,13 @@ use super::nfnl::{
     chain_packets, BaseChain, Batch, ChainType, CmpOp, Elem, ElemData, Expr, Field, Hook, KeyPart, KeyType,
     PayloadBase, Reg, Rule as NfRule, SetData, SetSpec, TableFamily, Verdict, CT_ESTABLISHED, CT_RELATED,
 };
+use crate::Family;
 use ipnetwork::IpNetwork;
 use libcni::Result;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-/// This node's pods isolated for ingress / egress, by family.
+/// This node's pods isolated for ingress / egress, IPv4 then IPv6.
 pub const INGRESS_ISOLATED: [&str; 2] = ["in-iso4", "in-iso6"];
 pub const EGRESS_ISOLATED: [&str; 2] = ["eg-iso4", "eg-iso6"];
 
@@ -58,10 +59,10 @@ pub const SCTP: u8 = 132;
 /// What a set's elements are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SetKind {
-    /// Addresses (`ipv4_addr` / `ipv6_addr`).
-    Addr { v6: bool },
+    /// Addresses of a family (`ipv4_addr` / `ipv6_addr`).
+    Addr(Family),
     /// Address . protocol . port (`ipv4_addr . inet_proto . inet_service`): named ports.
-    AddrPort { v6: bool },
+    AddrPort(Family),
 }
 
 /// One element of a set of [`SetKind`].
@@ -80,8 +81,8 @@ impl Element {
     }
     fn fits(&self, kind: SetKind) -> bool {
         match (*self, kind) {
-            (Element::Addr(a), SetKind::Addr { v6 }) | (Element::AddrPort(a, _, _), SetKind::AddrPort { v6 }) => {
-                a.is_ipv6() == v6
+            (Element::Addr(a), SetKind::Addr(family)) | (Element::AddrPort(a, _, _), SetKind::AddrPort(family)) => {
+                Family::of(&a) == family
             }
             _ => false,
         }
@@ -120,7 +121,8 @@ pub enum Ports {
 /// One rule of the ingress or egress chain.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Rule {
-    pub v6: bool,
+    /// The family of the addresses it matches.
+    pub family: Family,
     /// The protected pods (destination on ingress, source on egress): a [`SetKind::Addr`] set.
     pub selected: String,
     pub peer: Peer,
@@ -144,9 +146,9 @@ pub type Elements = BTreeMap<String, BTreeSet<Element>>;
 /// A [`Ruleset`] with the sets every table has.
 pub fn empty_ruleset() -> Ruleset {
     let mut sets = BTreeMap::new();
-    for (i, v6) in [(0, false), (1, true)] {
-        sets.insert(INGRESS_ISOLATED[i].to_string(), SetKind::Addr { v6 });
-        sets.insert(EGRESS_ISOLATED[i].to_string(), SetKind::Addr { v6 });
+    for (i, family) in [(0, Family::V4), (1, Family::V6)] {
+        sets.insert(INGRESS_ISOLATED[i].to_string(), SetKind::Addr(family));
+        sets.insert(EGRESS_ISOLATED[i].to_string(), SetKind::Addr(family));
     }
     Ruleset { sets, ingress: Vec::new(), egress: Vec::new() }
 }
@@ -180,14 +182,14 @@ pub fn replace(table: &str, rules: &Ruleset, elements: &Elements) -> Result<()> 
     };
     add(&mut b, "forward", NfRule::new(f).ct_state_any(CT_ESTABLISHED | CT_RELATED).verdict(Verdict::Accept), None);
     add(&mut b, "forward", neighbour_discovery(), Some("neighbour discovery"));
-    for (i, v6) in [(0, false), (1, true)] {
+    for (i, family) in [(0, Family::V4), (1, Family::V6)] {
         let jump = |src: bool, set: &str, chain: &str| {
-            NfRule::new(f).in_set(&[(Field::addr(src, v6), None)], set).verdict(Verdict::Jump(chain.into()))
+            NfRule::new(f).in_set(&[(Field::addr(src, family), None)], set).verdict(Verdict::Jump(chain.into()))
         };
         add(&mut b, "forward", jump(true, EGRESS_ISOLATED[i], "egress"), None);
     }
-    for (i, v6) in [(0, false), (1, true)] {
-        let rule = NfRule::new(f).in_set(&[(Field::addr(false, v6), None)], INGRESS_ISOLATED[i]);
+    for (i, family) in [(0, Family::V4), (1, Family::V6)] {
+        let rule = NfRule::new(f).in_set(&[(Field::addr(false, family), None)], INGRESS_ISOLATED[i]);
         add(&mut b, "forward", rule.verdict(Verdict::Jump("ingress".into())), None);
     }
     for (chain, list, ingress) in [("ingress", &rules.ingress, true), ("egress", &rules.egress, false)] {
@@ -232,10 +234,10 @@ pub fn remove(table: &str) -> Result<()> {
 
 fn spec(kind: SetKind) -> SetSpec<'static> {
     let key: &'static [KeyType] = match kind {
-        SetKind::Addr { v6: false } => &[KeyType::Ipv4Addr],
-        SetKind::Addr { v6: true } => &[KeyType::Ipv6Addr],
-        SetKind::AddrPort { v6: false } => &[KeyType::Ipv4Addr, KeyType::InetProto, KeyType::InetService],
-        SetKind::AddrPort { v6: true } => &[KeyType::Ipv6Addr, KeyType::InetProto, KeyType::InetService],
+        SetKind::Addr(Family::V4) => &[KeyType::Ipv4Addr],
+        SetKind::Addr(Family::V6) => &[KeyType::Ipv6Addr],
+        SetKind::AddrPort(Family::V4) => &[KeyType::Ipv4Addr, KeyType::InetProto, KeyType::InetService],
+        SetKind::AddrPort(Family::V6) => &[KeyType::Ipv6Addr, KeyType::InetProto, KeyType::InetService],
     };
     SetSpec { key, data: SetData::None, timeout: false }
 }
@@ -259,11 +261,12 @@ fn neighbour_discovery() -> NfRule {
 fn encode(r: &Rule, ingress: bool) -> NfRule {
     // Ingress protects the destination and names the source as peer; egress the other way.
     let (own_is_src, peer_is_src) = (!ingress, ingress);
-    let mut rule =
-        NfRule::new(TableFamily::Inet).meta_nfproto(r.v6).in_set(&[(Field::addr(own_is_src, r.v6), None)], &r.selected);
+    let mut rule = NfRule::new(TableFamily::Inet)
+        .meta_nfproto(r.family)
+        .in_set(&[(Field::addr(own_is_src, r.family), None)], &r.selected);
     match &r.peer {
         Peer::Any => {}
-        Peer::Set(set) => rule = rule.in_set(&[(Field::addr(peer_is_src, r.v6), None)], set),
+        Peer::Set(set) => rule = rule.in_set(&[(Field::addr(peer_is_src, r.family), None)], set),
         Peer::Block { net, except } => {
             rule = rule.addr_prefix(peer_is_src, *net, CmpOp::Eq);
             for e in except {
@@ -284,7 +287,7 @@ fn encode(r: &Rule, ingress: bool) -> NfRule {
             }
         }
         Ports::Named(set) => {
-            let key = [(Field::addr(false, r.v6), None), (Field::L4proto, None), (Field::ThDport, None)];
+            let key = [(Field::addr(false, r.family), None), (Field::L4proto, None), (Field::ThDport, None)];
             rule = rule.in_set(&key, set);
         }
     }

@@ -15,6 +15,7 @@
 //! same batch are found by name too).
 
 use crate::nlsock::{attributes, Answer as Ends, Exchange, Failure as NlFailure, Header, NLMSG_HDRLEN};
+use crate::Family;
 use ipnetwork::IpNetwork;
 use libcni::{Error, Result};
 use nix::sys::socket::SockProtocol;

@@ -60,6 +60,7 @@ use super::nfnl::{
     Verdict,
 };
 use super::{check_failed, BackendKind, Firewall, Masquerade, PortMap};
+use crate::Family;
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
 use libcni::{code, Error, Result};
@@ -193,16 +194,16 @@ fn portmap_rules() -> Vec<(&'static str, nfnl::Rule)> {
         mark(inet().saddr(localhost).in_set(&key(PROTO_PORT), "sp4")),
         mark(inet().in_set(&key(ADDR_PROTO_PORT4), "hall4")),
         mark(inet().in_set(&key(ADDR_PROTO_PORT6), "hall6")),
-        mark(inet().meta_nfproto(false).in_set(&key(PROTO_PORT), "all4")),
-        mark(inet().meta_nfproto(true).in_set(&key(PROTO_PORT), "all6")),
+        mark(inet().meta_nfproto(Family::V4).in_set(&key(PROTO_PORT), "all4")),
+        mark(inet().meta_nfproto(Family::V6).in_set(&key(PROTO_PORT), "all6")),
         dispatch(inet().vmap(ADDR_PROTO_PORT4, "hgate4")),
         dispatch(inet().vmap(ADDR_PROTO_PORT6, "hgate6")),
-        dispatch(inet().meta_nfproto(false).vmap(PROTO_PORT, "gate4")),
-        dispatch(inet().meta_nfproto(true).vmap(PROTO_PORT, "gate6")),
-        dispatch(inet().dnat_map(ADDR_PROTO_PORT4, "hdnat4", false)),
-        dispatch(inet().dnat_map(ADDR_PROTO_PORT6, "hdnat6", true)),
-        dispatch(inet().meta_nfproto(false).dnat_map(PROTO_PORT, "dnat4", false)),
-        dispatch(inet().meta_nfproto(true).dnat_map(PROTO_PORT, "dnat6", true)),
+        dispatch(inet().meta_nfproto(Family::V4).vmap(PROTO_PORT, "gate4")),
+        dispatch(inet().meta_nfproto(Family::V6).vmap(PROTO_PORT, "gate6")),
+        dispatch(inet().dnat_map(ADDR_PROTO_PORT4, "hdnat4", Family::V4)),
+        dispatch(inet().dnat_map(ADDR_PROTO_PORT6, "hdnat6", Family::V6)),
+        dispatch(inet().meta_nfproto(Family::V4).dnat_map(PROTO_PORT, "dnat4", Family::V4)),
+        dispatch(inet().meta_nfproto(Family::V6).dnat_map(PROTO_PORT, "dnat6", Family::V6)),
         ("prerouting", jump_dispatch()),
         ("output", jump_dispatch()),
         // Only connections a mapping DNATed, never other traffic a mark reached.

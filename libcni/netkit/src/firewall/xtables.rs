@@ -70,8 +70,8 @@ impl Family {
     fn counters_at(self) -> usize {
         self.pick(96, 152)
     }
-    /// The command that lists this family's tables (`iptables`, `ip6tables`), for messages.
-    pub(crate) fn tool(self) -> &'static str {
+    /// The iptables command of this family: `iptables` or `ip6tables`.
+    pub fn tool(self) -> &'static str {
         self.pick("iptables", "ip6tables")
     }
 }

@@ -48,7 +48,7 @@ fn entry(proto: u8, sport: u16, dport: u16, zone: Option<u16>) -> Vec<u8> {
 
 #[test]
 fn selects_by_protocol_and_original_destination_port() {
-    let f = Filter::udp_to_port(5300, false);
+    let f = Filter::udp_to_port(5300, Family::V4);
     assert!(f.select(&entry(UDP, 40000, 5300, None)).is_some());
     assert!(f.select(&entry(UDP, 40000, 5301, None)).is_none(), "another port");
     assert!(f.select(&entry(6, 40000, 5300, None)).is_none(), "TCP");
@@ -58,7 +58,7 @@ fn selects_by_protocol_and_original_destination_port() {
 
 #[test]
 fn a_delete_names_the_entry_by_original_tuple_zone_and_id() {
-    let f = Filter::udp_to_port(5300, false);
+    let f = Filter::udp_to_port(5300, Family::V4);
     let key = f.select(&entry(UDP, 40000, 5300, Some(7))).unwrap();
     let want = [
         tuple(CTA_TUPLE_ORIG, UDP, 40000, 5300),

@@ -85,7 +85,8 @@ impl XRule {
             "DROP" => Verdict::Drop,
             "RETURN" => Verdict::Return,
             MASQUERADE => {
-                let info = masquerade_info(family == TableFamily::Ip6);
+                // iptables-nft writes into `ip` and `ip6` tables only.
+                let info = masquerade_info(if family == TableFamily::Ip6 { Family::V6 } else { Family::V4 });
                 return r.expr(Expr::Counter).expr(Expr::Target { name: MASQUERADE, rev: 0, info });
             }
             chain => Verdict::Jump(chain.into()),
@@ -98,8 +99,7 @@ impl XRule {
     /// `! -o` as IPT_INV_VIA_OUT, `! -d` as IPT_INV_DSTIP, the comment (rev 0) and conntrack
     /// (rev 3) matches, and a standard target or MASQUERADE (rev 0).
     pub(crate) fn legacy(&self, family: Family) -> xtables::Rule {
-        let v4 = family == Family::V4;
-        let (len, ifaces) = if v4 { (4, 16) } else { (16, 64) };
+        let (len, ifaces) = family.pick((4, 16), (16, 64));
         let mut ip = vec![0u8; family.ip_len()];
         for (i, net) in [self.src, self.dst].into_iter().enumerate() {
             let Some(net) = net else { continue };
@@ -112,7 +112,7 @@ impl XRule {
             ip[at..at + name.len()].copy_from_slice(name);
             ip[at + 32..at + 33 + name.len()].fill(0xff);
         }
-        let invflags = family.ip_len() - if v4 { 1 } else { 4 };
+        let invflags = family.ip_len() - family.pick(1, 4);
         if self.oif.as_ref().is_some_and(|(_, not)| *not) {
             ip[invflags] |= IPT_INV_VIA_OUT;
         }
@@ -128,7 +128,7 @@ impl XRule {
             "ACCEPT" => xtables::Target::Verdict(xtables::ACCEPT),
             "DROP" => xtables::Target::Verdict(xtables::DROP),
             "RETURN" => xtables::Target::Verdict(xtables::RETURN),
-            MASQUERADE => xtables::Target::Other(xtables::entry_target(MASQUERADE, 0, &masquerade_info(!v4))),
+            MASQUERADE => xtables::Target::Other(xtables::entry_target(MASQUERADE, 0, &masquerade_info(family))),
             chain => xtables::Target::Jump(chain.into()),
         };
         xtables::Rule::new(family, &ip, &matches, target)
@@ -140,8 +140,8 @@ const MASQUERADE: &str = "MASQUERADE";
 /// MASQUERADE rev 0's struct as iptables 1.8.9 fills it, padded to XT_ALIGN: for IPv4
 /// `nf_nat_ipv4_multi_range_compat` with rangesize 1 and an empty range (24 bytes), for IPv6
 /// an empty `nf_nat_range` (40 bytes).
-fn masquerade_info(v6: bool) -> Vec<u8> {
-    if v6 {
+fn masquerade_info(family: Family) -> Vec<u8> {
+    if family == Family::V6 {
         return vec![0; 40];
     }
     let mut info = vec![0; 24];

@@ -13,12 +13,12 @@ fn ip(s: &str) -> IpAddr {
 
 fn sample() -> (Ruleset, Elements) {
     let mut rules = empty_ruleset();
-    rules.sets.insert("s4-sel".into(), SetKind::Addr { v6: false });
-    rules.sets.insert("s4-peer".into(), SetKind::Addr { v6: false });
-    rules.sets.insert("s6-sel".into(), SetKind::Addr { v6: true });
-    rules.sets.insert("n4-http".into(), SetKind::AddrPort { v6: false });
-    let rule = |v6: bool, selected: &str, peer: Peer, ports: Ports, comment: &str| Rule {
-        v6,
+    rules.sets.insert("s4-sel".into(), SetKind::Addr(Family::V4));
+    rules.sets.insert("s4-peer".into(), SetKind::Addr(Family::V4));
+    rules.sets.insert("s6-sel".into(), SetKind::Addr(Family::V6));
+    rules.sets.insert("n4-http".into(), SetKind::AddrPort(Family::V4));
+    let rule = |family: Family, selected: &str, peer: Peer, ports: Ports, comment: &str| Rule {
+        family,
         selected: selected.into(),
         peer,
         ports,
@@ -26,31 +26,31 @@ fn sample() -> (Ruleset, Elements) {
     };
     rules.egress = vec![
         rule(
-            false,
+            Family::V4,
             "s4-sel",
             Peer::Set("s4-peer".into()),
             Ports::Range { proto: TCP, first: 80, last: 80 },
             "x/p egress 0",
         ),
         rule(
-            false,
+            Family::V4,
             "s4-sel",
             Peer::Block { net: net("10.0.0.0/8"), except: vec![net("10.1.0.0/16"), net("10.2.3.0/25")] },
             Ports::Any,
             "x/p egress 1",
         ),
-        rule(false, "s4-sel", Peer::Any, Ports::Named("n4-http".into()), "x/p egress 2"),
+        rule(Family::V4, "s4-sel", Peer::Any, Ports::Named("n4-http".into()), "x/p egress 2"),
     ];
     rules.ingress = vec![
         rule(
-            false,
+            Family::V4,
             "s4-sel",
             Peer::Set("s4-peer".into()),
             Ports::Range { proto: UDP, first: 8000, last: 9000 },
             "x/q ingress 0",
         ),
         rule(
-            true,
+            Family::V6,
             "s6-sel",
             Peer::Block { net: net("fd00::/64"), except: vec![] },
             Ports::Protocol(SCTP),

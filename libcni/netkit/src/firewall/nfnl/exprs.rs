@@ -98,7 +98,7 @@ pub(crate) enum Expr {
     /// `immediate reg 0 <verdict>`.
     Verdict(Verdict),
     /// `nat dnat|snat ip|ip6 addr_min reg [proto_min reg]`.
-    Nat { dnat: bool, v6: bool, addr: Reg, proto: Option<Reg> },
+    Nat { dnat: bool, family: Family, addr: Reg, proto: Option<Reg> },
     /// `masq`.
     Masq,
     /// `counter` (starting from zero packets and bytes).
@@ -188,9 +188,9 @@ impl Expr {
                 a.u32(1, Reg::VERDICT.0);
                 a.nested(2, |a| v.put(a));
             }
-            Expr::Nat { dnat, v6, addr, proto } => {
+            Expr::Nat { dnat, family, addr, proto } => {
                 a.u32(1, u32::from(*dnat)); // NFTA_NAT_TYPE: NFT_NAT_SNAT 0, NFT_NAT_DNAT 1
-                a.u32(2, u32::from(if *v6 { NFPROTO_IPV6 } else { NFPROTO_IPV4 })); // NFTA_NAT_FAMILY
+                a.u32(2, u32::from(family.pick(NFPROTO_IPV4, NFPROTO_IPV6))); // NFTA_NAT_FAMILY
                 a.u32(3, addr.0); // NFTA_NAT_REG_ADDR_MIN
                 if let Some(p) = proto {
                     a.u32(5, p.0); // NFTA_NAT_REG_PROTO_MIN
@@ -269,13 +269,13 @@ impl Field {
     pub(super) fn load(self, dreg: Reg) -> Expr {
         self.load_len(self.len(), dreg)
     }
-    /// `ip saddr` (`src`) or `ip daddr`, `ip6` when `v6`.
-    pub(crate) fn addr(src: bool, v6: bool) -> Field {
-        match (src, v6) {
-            (true, false) => Field::IpSaddr,
-            (false, false) => Field::IpDaddr,
-            (true, true) => Field::Ip6Saddr,
-            (false, true) => Field::Ip6Daddr,
+    /// `ip saddr` (`src`) or `ip daddr` of `family` (`ip6` for IPv6).
+    pub(crate) fn addr(src: bool, family: Family) -> Field {
+        match (src, family) {
+            (true, Family::V4) => Field::IpSaddr,
+            (false, Family::V4) => Field::IpDaddr,
+            (true, Family::V6) => Field::Ip6Saddr,
+            (false, Family::V6) => Field::Ip6Daddr,
         }
     }
 }
@@ -329,13 +329,13 @@ impl Rule {
     }
 
     /// `meta nfproto ipv4` / `meta nfproto ipv6`.
-    pub(crate) fn meta_nfproto(mut self, v6: bool) -> Rule {
-        self.need_l3(Field::addr(true, v6));
+    pub(crate) fn meta_nfproto(mut self, family: Family) -> Rule {
+        self.need_l3(Field::addr(true, family));
         self
     }
 
     pub(super) fn addr_cmp(mut self, src: bool, addr: IpAddr, op: CmpOp) -> Rule {
-        let field = Field::addr(src, addr.is_ipv6());
+        let field = Field::addr(src, Family::of(&addr));
         self.need_l3(field);
         self.cmp(field, op, ip_bytes(addr));
         self
@@ -348,7 +348,7 @@ impl Rule {
     /// A prefix match as nft compiles it: a whole-byte prefix loads and compares only those
     /// bytes, any other length masks the whole address first.
     pub(crate) fn addr_prefix(mut self, src: bool, net: IpNetwork, op: CmpOp) -> Rule {
-        let field = Field::addr(src, net.is_ipv6());
+        let field = Field::addr(src, Family::of_net(&net));
         self.need_l3(field);
         let addr = ip_bytes(net.network());
         let bits = usize::from(net.prefix());
@@ -439,13 +439,13 @@ impl Rule {
         self
     }
 
-    /// `dnat ip to a . b . c map @map` (`ip6` when `v6`): the map's data is the address and port
+    /// `dnat ip to a . b . c map @map` (`ip6` for IPv6): the map's data is the address and port
     /// to translate to (address from register 1, port right after it); no element, no match.
-    pub(crate) fn dnat_map(mut self, key: &[Field], map: &str, v6: bool) -> Rule {
+    pub(crate) fn dnat_map(mut self, key: &[Field], map: &str, family: Family) -> Rule {
         self.concat(&unmasked(key));
         self.exprs.push(Expr::Lookup { set: map.to_string(), sreg: Reg::R1, dreg: Some(Reg::R1), invert: false });
-        let port = if v6 { Reg::R2 } else { Reg::slot(1) };
-        self.exprs.push(Expr::Nat { dnat: true, v6, addr: Reg::R1, proto: Some(port) });
+        let port = family.pick(Reg::slot(1), Reg::R2);
+        self.exprs.push(Expr::Nat { dnat: true, family, addr: Reg::R1, proto: Some(port) });
         self
     }
 

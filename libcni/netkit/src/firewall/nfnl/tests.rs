@@ -289,10 +289,10 @@ pub(crate) fn build_flat(b: &mut Batch, t: &str) {
     add_rule(b, f, t, "dispatch", r().verdict(jump("hairpin")));
     add_rule(b, f, t, "dispatch", r().saddr(ip("127.0.0.1")).in_set(&[(pr, None), (dp, None)], "sp4").mark_or(0x2000));
     add_rule(b, f, t, "dispatch", r().vmap(&[Field::Ip6Daddr, pr, dp], "hgate6"));
-    add_rule(b, f, t, "dispatch", r().meta_nfproto(false).vmap(&[pr, dp], "gate4"));
-    add_rule(b, f, t, "dispatch", r().dnat_map(&[da4, pr, dp], "hdnat4", false));
-    add_rule(b, f, t, "dispatch", r().meta_nfproto(false).dnat_map(&[pr, dp], "dnat4", false));
-    add_rule(b, f, t, "dispatch", r().meta_nfproto(true).dnat_map(&[pr, dp], "dnat6", true));
+    add_rule(b, f, t, "dispatch", r().meta_nfproto(Family::V4).vmap(&[pr, dp], "gate4"));
+    add_rule(b, f, t, "dispatch", r().dnat_map(&[da4, pr, dp], "hdnat4", Family::V4));
+    add_rule(b, f, t, "dispatch", r().meta_nfproto(Family::V4).dnat_map(&[pr, dp], "dnat4", Family::V4));
+    add_rule(b, f, t, "dispatch", r().meta_nfproto(Family::V6).dnat_map(&[pr, dp], "dnat6", Family::V6));
     add_rule(b, f, t, "post", r().ct_status_dnat().mark_has(0x2000).masquerade());
 }
 

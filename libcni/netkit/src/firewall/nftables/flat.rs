@@ -32,12 +32,13 @@
 use super::super::nfnl::{self, Batch, Conn, Elem, ElemData, ElemInfo, Field, KeyPart, SetData, SetSpec, Verdict};
 use super::super::{check_failed, exec, host_port_text, sha512_hex, Masquerade, PortMap, Protocol};
 use super::{Table, MACSPOOF, MASQ, PORTMAP};
+use crate::Family;
 use ipnetwork::IpNetwork;
 use libcni::conf::Attachment;
 use libcni::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 /// The mark that asks postrouting to masquerade (the reference's default, bit 13).
@@ -57,41 +58,38 @@ trait Item: Clone + Eq + Ord + std::fmt::Debug + Sized {
     /// Its elements, the one naming the owner (data: the tag) first.
     fn elems(&self, tag: Ipv6Addr) -> Vec<(String, Elem)>;
     /// The family and subnet length of a set made on demand, from its name.
-    fn on_demand(set: &str) -> Option<(bool, u8)>;
-    /// Creates the sets of a subnet length with their rules (`create set`: EEXIST when another
-    /// ADD made them, rules included, in the same transaction).
-    fn make_on_demand(b: &mut Batch, v6: bool, len: u8);
+    fn on_demand(set: &str) -> Option<(Family, u8)>;
+    /// Creates the sets of a family and subnet length with their rules (`create set`: EEXIST when
+    /// another ADD made them, rules included, in the same transaction).
+    fn make_on_demand(b: &mut Batch, family: Family, len: u8);
     /// Whether it leads to the attachment's own chain (a mapping with conditions).
     fn chained(&self) -> bool {
         false
     }
 }
 
-fn fam(v6: bool) -> char {
-    if v6 {
-        '6'
-    } else {
-        '4'
-    }
+/// `4` or `6`: the family in a set's name.
+fn fam(family: Family) -> char {
+    family.pick('4', '6')
 }
 
-/// The netmask of a subnet length, as bytes.
-fn mask(v6: bool, len: u8) -> Vec<u8> {
-    let zero = if v6 { IpAddr::V6(Ipv6Addr::UNSPECIFIED) } else { IpAddr::V4(Ipv4Addr::UNSPECIFIED) };
-    IpNetwork::new(zero, len).map_or_else(|_| vec![0; if v6 { 16 } else { 4 }], |n| nfnl::ip_bytes(n.mask()))
+/// The netmask of a subnet length in `family`, as bytes.
+fn mask(family: Family, len: u8) -> Vec<u8> {
+    let unspecified = family.default_dst().ip();
+    IpNetwork::new(unspecified, len).map_or_else(|_| vec![0; family.pick(4, 16)], |n| nfnl::ip_bytes(n.mask()))
 }
 
-/// `hp4-16` -> (false, 16) for a set named `<prefix><4|6>-<len>`.
-fn parse_on_demand(set: &str, prefixes: &[&str]) -> Option<(bool, u8)> {
+/// `hp4-16` -> (V4, 16) for a set named `<prefix><4|6>-<len>`.
+fn parse_on_demand(set: &str, prefixes: &[&str]) -> Option<(Family, u8)> {
     let rest = prefixes.iter().find_map(|p| set.strip_prefix(p))?;
     let (fam, len) = rest.split_once('-')?;
-    let v6 = match fam {
-        "4" => false,
-        "6" => true,
+    let family = match fam {
+        "4" => Family::V4,
+        "6" => Family::V6,
         _ => return None,
     };
     let len: u8 = len.parse().ok()?;
-    (len <= if v6 { 128 } else { 32 }).then_some((v6, len))
+    (len <= family.bits()).then_some((family, len))
 }
 
 fn create_plain_set(b: &mut Batch, t: &Table, name: &str, key: &[nfnl::KeyType]) {
@@ -133,13 +131,13 @@ struct Mapping {
 }
 
 impl Mapping {
-    fn v6(&self) -> bool {
-        self.pod.is_ipv6()
+    fn family(&self) -> Family {
+        Family::of(&self.pod)
     }
 
     /// The host port it maps, as a conflict names it.
     fn describe(&self) -> String {
-        host_port_text(self.host, self.proto.name(), self.hport, self.v6())
+        host_port_text(self.host, self.proto.name(), self.hport, self.family())
     }
 
     fn host_key(&self) -> Vec<KeyPart> {
@@ -183,22 +181,22 @@ impl Item for Mapping {
         };
         let [pod, cport, proto, hport, host, mode] = parts else { return None };
         let pod: IpAddr = pod.parse().ok()?;
+        let family = Family::of(&pod);
         let host = match *host {
             "-" => None,
-            h => Some(h.parse::<IpAddr>().ok().filter(|h| h.is_ipv6() == pod.is_ipv6())?),
+            h => Some(h.parse::<IpAddr>().ok().filter(|h| Family::of(h) == family)?),
         };
-        let max = if pod.is_ipv6() { 128 } else { 32 };
         let mode = match *mode {
             "n" => Mode::Plain,
             "a" => Mode::All,
-            len => Mode::Hairpin(len.parse().ok().filter(|l| *l <= max)?),
+            len => Mode::Hairpin(len.parse().ok().filter(|l| *l <= family.bits())?),
         };
         let (cport, hport) = (cport.parse().ok()?, hport.parse().ok()?);
         Some(Mapping { pod, cport, proto: Protocol::parse(proto)?, hport, host, mode, gated })
     }
 
     fn elems(&self, tag: Ipv6Addr) -> Vec<(String, Elem)> {
-        let (h, f) = (self.h(), fam(self.v6()));
+        let (h, f) = (self.h(), fam(self.family()));
         let key = self.host_key();
         let to = match self.gated {
             true => (format!("{h}gate{f}"), ElemData::Verdict(Verdict::Jump(chain_name(tag)))),
@@ -216,7 +214,7 @@ impl Item for Mapping {
                 let mut hk = vec![KeyPart::Addr(subnet)];
                 hk.extend(key.iter().cloned());
                 out.push((format!("{h}hp{f}-{len}"), Elem::new(hk, ElemData::None)));
-                if !self.v6() {
+                if self.family() == Family::V4 {
                     out.push((format!("{h}sp4"), Elem::new(key, ElemData::None)));
                 }
             }
@@ -224,16 +222,15 @@ impl Item for Mapping {
         out
     }
 
-    fn on_demand(set: &str) -> Option<(bool, u8)> {
+    fn on_demand(set: &str) -> Option<(Family, u8)> {
         parse_on_demand(set, &["hhp", "hp"])
     }
 
-    fn make_on_demand(b: &mut Batch, v6: bool, len: u8) {
+    fn make_on_demand(b: &mut Batch, family: Family, len: u8) {
         use nfnl::KeyType::{InetProto as P, InetService as S, Ipv4Addr as A4, Ipv6Addr as A6};
-        let f = fam(v6);
-        let (addr, saddr, daddr) =
-            if v6 { (A6, Field::Ip6Saddr, Field::Ip6Daddr) } else { (A4, Field::IpSaddr, Field::IpDaddr) };
-        let m = mask(v6, len);
+        let f = fam(family);
+        let (addr, saddr, daddr) = (family.pick(A4, A6), Field::addr(true, family), Field::addr(false, family));
+        let m = mask(family, len);
         let (any, bound) = (format!("hp{f}-{len}"), format!("hhp{f}-{len}"));
         create_plain_set(b, &PORTMAP, &any, &[addr, P, S]);
         create_plain_set(b, &PORTMAP, &bound, &[addr, addr, P, S]);
@@ -267,7 +264,7 @@ impl Item for Address {
     }
 
     fn elems(&self, tag: Ipv6Addr) -> Vec<(String, Elem)> {
-        let (ip, len, f) = (self.0.ip(), self.0.prefix(), fam(self.0.is_ipv6()));
+        let (ip, len, f) = (self.0.ip(), self.0.prefix(), fam(Family::of_net(&self.0)));
         vec![
             (
                 format!("pods{f}"),
@@ -280,19 +277,16 @@ impl Item for Address {
         ]
     }
 
-    fn on_demand(set: &str) -> Option<(bool, u8)> {
+    fn on_demand(set: &str) -> Option<(Family, u8)> {
         parse_on_demand(set, &["local"])
     }
 
-    fn make_on_demand(b: &mut Batch, v6: bool, len: u8) {
-        let (addr, saddr, daddr) = if v6 {
-            (nfnl::KeyType::Ipv6Addr, Field::Ip6Saddr, Field::Ip6Daddr)
-        } else {
-            (nfnl::KeyType::Ipv4Addr, Field::IpSaddr, Field::IpDaddr)
-        };
-        let set = format!("local{}-{len}", fam(v6));
+    fn make_on_demand(b: &mut Batch, family: Family, len: u8) {
+        let addr = family.pick(nfnl::KeyType::Ipv4Addr, nfnl::KeyType::Ipv6Addr);
+        let (saddr, daddr) = (Field::addr(true, family), Field::addr(false, family));
+        let set = format!("local{}-{len}", fam(family));
         create_plain_set(b, &MASQ, &set, &[addr, addr]);
-        let key = vec![(saddr, None), (daddr, Some(mask(v6, len)))];
+        let key = vec![(saddr, None), (daddr, Some(mask(family, len)))];
         let rule = nfnl::Rule::new(MASQ.fam).in_set(&key, &set).verdict(Verdict::Accept);
         b.add_rule_with_comment(MASQ.fam, MASQ.name, "local", rule, None);
     }
@@ -335,11 +329,11 @@ impl Item for Port {
         ]
     }
 
-    fn on_demand(_: &str) -> Option<(bool, u8)> {
+    fn on_demand(_: &str) -> Option<(Family, u8)> {
         None
     }
 
-    fn make_on_demand(_: &mut Batch, _: bool, _: u8) {}
+    fn make_on_demand(_: &mut Batch, _: Family, _: u8) {}
 }
 
 /// The port mappings of a pod, one per (address, host port): the first mapping of a host port
@@ -348,8 +342,8 @@ fn mappings(p: &PortMap) -> Vec<Mapping> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for addr in p.targets() {
-        let v6 = addr.is_ipv6();
-        for m in p.mappings.iter().filter(|m| m.applies_to(v6)) {
+        let family = Family::of_net(&addr);
+        for m in p.mappings.iter().filter(|m| m.applies_to(family)) {
             let mode = match (p.snat, p.masq_all) {
                 (false, _) => Mode::Plain,
                 (true, true) => Mode::All,
@@ -362,9 +356,9 @@ fn mappings(p: &PortMap) -> Vec<Mapping> {
                 hport: m.host_port,
                 host: m.bound_ip(),
                 mode,
-                gated: !conditions(p, v6).is_empty(),
+                gated: !conditions(p, family).is_empty(),
             };
-            if seen.insert((e.host, v6, e.proto, e.hport)) {
+            if seen.insert((e.host, family, e.proto, e.hport)) {
                 out.push(e);
             }
         }
@@ -373,8 +367,8 @@ fn mappings(p: &PortMap) -> Vec<Mapping> {
 }
 
 /// The pod's conditions for a family, as one piece of nft text ("" when it has none).
-fn conditions(p: &PortMap, v6: bool) -> String {
-    let c = if v6 { &p.conditions_v6 } else { &p.conditions_v4 };
+fn conditions(p: &PortMap, family: Family) -> String {
+    let c = family.pick(&p.conditions_v4, &p.conditions_v6);
     c.iter().map(|c| c.trim()).filter(|c| !c.is_empty()).collect::<Vec<_>>().join(" ")
 }
 
@@ -489,8 +483,8 @@ fn send<I: Item>(
 ) -> Result<()> {
     let t = I::TABLE;
     let mut setup = false;
-    let mut wanted: BTreeSet<(bool, u8)> = BTreeSet::new();
-    let mut made: BTreeSet<(bool, u8)> = BTreeSet::new();
+    let mut wanted: BTreeSet<(Family, u8)> = BTreeSet::new();
+    let mut made: BTreeSet<(Family, u8)> = BTreeSet::new();
     for _ in 0..msgs.len() + 6 {
         if msgs.is_empty() {
             return Ok(());
@@ -499,11 +493,11 @@ fn send<I: Item>(
         if setup {
             t.setup(&mut b);
         }
-        let mut made_by: Vec<Option<(bool, u8)>> = vec![None; b.len()];
-        for &(v6, len) in wanted.difference(&made) {
+        let mut made_by: Vec<Option<(Family, u8)>> = vec![None; b.len()];
+        for &(family, len) in wanted.difference(&made) {
             let before = b.len();
-            I::make_on_demand(&mut b, v6, len);
-            made_by.extend(std::iter::repeat_n(Some((v6, len)), b.len() - before));
+            I::make_on_demand(&mut b, family, len);
+            made_by.extend(std::iter::repeat_n(Some((family, len)), b.len() - before));
         }
         let offset = b.len();
         for m in msgs.iter() {
@@ -765,12 +759,13 @@ fn fill_chain(p: &PortMap, tag: Ipv6Addr, gated: &[&Mapping], what: &str) -> Res
     let (t, chain) = (PORTMAP.full_name(), chain_name(tag));
     let mut text = format!("add table {t}\nadd chain {t} {chain}\nflush chain {t} {chain}\n");
     for m in gated {
-        let (ip, nfproto) = if m.v6() { ("ip6", "ipv6") } else { ("ip", "ipv4") };
-        let _ = write!(text, "add rule {t} {chain} meta nfproto {nfproto} {}", conditions(p, m.v6()));
+        let (ip, nfproto) = m.family().pick(("ip", "ipv4"), ("ip6", "ipv6"));
+        let _ = write!(text, "add rule {t} {chain} meta nfproto {nfproto} {}", conditions(p, m.family()));
         if let Some(h) = m.host {
             let _ = write!(text, " {ip} daddr {h}");
         }
-        let to = if m.v6() { format!("[{}]:{}", m.pod, m.cport) } else { format!("{}:{}", m.pod, m.cport) };
+        // `10.0.0.5:80`, `[fd00::5]:80`.
+        let to = SocketAddr::new(m.pod, m.cport);
         let _ = writeln!(text, " {} dport {} dnat {ip} to {to}", m.proto, m.hport);
     }
     exec::run_ok("nft", &["-f", "-"], Some(&text), &format!("{what}: write chain {chain} of table {t}")).map(|_| ())

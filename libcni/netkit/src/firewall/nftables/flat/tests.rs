@@ -53,8 +53,8 @@ mod unit {
         assert_eq!(hp.key[0], KeyPart::Addr("10.22.0.0".parse().unwrap()));
         assert_eq!(sets(&mappings(&pm(true, true))[1]), vec!["hown4", "hdnat4", "hall4"]);
         assert_eq!(sets(&mappings(&pm(false, false))[2]), vec!["own6", "dnat6"]);
-        assert_eq!(Mapping::on_demand("hhp6-64"), Some((true, 64)));
-        assert_eq!(Mapping::on_demand("hp4-16"), Some((false, 16)));
+        assert_eq!(Mapping::on_demand("hhp6-64"), Some((Family::V6, 64)));
+        assert_eq!(Mapping::on_demand("hp4-16"), Some((Family::V4, 16)));
         assert_eq!(Mapping::on_demand("hsp4"), None);
         assert_ne!(tag("net1", "c1", "eth0"), tag("net1", "c1", "eth1"));
     }
