@@ -22,6 +22,7 @@ use anyhow::{anyhow, Result};
 use etcd::{Held, NodeRecord, Peers, Published};
 use ipnetwork::IpNetwork;
 use net::{Route, Underlay, Vtep};
+use netkit::Family;
 use options::{Backend, Datastore, Options, USAGE};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -103,7 +104,7 @@ struct Wireguard {
     genl: genetlink::GenetlinkHandle,
     public: [u8; 32],
     /// The underlay family: peers' endpoints are their node addresses of this family.
-    v4: bool,
+    family: Family,
     overhead: u32,
 }
 
@@ -128,7 +129,7 @@ async fn agent(options: Arc<Options>) -> Result<()> {
     if options.backend == Backend::Wireguard {
         local.wireguard = Some(start_wireguard(&options, &local).await?);
     } else if options.backend != Backend::HostGw {
-        if let (Some(IpAddr::V4(ip)), Some(under)) = (options.node_ip(true), local.v4) {
+        if let (Some(IpAddr::V4(ip)), Some(under)) = (options.node_ip(Family::V4), local.v4) {
             let mtu = under.mtu.saturating_sub(net::VXLAN_OVERHEAD);
             local.vxlan = Some(net::ensure_vxlan(&local.handle, &options.vxlan_dev, ip, under.index, mtu).await?);
         } else if options.backend == Backend::Vxlan {
@@ -176,9 +177,9 @@ async fn start_wireguard(options: &Options, local: &Local) -> Result<Wireguard> 
     let path = wgkey::key_path(&options.state_dir);
     let how = if made { "made" } else { "kept" };
     eprintln!("WireGuard key {how} in {}: public key {}", path.display(), keys.public_base64());
-    let (under, v4, overhead) = match (local.v4, local.v6) {
-        (Some(under), _) => (under, true, wireguard::OVERHEAD_V4),
-        (None, Some(under)) => (under, false, wireguard::OVERHEAD_V6),
+    let (under, family, overhead) = match (local.v4, local.v6) {
+        (Some(under), _) => (under, Family::V4, wireguard::OVERHEAD_V4),
+        (None, Some(under)) => (under, Family::V6, wireguard::OVERHEAD_V6),
         (None, None) => return Err(anyhow!("--backend wireguard needs a --node-ip")),
     };
     let mtu = under.mtu.saturating_sub(overhead);
@@ -186,7 +187,7 @@ async fn start_wireguard(options: &Options, local: &Local) -> Result<Wireguard> 
     let mut genl = wireguard::connect()?;
     wireguard::configure(&mut genl, index, &options.wireguard_dev, keys.private.to_bytes(), options.wireguard_port)
         .await?;
-    Ok(Wireguard { index, genl, public: keys.public, v4, overhead })
+    Ok(Wireguard { index, genl, public: keys.public, family, overhead })
 }
 
 type Channels = (watch::Receiver<Arc<Held>>, watch::Receiver<Arc<Peers>>);
@@ -247,11 +248,11 @@ async fn start_kubernetes(options: &Arc<Options>, published: Published) -> Resul
 /// family's default route.
 async fn default_node_ips(handle: &rtnetlink::Handle, options: &Options) -> Result<Options> {
     let mut options = options.clone();
-    for v4 in [true, false] {
-        if !options.cluster.iter().any(|(net, _)| net.is_ipv4() == v4) {
+    for family in [Family::V4, Family::V6] {
+        if !options.cluster.iter().any(|(net, _)| Family::of_net(net) == family) {
             continue;
         }
-        if let Some(ip) = net::default_route_address(handle, v4).await? {
+        if let Some(ip) = net::default_route_address(handle, family).await? {
             eprintln!("node address {ip} (on the interface of the default route; set --node-ip to choose)");
             options.node_ips.push(ip);
         }
@@ -308,7 +309,7 @@ fn plan(options: &Options, local: &Local, own: &Held, me: &trust::Me, peers: &Pe
     for trust::Peer { record: peer, mac, wireguard: wg_key } in believed {
         if let Some(wg) = &local.wireguard {
             let endpoint = wg_key.and_then(|(key, port)| {
-                wireguard::endpoint(&peer.node_ips, wg.v4, port).map(|endpoint| (key, endpoint))
+                wireguard::endpoint(&peer.node_ips, wg.family, port).map(|endpoint| (key, endpoint))
             });
             let Some((key, endpoint)) = endpoint else {
                 plan.unroutable.push(format!(
@@ -328,9 +329,9 @@ fn plan(options: &Options, local: &Local, own: &Held, me: &trust::Me, peers: &Pe
             continue;
         }
         for cidr in &peer.pod_cidrs {
-            let v4 = cidr.is_ipv4();
-            let under = if v4 { local.v4 } else { local.v6 };
-            let peer_ip = peer.node_ips.iter().copied().find(|ip| ip.is_ipv4() == v4);
+            let family = Family::of_net(cidr);
+            let under = family.pick(local.v4, local.v6);
+            let peer_ip = peer.node_ips.iter().copied().find(|ip| Family::of(ip) == family);
             // A gateway off this node's subnet is one the kernel refuses: host-gw routes only
             // to nodes on it.
             let on_link = match (under, peer_ip) {

@@ -7,6 +7,7 @@
 use anyhow::{anyhow, Result};
 use futures::{StreamExt, TryStreamExt};
 use ipnetwork::IpNetwork;
+use netkit::Family;
 use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{InfoData, InfoKind, LinkAttribute, LinkInfo};
 use netlink_packet_route::neighbour::{
@@ -151,13 +152,12 @@ pub async fn local_addresses(handle: &Handle) -> Result<std::collections::BTreeS
     Ok(all)
 }
 
-/// The first global address of `family` (IPv4 when `v4`) on the interface of that family's
-/// default route in the main table.
-pub async fn default_route_address(handle: &Handle, v4: bool) -> Result<Option<IpAddr>> {
-    let filter = if v4 {
-        RouteMessageBuilder::<Ipv4Addr>::new().build()
-    } else {
-        RouteMessageBuilder::<std::net::Ipv6Addr>::new().build()
+/// The first global address of `family` on the interface of that family's default route in the
+/// main table.
+pub async fn default_route_address(handle: &Handle, family: Family) -> Result<Option<IpAddr>> {
+    let filter = match family {
+        Family::V4 => RouteMessageBuilder::<Ipv4Addr>::new().build(),
+        Family::V6 => RouteMessageBuilder::<std::net::Ipv6Addr>::new().build(),
     };
     let mut routes = handle.route().get(filter).execute();
     let mut oif = None;
@@ -178,7 +178,7 @@ pub async fn default_route_address(handle: &Handle, v4: bool) -> Result<Option<I
             continue;
         }
         found = msg.attributes.iter().find_map(|a| match a {
-            AddressAttribute::Address(ip) if ip.is_ipv4() == v4 => Some(*ip),
+            AddressAttribute::Address(ip) if Family::of(ip) == family => Some(*ip),
             _ => None,
         });
     }

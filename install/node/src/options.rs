@@ -2,6 +2,7 @@
 
 use anyhow::{anyhow, Result};
 use ipnetwork::IpNetwork;
+use netkit::Family;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -476,8 +477,9 @@ impl Options {
         }))
     }
 
-    pub fn node_ip(&self, v4: bool) -> Option<IpAddr> {
-        self.node_ips.iter().copied().find(|ip| ip.is_ipv4() == v4)
+    /// The node address of `family`, if it has one.
+    pub fn node_ip(&self, family: Family) -> Option<IpAddr> {
+        self.node_ips.iter().copied().find(|ip| Family::of(ip) == family)
     }
 }
 

@@ -8,6 +8,7 @@ use anyhow::{anyhow, Result};
 use futures::{StreamExt, TryStreamExt};
 use genetlink::GenetlinkHandle;
 use ipnetwork::IpNetwork;
+use netkit::Family;
 use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_generic::GenlMessage;
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkInfo};
@@ -320,6 +321,6 @@ pub async fn sync_peers(
 }
 
 /// The endpoint of a node for this node's underlay family.
-pub fn endpoint(node_ips: &[IpAddr], v4: bool, port: u16) -> Option<SocketAddr> {
-    node_ips.iter().find(|ip| ip.is_ipv4() == v4).map(|ip| SocketAddr::new(*ip, port))
+pub fn endpoint(node_ips: &[IpAddr], family: Family, port: u16) -> Option<SocketAddr> {
+    node_ips.iter().find(|ip| Family::of(ip) == family).map(|ip| SocketAddr::new(*ip, port))
 }

@@ -127,7 +127,7 @@ fn quote(token: &str) -> String {
 
 /// `<ip>/32` or `<ip>/128`.
 pub(crate) fn host(ip: IpAddr) -> String {
-    format!("{ip}/{}", Family::of(&ip).pick(32, 128))
+    format!("{ip}/{}", Family::of(&ip).bits())
 }
 
 pub(crate) fn subnet(a: &IpNetwork) -> String {
