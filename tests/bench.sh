@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the benchmark of cni-rs against the reference Go plugins (docs/bench/README.md):
-# builds the release plugins, the static multi-call binary and the benchmark, installs the reference
+# builds the benchmark (release), the static multi-call binary and the floor, installs the reference
 # plugins if missing, and runs
 # target/release/cni-bench as root, which writes docs/bench/{results.csv,latency.svg,scaling.svg}
 # and the results block of docs/bench/README.md.
@@ -11,7 +11,8 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
-cargo build --release --workspace --bins
+# cni-bench and its helpers (cni-peak); the plugins measured are the static build below.
+cargo build --release -p cni-bench --bins
 if [ ! -x /usr/lib/cni/bridge ]; then
     echo "bench: installing the reference plugins (containernetworking-plugins)" >&2
     apt-get install -y containernetworking-plugins >&2
