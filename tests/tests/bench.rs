@@ -4,7 +4,7 @@
 //! (also per scaling level) and of the meta plugins' chains, both plots and the results block, and
 //! leaves nothing behind.
 
-use cni_tests::{bin_dir, TempDir};
+use cni_tests::{bin_dir, sh, Netns, TempDir};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
@@ -28,7 +28,13 @@ fn read_csv(path: &Path) -> HashMap<(String, String, String, String), f64> {
 fn cni_bench_measures_both_plugin_sets_and_the_floor() {
     let out = TempDir::new("cnib-out");
     let bin = bin_dir();
-    let run = Command::new(bin.join("cni-bench"))
+    // In a network namespace of its own: the tables and chains both plugin sets keep for the next
+    // pod (cni_rs_portmap, the reference's CNI-HOSTPORT-* and CNI-FORWARD, ...) go with it.
+    let node = Netns::new("cnibnode");
+    let host_firewall = firewall_objects(None);
+    let run = Command::new("ip")
+        .args(["netns", "exec", &node.name])
+        .arg(bin.join("cni-bench"))
         .env("CNI_BENCH_OURS", &bin)
         .args(["--quick", "--samples", "2", "--churn", "2", "--levels", "10", "--scale-samples", "2", "--out"])
         .arg(out.path())
@@ -93,12 +99,28 @@ fn cni_bench_measures_both_plugin_sets_and_the_floor() {
         .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
     assert!(!netns.iter().any(|n| n.starts_with("cnib-")), "namespaces left: {netns:?}");
-    let links = Command::new("ip").args(["-o", "link", "show"]).output().expect("ip link");
-    let links = String::from_utf8_lossy(&links.stdout);
-    assert!(!links.contains(": cnib"), "links left: {links}");
+    for links in [node.ip(&["-o", "link", "show"]), sh("ip", &["-o", "link", "show"])] {
+        assert!(!links.contains(": cnib"), "links left: {links}");
+    }
+    assert!(firewall_objects(Some(&node)).contains("cni_rs_portmap"), "the run was not in its namespace");
+    assert_eq!(firewall_objects(None), host_firewall, "the host's firewall changed");
     for state in ["/run/cni-bench", "/run/cni-bench-bin", "/run/cni-bench-ref", "/run/cni-bench-floor"] {
         assert!(!Path::new(state).exists(), "state left: {state}");
     }
+}
+
+/// The nftables tables and the iptables chains of `ns` (the host's when `None`), as text.
+fn firewall_objects(ns: Option<&Netns>) -> String {
+    let run = |cmd: &str, args: &[&str]| match ns {
+        Some(ns) => String::from_utf8_lossy(&ns.exec(cmd, args).stdout).into_owned(),
+        None => String::from_utf8_lossy(&Command::new(cmd).args(args).output().map(|o| o.stdout).unwrap_or_default())
+            .into_owned(),
+    };
+    let mut text = run("nft", &["list", "tables"]);
+    for table in ["filter", "nat"] {
+        text += &run("iptables", &["-t", table, "-S"]);
+    }
+    text
 }
 
 /// `cni-peak` reports the peak RSS of the program it runs, not that of whoever started it: the
