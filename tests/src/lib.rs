@@ -13,6 +13,7 @@
 
 pub mod exec;
 pub mod gojson;
+mod host_firewall;
 pub mod hostile;
 pub mod noop;
 pub mod vm;
@@ -131,6 +132,7 @@ pub fn shipped_bin_dir(plugins: &[&str], helpers: &[&str]) -> TempDir {
 /// Fails the test unless we are root; privileged tests never skip silently.
 pub fn require_root() {
     assert!(nix_is_root(), "this test needs root (network namespaces); run it through tests/run.sh as root");
+    host_firewall::guard();
 }
 
 /// Fails the test unless every tool is on PATH (tests/setup.sh installs them).
@@ -285,38 +287,6 @@ impl Netns {
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = run("ip", &["netns", "del", &self.name]);
-    }
-}
-
-/// The nftables tables of cni-rs (`cni_rs_*`) in this network namespace when made; on drop, the
-/// ones that appeared since are deleted. For tests that run the plugins in the host's namespace
-/// (podman, containerd): the plugins keep these tables for the next pod, the test must not.
-pub struct NewTables(Vec<String>);
-
-impl NewTables {
-    pub fn snapshot() -> NewTables {
-        NewTables(cni_rs_tables())
-    }
-}
-
-/// `<family> <name>` of every `cni_rs_*` table.
-fn cni_rs_tables() -> Vec<String> {
-    let out = run("nft", &["list", "tables"]);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.strip_prefix("table "))
-        .filter(|t| t.split(' ').nth(1).is_some_and(|name| name.starts_with("cni_rs_")))
-        .map(str::to_string)
-        .collect()
-}
-
-impl Drop for NewTables {
-    fn drop(&mut self) {
-        for table in cni_rs_tables().iter().filter(|t| !self.0.contains(t)) {
-            let mut args = vec!["delete", "table"];
-            args.extend(table.split(' '));
-            let _ = run("nft", &args);
-        }
     }
 }
 

@@ -6,7 +6,7 @@
 
 mod e2e;
 
-use cni_tests::{bin_dir, bridge_ports, require_root, run, Netns, NewTables, TempDir};
+use cni_tests::{bin_dir, bridge_ports, require_root, run, Netns, TempDir};
 use e2e::*;
 use libcni::conflist;
 use libcni::runtime::CniConfig;
@@ -66,8 +66,6 @@ struct Demo {
     bridge_was_there: bool,
     run_dir_was_there: bool,
     cap_args: String,
-    /// The cni_rs_* nftables tables the demo brings to the host, deleted after the cleanup.
-    _tables: NewTables,
 }
 
 impl Demo {
@@ -155,7 +153,6 @@ fn demo_conflist_add_check_del_through_cnitool() {
         httpd: None,
         added: false,
         cap_args: json!({"portMappings": [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]}).to_string(),
-        _tables: NewTables::snapshot(),
     };
 
     // ADD: the result names an IPv4 and an IPv6 address from the demo's ranges.

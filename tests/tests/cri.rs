@@ -30,7 +30,7 @@
 
 mod e2e;
 
-use cni_tests::{bin_dir, prerequisite, require_root, run, unique, NewTables, TempDir};
+use cni_tests::{bin_dir, prerequisite, require_root, run, unique, TempDir};
 use e2e::*;
 use serde_json::{json, Value};
 use std::io::Write;
@@ -57,8 +57,6 @@ struct Cri {
     pods: Vec<(String, Option<String>)>,
     /// containerd's fixed shim socket dirs (/run/containerd/s) that did not exist before the test.
     run_dirs: Vec<PathBuf>,
-    /// The host's cni_rs_* nftables tables this test brings are deleted after the cleanup.
-    _tables: NewTables,
 }
 
 impl Cri {
@@ -462,7 +460,6 @@ fn cri_pod_with_hostports_serves_every_mapping_and_leaves_nothing() {
         pods: Vec::new(),
         // Deepest first, for rmdir.
         run_dirs: ["/run/containerd/s", "/run/containerd"].iter().map(PathBuf::from).filter(|d| !d.exists()).collect(),
-        _tables: NewTables::snapshot(),
     };
     assert!(!link_exists(&bridge), "{bridge} already exists");
     for sub in ["net.d", "root", "state", "opt", "runc", "logs", "www", "www-bound"] {

@@ -25,7 +25,7 @@
 
 mod e2e;
 
-use cni_tests::{bin_dir, prerequisite, require_root, run, unique, Netns, NewTables, TempDir};
+use cni_tests::{bin_dir, prerequisite, require_root, run, unique, Netns, TempDir};
 use e2e::*;
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr};
@@ -44,9 +44,6 @@ struct Podman {
     netns: Option<String>,
     bridge: String,
     bridge_was_there: bool,
-    /// In the host's namespace: the cni_rs_* nftables tables this test brings, deleted after the
-    /// cleanup.
-    _tables: Option<NewTables>,
     network: String,
     ctr_name: String,
     ctr_id: Option<String>,
@@ -174,7 +171,6 @@ impl Podman {
         let bridge = conf["plugins"][0]["bridge"].as_str().expect("bridge").to_string();
         let pm = Podman {
             bridge_was_there: netns.is_none() && link_exists(&bridge),
-            _tables: netns.is_none().then(NewTables::snapshot),
             netns,
             dir,
             bridge,
