@@ -1,8 +1,6 @@
 //! A node switched in place from the reference Go plugins to ours: a pod attached by the reference
 //! (bridge + host-local + portmap + loopback, their default iptables backend) is detached by ours
-//! with the same conflist and no backend keys, and nothing of it is left. The test runs on a thread
-//! in a network namespace of its own: the chains the reference keeps for the next pod
-//! (CNI-HOSTPORT-*) go with it.
+//! with the same conflist and no backend keys, and nothing of it is left.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -26,18 +24,6 @@ fn rules() -> String {
 #[test]
 fn pods_of_the_reference_plugins_are_detached_by_ours() {
     require_root();
-    std::thread::spawn(|| {
-        // SAFETY: unshare has no memory preconditions; CLONE_NEWNET applies to this thread only,
-        // and the plugins it starts inherit it.
-        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare: {}", std::io::Error::last_os_error());
-        run("ip", &["link", "set", "lo", "up"]);
-        reference_pod_detached_by_ours();
-    })
-    .join()
-    .expect("the test thread failed (its panic is printed above)");
-}
-
-fn reference_pod_detached_by_ours() {
     let present = Path::new(REFERENCE).join("portmap").is_file();
     if !prerequisite(
         present,
