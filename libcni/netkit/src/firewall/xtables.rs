@@ -55,11 +55,11 @@ pub fn align(n: usize) -> usize {
 /// The x_tables layouts of each address family: `ipt_entry` or `ip6t_entry`.
 impl Family {
     /// Bytes of `struct ipt_ip` / `ip6t_ip6`.
-    pub fn ip_len(self) -> usize {
+    pub(crate) fn ip_len(self) -> usize {
         self.pick(84, 136)
     }
     /// `sizeof(struct ipt_entry)` / `ip6t_entry`.
-    pub fn entry_len(self) -> usize {
+    pub(crate) fn entry_len(self) -> usize {
         self.pick(112, 168)
     }
     /// Where `target_offset` sits (`next_offset`, `comefrom` follow).
